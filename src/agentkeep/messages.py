@@ -1,0 +1,370 @@
+"""Messages: roles, the :class:`Message` type, source stamps and the message JSON codec.
+
+A message is a role plus a list of :mod:`contents <agentkeep.contents>`. It gets a stable
+``message_id`` and a ``created_at`` time when it enters a session (unless the caller set them), so
+storage never has to compare message bodies to tell messages apart.
+
+**Source stamps.** A message added to a request carries where it came from: the caller
+(``external``), a history provider (``chat_history``) or another context provider
+(``context_provider``), plus that provider's ``source_id``. :func:`get_source_type` and
+:func:`get_source_id` read the stamp. Stamps are request metadata, not part of the wire form.
+Stamping never mutates a caller's message: :meth:`Message.with_source` returns a shallow copy,
+and a history log stamps each message once, when it is stored (see
+:mod:`agentkeep.sequences`), so loading a long history stamps nothing.
+
+**Wire form.** ``{"role": "user", "contents": [{"type": "text", "text": "hi"}], "message_id":
+"...", "created_at": "2026-01-01T00:00:00Z"}``; empty optional fields are left out. Unknown
+top-level fields and unknown content types are kept and written back (never dropped).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final, Literal, TypeAlias, cast, get_args
+
+import msgspec
+
+from .contents import Content, FunctionCallContent, FunctionResultContent, TextContent, content_from_dict
+from .errors import MessageFormatError
+
+__all__ = [
+    "Message",
+    "MessageInput",
+    "MessageSourceType",
+    "Role",
+    "get_source_id",
+    "get_source_type",
+    "new_message_id",
+    "normalize_messages",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+_ROLES: Final[frozenset[str]] = frozenset(get_args(Role))
+_KNOWN_FIELDS: Final[frozenset[str]] = frozenset(
+    {"type", "role", "contents", "author_name", "message_id", "created_at", "additional_properties"}
+)
+
+
+class MessageSourceType(StrEnum):
+    """Where a message in a request came from."""
+
+    EXTERNAL = "external"
+    """Given by the caller of ``agent.run``."""
+    CHAT_HISTORY = "chat_history"
+    """Loaded from history by a history provider."""
+    CONTEXT_PROVIDER = "context_provider"
+    """Injected by a (non-history) context provider."""
+
+
+_SourceStamp: TypeAlias = "tuple[MessageSourceType, str | None]"
+
+
+def new_message_id() -> str:
+    """A new time-ordered message id: 48 bits of milliseconds then 80 random bits, as 32 hex digits.
+
+    Ids sort by creation time, which keeps storage indexes append-friendly.
+    """
+    return f"{time.time_ns() // 1_000_000:012x}{int.from_bytes(os.urandom(10)):020x}"
+
+
+def _format_time(value: datetime) -> str:
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+class Message:
+    """One chat message.
+
+    Args:
+        role: ``"system"``, ``"user"``, ``"assistant"`` or ``"tool"``.
+        contents: The parts; plain strings become text contents. A single string is one text part.
+        author_name: Optional name of the author (e.g. the agent's name).
+        message_id: Stable id; assigned when the message enters a session if not given.
+        created_at: Creation time (timezone-aware); assigned with the id if not given.
+        additional_properties: Free-form metadata that round-trips with the message.
+
+    Raises:
+        MessageFormatError: Unknown role, or contents that are neither strings nor contents.
+    """
+
+    __slots__ = (
+        "_source",
+        "additional_properties",
+        "author_name",
+        "contents",
+        "created_at",
+        "extra_fields",
+        "message_id",
+        "role",
+    )
+
+    role: Role
+    contents: list[Content]
+    author_name: str | None
+    message_id: str | None
+    created_at: datetime | None
+    additional_properties: dict[str, Any] | None
+    extra_fields: dict[str, Any] | None
+    _source: _SourceStamp | None
+
+    def __init__(
+        self,
+        role: Role,
+        contents: Sequence[Content | str] | str | None = None,
+        *,
+        author_name: str | None = None,
+        message_id: str | None = None,
+        created_at: datetime | None = None,
+        additional_properties: dict[str, Any] | None = None,
+    ) -> None:
+        if role not in _ROLES:
+            raise MessageFormatError(f"unknown role {role!r}; expected one of {sorted(_ROLES)}", path="role")
+        self.role = role
+        if contents is None:
+            self.contents = []
+        elif isinstance(contents, str):
+            self.contents = [TextContent(contents)]
+        else:
+            items: list[Content] = []
+            for index, item in enumerate(contents):
+                if isinstance(item, str):
+                    items.append(TextContent(item))
+                elif isinstance(item, Content):  # pyright: ignore[reportUnnecessaryIsInstance]
+                    items.append(item)
+                else:
+                    raise MessageFormatError(
+                        f"a content must be a Content or a str, not {type(item).__name__}",
+                        path=f"contents[{index}]",
+                    )
+            self.contents = items
+        self.author_name = author_name
+        self.message_id = message_id
+        if created_at is not None and created_at.tzinfo is None:
+            raise MessageFormatError("created_at must be timezone-aware", path="created_at")
+        self.created_at = created_at
+        self.additional_properties = additional_properties or None
+        self.extra_fields = None
+        self._source = None
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        """The text contents joined together (reasoning and other kinds are left out)."""
+        contents = self.contents
+        if len(contents) == 1:
+            only = contents[0]
+            return only.text if isinstance(only, TextContent) else ""
+        return "".join(c.text for c in contents if isinstance(c, TextContent))
+
+    @property
+    def function_calls(self) -> list[FunctionCallContent]:
+        """The tool calls this message asks for."""
+        return [c for c in self.contents if isinstance(c, FunctionCallContent)]
+
+    @property
+    def function_results(self) -> list[FunctionResultContent]:
+        """The tool results this message carries."""
+        return [c for c in self.contents if isinstance(c, FunctionResultContent)]
+
+    # -- identity and stamps -----------------------------------------------------------------
+    def copy(self) -> Message:
+        """A shallow copy (contents are shared; they are treated as immutable)."""
+        clone = Message.__new__(Message)
+        clone.role = self.role
+        clone.contents = self.contents
+        clone.author_name = self.author_name
+        clone.message_id = self.message_id
+        clone.created_at = self.created_at
+        clone.additional_properties = self.additional_properties
+        clone.extra_fields = self.extra_fields
+        clone._source = self._source
+        return clone
+
+    def ensure_identity(self) -> Message:
+        """Give this message an id and a creation time if it has none; returns ``self``."""
+        if self.message_id is None:
+            self.message_id = new_message_id()
+        if self.created_at is None:
+            self.created_at = datetime.now(UTC)
+        return self
+
+    def with_source(self, source_type: MessageSourceType, source_id: str | None) -> Message:
+        """This message stamped with a source: ``self`` if already so stamped, else a stamped copy."""
+        stamp = self._source
+        if stamp is not None and stamp[0] is source_type and stamp[1] == source_id:
+            return self
+        clone = self.copy()
+        clone._source = (source_type, source_id)
+        return clone
+
+    # -- wire form ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form (a JSON-compatible dict); empty optional fields are left out."""
+        out: dict[str, Any] = {"role": self.role, "contents": [c.to_dict() for c in self.contents]}
+        if self.author_name is not None:
+            out["author_name"] = self.author_name
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        if self.created_at is not None:
+            out["created_at"] = _format_time(self.created_at)
+        if self.additional_properties:
+            out["additional_properties"] = self.additional_properties
+        if self.extra_fields:
+            for key, value in self.extra_fields.items():
+                out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, path: str = "") -> Message:
+        """Build a message from its wire form.
+
+        Args:
+            data: A mapping as produced by :meth:`to_dict` (or by the reference edition).
+            path: Where ``data`` sits in a larger document, for error messages.
+
+        Raises:
+            MessageFormatError: ``data`` is malformed; the error names the field.
+        """
+        at = f"{path}." if path else ""
+        if not isinstance(data, dict):
+            raise MessageFormatError(f"a message must be an object, not {type(data).__name__}", path=path)
+        data = cast("dict[str, Any]", data)
+        role = data.get("role")
+        if role not in _ROLES:
+            what = "missing" if role is None else f"unknown role {role!r}"
+            raise MessageFormatError(f"'role' {what}; expected one of {sorted(_ROLES)}", path=f"{at}role")
+        raw_contents = data.get("contents", [])
+        if not isinstance(raw_contents, list):
+            raise MessageFormatError("'contents' must be a list", path=f"{at}contents")
+        message = Message.__new__(Message)
+        message.role = cast(Role, role)
+        message.contents = [
+            content_from_dict(item, path=f"{at}contents[{i}]")
+            for i, item in enumerate(cast("list[Any]", raw_contents))
+        ]
+        author = data.get("author_name")
+        if author is not None and not isinstance(author, str):
+            raise MessageFormatError("'author_name' must be a string", path=f"{at}author_name")
+        message.author_name = author
+        message_id = data.get("message_id")
+        if message_id is not None and not isinstance(message_id, str):
+            raise MessageFormatError("'message_id' must be a string", path=f"{at}message_id")
+        message.message_id = message_id
+        created = data.get("created_at")
+        if created is None:
+            message.created_at = None
+        else:
+            message.created_at = _parse_time(created, f"{at}created_at")
+        props = data.get("additional_properties")
+        if props is not None and not isinstance(props, dict):
+            raise MessageFormatError(
+                "'additional_properties' must be an object", path=f"{at}additional_properties"
+            )
+        message.additional_properties = cast("dict[str, Any] | None", props) or None
+        extra: dict[str, Any] | None = None
+        if len(data) > 4:
+            unknown = data.keys() - _KNOWN_FIELDS
+            if unknown:
+                extra = {key: data[key] for key in unknown}
+        message.extra_fields = extra
+        message._source = None
+        return message
+
+    def to_json(self) -> str:
+        """The wire form as JSON text."""
+        return msgspec.json.encode(self.to_dict()).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Message:
+        """Parse JSON text in wire form.
+
+        Raises:
+            MessageFormatError: Invalid JSON, or a malformed message.
+        """
+        try:
+            data = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise MessageFormatError(f"invalid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    # -- comparison / display ----------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return (
+            self.role == other.role
+            and self.contents == other.contents
+            and self.author_name == other.author_name
+            and self.message_id == other.message_id
+            and self.created_at == other.created_at
+            and self.additional_properties == other.additional_properties
+            and self.extra_fields == other.extra_fields
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        body = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        return (
+            f"Message(role={self.role!r}, text={body!r}, contents={len(self.contents)}, "
+            f"id={self.message_id!r})"
+        )
+
+
+def _parse_time(value: Any, path: str) -> datetime:
+    if not isinstance(value, str):
+        raise MessageFormatError("'created_at' must be an ISO-8601 string", path=path)
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise MessageFormatError(f"'created_at' is not an ISO-8601 time: {value!r}", path=path) from exc
+    if parsed.tzinfo is None:
+        raise MessageFormatError("'created_at' must carry a timezone", path=path)
+    return parsed
+
+
+def get_source_type(message: Message) -> MessageSourceType:
+    """Where ``message`` came from in the current request; unstamped messages are ``EXTERNAL``."""
+    stamp = message._source  # pyright: ignore[reportPrivateUsage]
+    return MessageSourceType.EXTERNAL if stamp is None else stamp[0]
+
+
+def get_source_id(message: Message) -> str | None:
+    """The ``source_id`` of the provider that added ``message`` (``None`` for caller input)."""
+    stamp = message._source  # pyright: ignore[reportPrivateUsage]
+    return None if stamp is None else stamp[1]
+
+
+MessageInput: TypeAlias = "str | Message | Iterable[str | Message] | None"
+"""What ``agent.run`` accepts as messages: text, a message, or a sequence of either."""
+
+
+def normalize_messages(messages: str | Message | Iterable[str | Message] | None) -> list[Message]:
+    """Turn run input into a list of messages: a string becomes one user message.
+
+    Raises:
+        MessageFormatError: An item is neither a string nor a :class:`Message`.
+    """
+    if messages is None:
+        return []
+    if isinstance(messages, str):
+        return [Message("user", [messages])]
+    if isinstance(messages, Message):
+        return [messages]
+    if isinstance(messages, Mapping):
+        raise MessageFormatError("got a mapping; use Message.from_dict() to read a message dict")
+    out: list[Message] = []
+    for index, item in enumerate(messages):
+        if isinstance(item, str):
+            out.append(Message("user", [item]))
+        elif isinstance(item, Message):  # pyright: ignore[reportUnnecessaryIsInstance]
+            out.append(item)
+        else:
+            raise MessageFormatError(
+                f"run input must be str or Message, not {type(item).__name__}", path=f"messages[{index}]"
+            )
+    return out

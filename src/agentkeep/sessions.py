@@ -1,0 +1,429 @@
+"""Sessions: :class:`AgentSession`, its :class:`StateBag` and :class:`ProviderSessionState`.
+
+A session is a container with no behaviour: an id, a state bag, and the service-side conversation
+id when a service keeps the history. It belongs to no agent; several agents can run on one
+session, and providers keep their per-session data in its state bag under their own key.
+
+**StateBag.** Each value lives in object form, JSON form, or both. Setting a value caches the
+object; its JSON form is produced only when the session is serialized. A deserialized value is
+held as JSON and becomes an object of the requested type on its first typed read, then stays
+cached. Keys nobody reads survive a round trip untouched.
+
+Value types the bag can serialize: JSON-compatible builtins; dataclasses, ``TypedDict``,
+``msgspec.Struct``, enums, ``datetime`` (through msgspec); classes with ``to_dict()`` and a
+``from_dict()`` classmethod (such as :class:`~agentkeep.messages.Message`); pydantic models
+(``model_dump`` / ``model_validate``), without agentkeep depending on pydantic.
+
+**Payload.** ``session.to_dict()`` gives ``{"type": "session", "version": 1, "session_id": ...,
+"service_session_id": ..., "state": {...}}``. :meth:`AgentSession.from_dict` refuses a corrupt
+payload or an unknown version with :class:`~agentkeep.errors.SessionFormatError`.
+"""
+
+from __future__ import annotations
+
+import threading
+import typing
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Generic, TypeVar, cast, overload
+
+import msgspec
+
+from .errors import SessionFormatError, StateTypeError
+
+__all__ = [
+    "SESSION_FORMAT_VERSION",
+    "AgentSession",
+    "ProviderSessionState",
+    "StateBag",
+    "from_builtins",
+    "to_builtins",
+]
+
+T = TypeVar("T")
+
+SESSION_FORMAT_VERSION: Final = 1
+"""The version written into every session payload; payloads of other versions are refused."""
+
+_MISSING: Final = object()
+
+
+# -- value codec ------------------------------------------------------------------------------
+
+
+def _enc_hook(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return model_dump(mode="json")
+    raise TypeError(f"cannot serialize a {type(value).__name__}: give it to_dict(), or use a dataclass")
+
+
+def _dec_hook(target: Any, value: Any) -> Any:
+    from_dict = getattr(target, "from_dict", None)
+    if callable(from_dict):
+        return from_dict(value)
+    model_validate = getattr(target, "model_validate", None)
+    if callable(model_validate):
+        return model_validate(value)
+    raise NotImplementedError(f"no way to build a {getattr(target, '__name__', target)} from JSON")
+
+
+def to_builtins(value: Any) -> Any:
+    """``value`` as JSON-compatible builtins (dicts, lists, strings, numbers, booleans, None).
+
+    Raises:
+        TypeError: ``value`` holds something with no known JSON form.
+    """
+    return msgspec.to_builtins(value, enc_hook=_enc_hook)
+
+
+def from_builtins(data: Any, typ: Any) -> Any:
+    """Build an instance of ``typ`` (any type expression, e.g. ``list[Message]``) from builtins.
+
+    Raises:
+        msgspec.ValidationError: ``data`` does not fit ``typ``.
+    """
+    return msgspec.convert(data, typ, dec_hook=_dec_hook, strict=False)
+
+
+def _is_instance(value: Any, typ: Any) -> bool:
+    origin = typing.get_origin(typ) or typ
+    return isinstance(origin, type) and isinstance(value, origin)
+
+
+class _Entry:
+    """One state value: object form, JSON form, or both."""
+
+    __slots__ = ("json", "obj", "typ")
+
+    def __init__(self, obj: Any = _MISSING, typ: Any = None, json: Any = _MISSING) -> None:
+        self.obj = obj
+        self.typ = typ
+        self.json = json
+
+
+class StateBag:
+    """Thread-safe mapping from state key to value, with lazy JSON and typed reads.
+
+    Dict-style access (``bag[key]``, ``key in bag``, ``bag.setdefault(key, {})``) works on object
+    form; a value that arrived as JSON is returned as plain JSON by an untyped read. Typed reads
+    (``bag.get(key, MyState)``) turn JSON into ``MyState`` once and cache it.
+    """
+
+    __slots__ = ("_entries", "_lock")
+
+    def __init__(self, values: dict[str, Any] | None = None) -> None:
+        self._lock = threading.RLock()
+        self._entries: dict[str, _Entry] = {}
+        if values:
+            for key, value in values.items():
+                self._entries[key] = _Entry(obj=value)
+
+    @classmethod
+    def from_json_values(cls, values: dict[str, Any]) -> StateBag:
+        """A bag whose values are held in JSON form (as read from a serialized session)."""
+        bag = cls()
+        bag._entries = {key: _Entry(json=value) for key, value in values.items()}
+        return bag
+
+    # -- typed access ---------------------------------------------------------------------------
+    @overload
+    def get(self, key: str) -> Any: ...
+    @overload
+    def get(self, key: str, type: type[T]) -> T | None: ...
+    @overload
+    def get(self, key: str, type: Any) -> Any: ...
+    def get(self, key: str, type: Any = None) -> Any:
+        """The value under ``key`` (``None`` if absent), read as ``type`` when given.
+
+        Raises:
+            StateTypeError: The stored value cannot be read as ``type``.
+        """
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            return self._read(key, entry, type)
+
+    def try_get(self, key: str, type: Any = None) -> Any:
+        """Like :meth:`get`, but ``None`` instead of an error when the value does not fit ``type``."""
+        try:
+            return self.get(key, type)
+        except StateTypeError:
+            return None
+
+    def set(self, key: str, value: Any, type: Any = None) -> None:
+        """Store ``value`` in object form (its JSON is made only when the session is serialized).
+
+        Args:
+            key: The state key.
+            value: The value.
+            type: The declared type of ``value`` (defaults to its class), used to decide whether a
+                later typed read can return the cached object as is.
+        """
+        if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise StateTypeError("state keys must be non-empty strings", key=str(key))
+        with self._lock:
+            self._entries[key] = _Entry(obj=value, typ=type)
+
+    def _read(self, key: str, entry: _Entry, typ: Any) -> Any:
+        obj = entry.obj
+        if obj is not _MISSING:
+            if typ is None or entry.typ == typ or (entry.typ is None and _is_instance(obj, typ)):
+                return obj
+            data = self._json_of(key, entry)
+        else:
+            data = entry.json
+            if typ is None:
+                entry.obj = data
+                return data
+        try:
+            value = from_builtins(data, typ)
+        except (msgspec.ValidationError, NotImplementedError, TypeError, ValueError) as exc:
+            name = getattr(typ, "__name__", repr(typ))
+            raise StateTypeError(f"state value {key!r} cannot be read as {name}: {exc}", key=key) from exc
+        entry.obj = value
+        entry.typ = typ
+        entry.json = _MISSING  # the object is now the source of truth
+        return value
+
+    def _json_of(self, key: str, entry: _Entry) -> Any:
+        if entry.obj is _MISSING:
+            return entry.json
+        try:
+            return to_builtins(entry.obj)
+        except TypeError as exc:
+            raise StateTypeError(f"state value {key!r} cannot be serialized: {exc}", key=key) from exc
+
+    # -- mapping-style access ---------------------------------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                raise KeyError(key)
+            return self._read(key, entry, None)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        with self._lock:
+            del self._entries[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self) -> list[str]:
+        """The keys present."""
+        with self._lock:
+            return list(self._entries)
+
+    def setdefault(self, key: str, default: Any) -> Any:
+        """The value under ``key``; stores and returns ``default`` when absent."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self._entries[key] = _Entry(obj=default)
+                return default
+            return self._read(key, entry, None)
+
+    def pop(self, key: str, default: Any = None) -> Any:
+        """Remove ``key`` and return its (untyped) value, or ``default``."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None:
+                return default
+            return entry.obj if entry.obj is not _MISSING else entry.json
+
+    def clear(self) -> None:
+        """Remove every value."""
+        with self._lock:
+            self._entries.clear()
+
+    # -- serialization --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Every value in JSON form; objects are serialized now, JSON-only values pass through.
+
+        Raises:
+            StateTypeError: A value has no JSON form.
+        """
+        with self._lock:
+            return {key: self._json_of(key, entry) for key, entry in self._entries.items()}
+
+    def __repr__(self) -> str:
+        return f"StateBag(keys={self.keys()!r})"
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+class AgentSession:
+    """A conversation session: an id, a state bag and (for service-kept history) a service id.
+
+    Args:
+        session_id: The id; a new UUID when not given.
+        service_session_id: The remote conversation id when a service keeps the history.
+
+    Attributes:
+        state: The :class:`StateBag` providers keep their per-session data in.
+        service_session_id: Remote conversation id (``None`` when history is local).
+    """
+
+    __slots__ = ("_session_id", "service_session_id", "state")
+
+    def __init__(self, *, session_id: str | None = None, service_session_id: str | None = None) -> None:
+        self._session_id = session_id or str(uuid.uuid4())
+        self.service_session_id = service_session_id
+        self.state = StateBag()
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self._session_id
+
+    def to_dict(self) -> dict[str, Any]:
+        """The versioned payload for storage; see the module docs for its shape."""
+        return {
+            "type": "session",
+            "version": SESSION_FORMAT_VERSION,
+            "session_id": self._session_id,
+            "service_session_id": self.service_session_id,
+            "state": self.state.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AgentSession:
+        """Restore a session from :meth:`to_dict` output; state values stay JSON until read.
+
+        Raises:
+            SessionFormatError: The payload is not an object, misses fields, has fields of the
+                wrong type, or has a version other than :data:`SESSION_FORMAT_VERSION`.
+        """
+        if not isinstance(data, dict):
+            raise SessionFormatError(f"a session payload must be an object, not {type(data).__name__}")
+        payload = cast("dict[str, Any]", data)
+        if "version" not in payload:
+            raise SessionFormatError("session payload has no 'version'")
+        version: Any = payload["version"]
+        if type(version) is not int or version != SESSION_FORMAT_VERSION:
+            raise SessionFormatError(
+                f"session payload version {version!r} is not supported (this agentkeep reads "
+                f"version {SESSION_FORMAT_VERSION})"
+            )
+        kind = payload.get("type", "session")
+        if kind != "session":
+            raise SessionFormatError(f"payload 'type' is {kind!r}, expected 'session'")
+        session_id = payload.get("session_id")
+        if not isinstance(session_id, str) or not session_id:
+            raise SessionFormatError("session payload 'session_id' must be a non-empty string")
+        service_id = payload.get("service_session_id")
+        if service_id is not None and not isinstance(service_id, str):
+            raise SessionFormatError("session payload 'service_session_id' must be a string or null")
+        state = payload.get("state", {})
+        if not isinstance(state, dict):
+            raise SessionFormatError("session payload 'state' must be an object")
+        session = cls(session_id=session_id, service_session_id=service_id)
+        session.state = StateBag.from_json_values(cast("dict[str, Any]", state))
+        return session
+
+    def to_json(self) -> bytes:
+        """The payload as JSON bytes."""
+        try:
+            return msgspec.json.encode(self.to_dict())
+        except TypeError as exc:  # pragma: no cover - to_dict already produced builtins
+            raise SessionFormatError(f"session {self._session_id} cannot be encoded: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AgentSession:
+        """Restore a session from JSON text.
+
+        Raises:
+            SessionFormatError: Invalid JSON, or an invalid payload.
+        """
+        try:
+            data = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise SessionFormatError(f"session payload is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    def __repr__(self) -> str:
+        return (
+            f"AgentSession(session_id={self._session_id!r}, service_session_id={self.service_session_id!r}, "
+            f"state_keys={self.state.keys()!r})"
+        )
+
+
+class ProviderSessionState(Generic[T]):
+    """Typed access to one provider's value in a session's state bag.
+
+    Args:
+        state_initializer: Makes the initial value when the session has none yet.
+        state_key: The state-bag key; must not clash with another provider of the same agent.
+        state_type: The value's type for typed reads after deserialization. When omitted it is
+            taken from the subscription (``ProviderSessionState[MyState](...)``) or, if
+            ``state_initializer`` is a class, from that class.
+
+    Example:
+        ```python
+        todo_state = ProviderSessionState[list[str]](lambda _: [], "todo")
+        items = todo_state.get_or_initialize_state(session)
+        items.append("buy milk")
+        todo_state.save_state(session, items)
+        ```
+    """
+
+    def __init__(
+        self,
+        state_initializer: Callable[[AgentSession | None], T],
+        state_key: str,
+        *,
+        state_type: Any = None,
+    ) -> None:
+        if not state_key:
+            raise ValueError("state_key must be a non-empty string")
+        self.state_initializer = state_initializer
+        self.state_key = state_key
+        self._state_type = state_type
+
+    @property
+    def state_type(self) -> Any:
+        """The type values are read as (``None``: untyped JSON)."""
+        if self._state_type is None:
+            orig = getattr(self, "__orig_class__", None)
+            args = typing.get_args(orig) if orig is not None else ()
+            if args:
+                self._state_type = args[0]
+            elif isinstance(self.state_initializer, type):
+                self._state_type = self.state_initializer
+        return self._state_type
+
+    def get_or_initialize_state(self, session: AgentSession | None) -> T:
+        """The session's value; initialized (and stored) when absent. ``session=None`` gives a fresh value.
+
+        Raises:
+            StateTypeError: The stored value cannot be read as :attr:`state_type`.
+        """
+        if session is None:
+            return self.state_initializer(None)
+        bag = session.state
+        with bag._lock:  # pyright: ignore[reportPrivateUsage]
+            value = bag.get(self.state_key, self.state_type)
+            if value is None:
+                value = self.state_initializer(session)
+                bag.set(self.state_key, value, self.state_type)
+            return cast(T, value)
+
+    def save_state(self, session: AgentSession | None, state: T) -> None:
+        """Store ``state`` as the session's value."""
+        if session is not None:
+            session.state.set(self.state_key, state, self.state_type)
