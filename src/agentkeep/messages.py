@@ -72,8 +72,8 @@ def new_message_id() -> str:
 
 
 def _format_time(value: datetime) -> str:
-    text = value.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
+    # msgspec writes RFC 3339 ("...Z" for UTC) in C, several times faster than isoformat().
+    return cast(str, msgspec.to_builtins(value))
 
 
 class Message:
