@@ -32,6 +32,7 @@ from agentkeep.testing import ScriptedChatClient
 HERE = Path(__file__).resolve().parent
 REF_VENV = HERE / ".venv-ref"
 SIZES = (100, 1_000, 10_000, 100_000)
+REF_PACKAGE = "agent-framework-core"
 TEXT = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore. "
 
 
@@ -174,7 +175,7 @@ def _ensure_reference() -> Path | None:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                *["agent-framework-core"],
+                REF_PACKAGE,
             ],
             check=True,
         )
