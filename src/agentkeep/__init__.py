@@ -41,6 +41,7 @@ from .history import (
 )
 from .messages import (
     Message,
+    MessageInput,
     MessageSourceType,
     Role,
     get_source_id,
@@ -87,6 +88,7 @@ __all__ = [
     "MessageChain",
     "MessageCountingChatReducer",
     "MessageFormatError",
+    "MessageInput",
     "MessageLog",
     "MessageSourceType",
     "MessageView",
