@@ -304,4 +304,4 @@ class InMemoryHistoryProvider(HistoryProvider):
         before = log.view()
         reduced = await self.reducer.reduce(before)
         if len(reduced) != len(before) or any(a is not b for a, b in zip(reduced, before, strict=False)):
-            log.replace(reduced)
+            log.replace(reduced, based_on=before)  # keeps what concurrent runs appended meanwhile

@@ -128,10 +128,23 @@ class MessageLog:
         self._items.extend(stored)
         return stored
 
-    def replace(self, messages: Iterable[Message]) -> None:
-        """Swap in a new message list (used by reducers); existing views keep the old one."""
+    def replace(self, messages: Iterable[Message], *, based_on: MessageView | None = None) -> bool:
+        """Swap in a new message list (used by reducers); existing views keep the old one.
+
+        Args:
+            messages: The new contents.
+            based_on: The view the new contents were computed from. Messages appended after it
+                (by a concurrent run) are kept after ``messages``; if the log was replaced since,
+                nothing happens and ``False`` is returned.
+        """
         stamp_type, stamp_id = self.source_type, self.source_id
-        self._items = [m.with_source(stamp_type, stamp_id).ensure_identity() for m in messages]
+        items = [m.with_source(stamp_type, stamp_id).ensure_identity() for m in messages]
+        if based_on is not None:
+            if based_on._items is not self._items or based_on._start != 0:  # pyright: ignore[reportPrivateUsage]
+                return False
+            items.extend(self._items[based_on._stop :])  # pyright: ignore[reportPrivateUsage]
+        self._items = items
+        return True
 
     @classmethod
     def from_owned(
@@ -159,9 +172,8 @@ class MessageLog:
 
     def view(self, start: int = 0, stop: int | None = None) -> MessageView:
         """An O(1) immutable snapshot of ``[start, stop)`` (default: everything so far)."""
-        size = len(self._items)
-        stop = size if stop is None else min(stop, size)
-        start = max(0, min(start, stop))
+        start, stop, _ = slice(start, stop).indices(len(self._items))
+        stop = max(start, stop)
         return MessageView(self._items, start, stop, source_type=self.source_type, source_id=self.source_id)
 
     def tail(self, count: int) -> MessageView:

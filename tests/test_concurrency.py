@@ -1,0 +1,58 @@
+"""Concurrent runs on one session never lose or duplicate a message, and keep each turn together."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from agentkeep import InMemoryHistoryProvider, Message, MessageCountingChatReducer, MessageLog
+from agentkeep.testing import ScriptedChatClient
+
+
+def _answer(messages: Sequence[Message]) -> str:
+    return f"re: {messages[-1].text}"
+
+
+class SlowCopyingReducer(MessageCountingChatReducer):
+    """Yields to the event loop while reducing (so other runs append meanwhile) and returns copies,
+    so the log is really replaced every time."""
+
+    async def reduce(self, messages: Sequence[Message]) -> Sequence[Message]:
+        await asyncio.sleep(0)
+        return [m.copy() for m in await super().reduce(messages)]
+
+
+async def test_parallel_runs_store_every_turn_once_and_contiguously() -> None:
+    provider = InMemoryHistoryProvider()
+    agent = ScriptedChatClient(_answer).as_agent(context_providers=[provider])
+    session = agent.create_session()
+    await asyncio.gather(*(agent.run(f"turn {i}", session=session) for i in range(50)))
+    stored = list(await provider.get_session_messages(session))
+    assert len(stored) == 100
+    assert len({m.message_id for m in stored}) == 100
+    for user, reply in zip(stored[::2], stored[1::2], strict=True):
+        assert user.role == "user"
+        assert reply.text == f"re: {user.text}"
+    assert sorted(m.text for m in stored[::2]) == sorted(f"turn {i}" for i in range(50))
+
+
+async def test_reducer_keeps_messages_appended_while_it_runs() -> None:
+    reducer = SlowCopyingReducer(1000)
+    provider = InMemoryHistoryProvider(reducer=reducer, reducer_trigger="after_message_added")
+    agent = ScriptedChatClient(_answer).as_agent(context_providers=[provider])
+    session = agent.create_session()
+    await asyncio.gather(*(agent.run(f"turn {i}", session=session) for i in range(30)))
+    stored = list(await provider.get_session_messages(session))
+    assert len(stored) == 60
+    assert len({m.message_id for m in stored}) == 60
+
+
+def test_log_replace_based_on_a_view_keeps_later_appends() -> None:
+    log = MessageLog("h", [Message("user", ["one"]), Message("assistant", ["two"])])
+    before = log.view()
+    log.extend([Message("user", ["three"])])  # a concurrent run appends while a reducer works
+    assert log.replace([before[1]], based_on=before)
+    assert [m.text for m in log.view()] == ["two", "three"]
+    # a view of a list that has since been replaced cannot be the base of another replacement
+    assert not log.replace([], based_on=before)
+    assert [m.text for m in log.view()] == ["two", "three"]
