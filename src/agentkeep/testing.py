@@ -4,6 +4,6 @@
 tool calls, stream, report usage, and act as a service that keeps conversations itself.
 """
 
-from .clients.scripted import Reply, ScriptedChatClient
+from .clients.scripted import Reply, Responder, ScriptedChatClient
 
-__all__ = ["Reply", "ScriptedChatClient"]
+__all__ = ["Reply", "Responder", "ScriptedChatClient"]

@@ -5,10 +5,11 @@ See :class:`ScriptedChatClient`; it is re-exported from :mod:`agentkeep.testing`
 
 from __future__ import annotations
 
+import inspect
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -18,10 +19,13 @@ from ..messages import Message
 from ..sessions import from_builtins
 from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 
-__all__ = ["Reply", "ScriptedChatClient"]
+__all__ = ["Reply", "Responder", "ScriptedChatClient"]
 
 Reply = str | Message
 """A scripted reply: text (one assistant message) or a whole message (e.g. with tool calls)."""
+
+Responder = Callable[[Sequence[Message]], Reply] | Callable[[Sequence[Message], ChatOptions], Reply]
+"""A callable script: ``(messages) -> reply`` or ``(messages, options) -> reply``."""
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -32,8 +36,9 @@ class ScriptedChatClient(BaseChatClient):
     Args:
         replies: A list of replies consumed in order (a ``str`` is an assistant text reply, a
             :class:`~agentkeep.messages.Message` is returned as is, e.g. one with tool calls), or a
-            callable ``(messages) -> str | Message`` asked for every reply. ``None``: echo the
-            last user message's text.
+            callable ``(messages) -> str | Message`` (or ``(messages, options) -> ...`` to see the
+            instructions and tools too) asked for every reply. ``None``: echo the last user
+            message's text.
         service_managed: Keep conversations on the "service" side like the OpenAI Responses API:
             answers carry a ``conversation_id``, and a call with ``options["conversation_id"]``
             continues that conversation (only new messages need to be sent).
@@ -60,14 +65,17 @@ class ScriptedChatClient(BaseChatClient):
 
     def __init__(
         self,
-        replies: Iterable[Reply] | Callable[[Sequence[Message]], Reply] | None = None,
+        replies: Iterable[Reply] | Responder | None = None,
         *,
         service_managed: bool = False,
         usage: UsageDetails | Callable[[Sequence[Message], Message], UsageDetails] | None = None,
     ) -> None:
-        if replies is None or callable(replies):
+        self._responder: Callable[[Sequence[Message], ChatOptions], Reply] | None = None
+        if replies is None:
             self._script: list[Reply] | None = None
-            self._responder = replies
+        elif callable(replies):
+            self._script = None
+            self._responder = _two_argument(replies)
         else:
             self._script = list(replies)
             self._responder = None
@@ -102,7 +110,7 @@ class ScriptedChatClient(BaseChatClient):
         """Scripted replies not used yet (``None`` for callable / echo scripts)."""
         return None if self._script is None else len(self._script) - self._next
 
-    def _reply(self, conversation: Sequence[Message]) -> Message:
+    def _reply(self, conversation: Sequence[Message], options: ChatOptions) -> Message:
         if self._script is not None:
             if self._next >= len(self._script):
                 raise ScriptExhaustedError(
@@ -112,7 +120,7 @@ class ScriptedChatClient(BaseChatClient):
             reply: Reply = self._script[self._next]
             self._next += 1
         elif self._responder is not None:
-            reply = self._responder(conversation)
+            reply = self._responder(conversation, options)
         else:
             reply = _echo(conversation)
         if isinstance(reply, str):
@@ -154,7 +162,7 @@ class ScriptedChatClient(BaseChatClient):
         self.calls.append(messages)
         self.call_options.append(options)
         conversation, conversation_id = self._conversation(messages, options)
-        reply = self._reply(conversation)
+        reply = self._reply(conversation, options)
         if conversation_id is not None:
             self.conversations[conversation_id].append(reply)
         value = None
@@ -201,6 +209,23 @@ class ScriptedChatClient(BaseChatClient):
                 finish_reason=response.finish_reason if index == len(pieces) - 1 else None,
                 model=response.model,
             )
+
+
+def _two_argument(responder: Responder) -> Callable[[Sequence[Message], ChatOptions], Reply]:
+    """The responder as a ``(messages, options)`` callable, whichever form it was given in."""
+    try:
+        parameters = inspect.signature(responder).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        parameters = None
+    positional = (
+        None
+        if parameters is None
+        else [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    )
+    if positional is not None and len(positional) >= 2:
+        return cast("Callable[[Sequence[Message], ChatOptions], Reply]", responder)
+    one = cast("Callable[[Sequence[Message]], Reply]", responder)
+    return lambda messages, _options: one(messages)
 
 
 def _echo(messages: Sequence[Message]) -> str:
