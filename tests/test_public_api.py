@@ -7,6 +7,7 @@ import pkgutil
 
 import agentkeep
 
+
 def _isort_key(name: str) -> tuple[int, str]:
     """The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions."""
     return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)

@@ -266,10 +266,8 @@ class Message:
             )
         message.additional_properties = cast("dict[str, Any] | None", props) or None
         extra: dict[str, Any] | None = None
-        if len(data) > 4:
-            unknown = data.keys() - _KNOWN_FIELDS
-            if unknown:
-                extra = {key: data[key] for key in unknown}
+        if not _KNOWN_FIELDS.issuperset(data):
+            extra = {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
         message.extra_fields = extra
         message._source = None
         return message

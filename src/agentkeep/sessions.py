@@ -46,6 +46,7 @@ SESSION_FORMAT_VERSION: Final = 1
 """The version written into every session payload; payloads of other versions are refused."""
 
 _MISSING: Final = object()
+_SESSION_FIELDS: Final = frozenset({"type", "version", "session_id", "service_session_id", "state"})
 
 
 # -- value codec ------------------------------------------------------------------------------
@@ -170,24 +171,25 @@ class StateBag:
             self._entries[key] = _Entry(obj=value, typ=type)
 
     def _read(self, key: str, entry: _Entry, typ: Any) -> Any:
+        name = getattr(typ, "__name__", repr(typ))
         obj = entry.obj
         if obj is not _MISSING:
-            if typ is None or entry.typ == typ or (entry.typ is None and _is_instance(obj, typ)):
+            if typ is None or entry.typ == typ or _is_instance(obj, typ):
                 return obj
-            data = self._json_of(key, entry)
-        else:
-            data = entry.json
-            if typ is None:
-                entry.obj = data
-                return data
+            # An object someone stored is never silently converted (and so rewritten) to another type.
+            raise StateTypeError(
+                f"state value {key!r} holds a {type(obj).__name__}, which is not a {name}", key=key
+            )
+        data = entry.json
+        if typ is None:
+            return data  # plain JSON; it stays the stored form, so in-place edits persist
         try:
             value = from_builtins(data, typ)
         except (msgspec.ValidationError, NotImplementedError, TypeError, ValueError) as exc:
-            name = getattr(typ, "__name__", repr(typ))
             raise StateTypeError(f"state value {key!r} cannot be read as {name}: {exc}", key=key) from exc
         entry.obj = value
         entry.typ = typ
-        entry.json = _MISSING  # the object is now the source of truth
+        entry.json = _MISSING  # the typed object is now the source of truth
         return value
 
     def _json_of(self, key: str, entry: _Entry) -> Any:
@@ -279,12 +281,15 @@ class AgentSession:
         service_session_id: Remote conversation id (``None`` when history is local).
     """
 
-    __slots__ = ("_session_id", "service_session_id", "state")
+    __slots__ = ("_session_id", "extra_fields", "service_session_id", "state")
 
     def __init__(self, *, session_id: str | None = None, service_session_id: str | None = None) -> None:
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError("session_id must be a non-empty string (or None for a new id)")
         self._session_id = session_id or str(uuid.uuid4())
         self.service_session_id = service_session_id
         self.state = StateBag()
+        self.extra_fields: dict[str, Any] | None = None
 
     @property
     def session_id(self) -> str:
@@ -293,13 +298,17 @@ class AgentSession:
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned payload for storage; see the module docs for its shape."""
-        return {
+        payload: dict[str, Any] = {
             "type": "session",
             "version": SESSION_FORMAT_VERSION,
             "session_id": self._session_id,
             "service_session_id": self.service_session_id,
             "state": self.state.to_dict(),
         }
+        if self.extra_fields:
+            for key, value in self.extra_fields.items():
+                payload.setdefault(key, value)
+        return payload
 
     @classmethod
     def from_dict(cls, data: Any) -> AgentSession:
@@ -334,12 +343,19 @@ class AgentSession:
             raise SessionFormatError("session payload 'state' must be an object")
         session = cls(session_id=session_id, service_session_id=service_id)
         session.state = StateBag.from_json_values(cast("dict[str, Any]", state))
+        unknown = {k: v for k, v in payload.items() if k not in _SESSION_FIELDS}
+        session.extra_fields = unknown or None  # written back unchanged by to_dict()
         return session
 
     def to_json(self) -> bytes:
-        """The payload as JSON bytes."""
+        """The payload as JSON bytes.
+
+        Raises:
+            StateTypeError: A state value has no JSON form.
+        """
+        payload = self.to_dict()  # its StateTypeError (a TypeError) must not be caught below
         try:
-            return msgspec.json.encode(self.to_dict())
+            return msgspec.json.encode(payload)
         except TypeError as exc:  # pragma: no cover - to_dict already produced builtins
             raise SessionFormatError(f"session {self._session_id} cannot be encoded: {exc}") from exc
 
@@ -367,7 +383,8 @@ class ProviderSessionState(Generic[T]):
     """Typed access to one provider's value in a session's state bag.
 
     Args:
-        state_initializer: Makes the initial value when the session has none yet.
+        state_initializer: Makes the initial value when the session has none yet: a callable
+            taking the session (or ``None``), or a class, which is called without arguments.
         state_key: The state-bag key; must not clash with another provider of the same agent.
         state_type: The value's type for typed reads after deserialization. When omitted it is
             taken from the subscription (``ProviderSessionState[MyState](...)``) or, if
@@ -384,7 +401,7 @@ class ProviderSessionState(Generic[T]):
 
     def __init__(
         self,
-        state_initializer: Callable[[AgentSession | None], T],
+        state_initializer: Callable[[AgentSession | None], T] | type[T],
         state_key: str,
         *,
         state_type: Any = None,
@@ -414,14 +431,19 @@ class ProviderSessionState(Generic[T]):
             StateTypeError: The stored value cannot be read as :attr:`state_type`.
         """
         if session is None:
-            return self.state_initializer(None)
+            return self._initialize(None)
         bag = session.state
         with bag._lock:  # pyright: ignore[reportPrivateUsage]
             value = bag.get(self.state_key, self.state_type)
             if value is None:
-                value = self.state_initializer(session)
+                value = self._initialize(session)
                 bag.set(self.state_key, value, self.state_type)
             return cast(T, value)
+
+    def _initialize(self, session: AgentSession | None) -> T:
+        if isinstance(self.state_initializer, type):  # ProviderSessionState(MyState, "key")
+            return cast(T, self.state_initializer())
+        return self.state_initializer(session)
 
     def save_state(self, session: AgentSession | None, state: T) -> None:
         """Store ``state`` as the session's value."""

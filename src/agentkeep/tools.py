@@ -100,7 +100,12 @@ class FunctionTool:
     def _build_schema(self, param_docs: Mapping[str, str]) -> tuple[Any, dict[str, Any]]:
         try:
             signature = inspect.signature(self.func)
-            hints = get_type_hints(self.func)
+            annotated: Any = self.func
+            func_type: type[Any] = type(self.func)
+            call: Any = inspect.getattr_static(func_type, "__call__", None)
+            if not inspect.isroutine(annotated) and inspect.isfunction(call):
+                annotated = call  # a callable object: its __call__ carries the hints
+            hints = get_type_hints(annotated)
         except (TypeError, ValueError, NameError) as exc:
             raise ToolError(
                 f"cannot read the signature of tool {self.name!r}: {exc}", tool_name=self.name
