@@ -502,7 +502,8 @@ async def test_tool_loop_is_bounded() -> None:
     client = ScriptedChatClient(lambda messages: ScriptedChatClient.tool_call("ping"))
     agent = Agent(client, tools=[ping], max_tool_iterations=2)
 
-    await agent.run("loop forever")
+    session = agent.create_session()
+    response = await agent.run("loop forever", session=session)
 
     assert len(client.calls) == 3
     assert len(pings) == 2
@@ -511,7 +512,43 @@ async def test_tool_loop_is_bounded() -> None:
         assert "tool_choice" not in options
     last = client.call_options[2]
     assert last.get("tool_choice") == "none"
-    assert "tools" not in last
+    assert [t.name for t in last.get("tools", [])] == ["ping"]  # tool_choice needs the tools listed
+    # the model ignored tool_choice: its call is answered with an error, not run, so the history
+    # never ends with a call that has no result
+    assert len(pings) == 2
+    refusal = response.messages[-1]
+    assert refusal.role == "tool"
+    [result] = refusal.function_results
+    assert result.call_id == response.messages[-2].function_calls[0].call_id
+    assert result.exception is not None
+    assert "max_tool_iterations=2" in result.exception
+    stored = await agent._default_history.get_session_messages(session)  # pyright: ignore[reportPrivateUsage]
+    assert [m.role for m in stored][-2:] == ["assistant", "tool"]
+
+
+async def test_bounded_tool_loop_refusal_streams_and_persists_per_call() -> None:
+    def ping() -> str:
+        return "pong"
+
+    client = ScriptedChatClient(lambda messages: ScriptedChatClient.tool_call("ping"))
+    history = InMemoryHistoryProvider()
+    agent = Agent(
+        client,
+        tools=[ping],
+        max_tool_iterations=1,
+        context_providers=[history],
+        require_per_service_call_history_persistence=True,
+    )
+    session = agent.create_session()
+    stream = agent.run("go", session=session, stream=True)
+    roles = [update.role async for update in stream]
+    assert roles == ["assistant", "tool", "assistant", "tool"]
+    response = await stream.get_final_response()
+    stored = await history.get_session_messages(session)
+    assert [m.message_id for m in stored] == [
+        stored[0].message_id,
+        *(m.message_id for m in response.messages),
+    ]
 
 
 async def test_max_tool_iterations_zero_makes_a_single_call_without_tools() -> None:
@@ -521,7 +558,7 @@ async def test_max_tool_iterations_zero_makes_a_single_call_without_tools() -> N
     assert response.text == "plain answer"
     assert len(client.calls) == 1
     assert client.call_options[0].get("tool_choice") == "none"
-    assert "tools" not in client.call_options[0]
+    assert [t.name for t in client.call_options[0].get("tools", [])] == ["add"]
 
 
 def test_negative_max_tool_iterations_is_refused() -> None:
@@ -1030,3 +1067,16 @@ async def test_get_provider_finds_configured_provider() -> None:
     agent = Agent(ScriptedChatClient(), context_providers=[recorder, history])
     assert agent.get_provider(InMemoryHistoryProvider) is history
     assert agent.get_provider(RecordingProvider) is recorder
+
+
+def test_two_loading_history_providers_are_refused() -> None:
+    with pytest.raises(ProviderConfigurationError, match="both load messages"):
+        Agent(
+            ScriptedChatClient(),
+            context_providers=[InMemoryHistoryProvider("a"), InMemoryHistoryProvider("b")],
+        )
+    # an audit sink next to the main history is fine
+    Agent(
+        ScriptedChatClient(),
+        context_providers=[InMemoryHistoryProvider("a"), InMemoryHistoryProvider("b", load_messages=False)],
+    )

@@ -330,3 +330,22 @@ def test_normalize_tools_refuses_duplicate_names() -> None:
     with pytest.raises(ToolError) as info:
         normalize_tools([add, FunctionTool(get_weather, name="add")])
     assert info.value.tool_name == "add"
+
+
+def test_empty_name_is_refused() -> None:
+    def f() -> None:
+        return None
+
+    with pytest.raises(ToolError):
+        FunctionTool(f, name="")
+
+
+def test_unresolvable_return_annotation_does_no_harm() -> None:
+    class Local:
+        pass
+
+    def make(count: int) -> Local:
+        return Local()
+
+    made = FunctionTool(make)
+    assert made.parameters["properties"]["count"]["type"] == "integer"

@@ -93,7 +93,8 @@ class Agent:
             without tools.
 
     Raises:
-        ProviderConfigurationError: Two providers share a ``source_id`` or a state key.
+        ProviderConfigurationError: Two providers share a ``source_id`` or a state key, or more
+            than one history provider loads messages.
     """
 
     def __init__(
@@ -132,6 +133,12 @@ class Agent:
         self._check_providers()
 
     def _check_providers(self) -> None:
+        loading = [p for p in self.context_providers if isinstance(p, HistoryProvider) and p.load_messages]
+        if len(loading) > 1:
+            raise ProviderConfigurationError(
+                f"history providers {loading[0]!r} and {loading[1]!r} both load messages, so every "
+                "request would carry the history twice; give the others load_messages=False"
+            )
         owners: dict[str, ContextProvider] = {}
         sources: dict[str, ContextProvider] = {}
         candidates = list(self.context_providers)
@@ -343,10 +350,10 @@ class Agent:
         if len(set(names)) != len(names):
             duplicate = next(n for n in names if names.count(n) > 1)
             raise ToolError(f"two tools of this run are named {duplicate!r}", tool_name=duplicate)
-        if tools and not final:
+        if tools:
             options["tools"] = tools
-        elif tools:
-            options["tool_choice"] = "none"
+            if final:  # the tool budget is spent: ask for an answer, not more calls
+                options["tool_choice"] = "none"
         if plan.service_managed and loop.conversation_id:
             options["conversation_id"] = loop.conversation_id
         return cast(ChatOptions, options)
@@ -401,6 +408,40 @@ class Agent:
                     agent=self, session=session, context=call_context, state=provider.get_state(session)
                 )
         loop.stored_upto = len(loop.produced)
+
+    async def _answer_tools(
+        self,
+        plan: _RunPlan,
+        context: SessionContext,
+        loop: _LoopState,
+        answer: list[Message],
+        options: ChatOptions,
+        final: bool,
+    ) -> Message | None:
+        """After a model answer: persist it (per-call mode) and answer the tool calls it asks for.
+
+        Returns the tool-result message for the next call, or ``None`` when the run is done. On the
+        final call the calls are answered with an error instead of run, so history never ends with a
+        call that has no result (which chat APIs reject on the next turn).
+        """
+        if plan.per_call:
+            await self._store_call(plan, context, loop)
+        calls = self._pending_calls(answer)
+        if not calls:
+            return None
+        if final:
+            reason = (
+                f"ToolError: not executed: the run reached max_tool_iterations={self.max_tool_iterations}"
+            )
+            results = Message(
+                "tool", [Content.from_function_result(c.call_id, exception=reason) for c in calls]
+            ).ensure_identity()
+        else:
+            results = await self._execute_tools(calls, options.get("tools", []))
+        loop.produced.append(results)
+        if final and plan.per_call:
+            await self._store_call(plan, context, loop)
+        return results
 
     def _pending_calls(self, messages: Sequence[Message]) -> list[FunctionCallContent]:
         answered = {r.call_id for m in messages for r in m.contents if isinstance(r, FunctionResultContent)}
@@ -469,12 +510,8 @@ class Agent:
                 request = self._messages_for_call(plan, context, loop)
                 response = await self.client.get_response(request, options=call_options)
                 answer = self._accept(response, loop)
-                if plan.per_call:
-                    await self._store_call(plan, context, loop)
-                calls = self._pending_calls(answer)
-                if not calls or final:
+                if await self._answer_tools(plan, context, loop, answer, call_options, final) is None:
                     break
-                loop.produced.append(await self._execute_tools(calls, call_options.get("tools", [])))
             result = self._finish(plan, context, loop)
         except BaseException as exc:
             context.exception = exc
@@ -516,14 +553,12 @@ class Agent:
                             response_id=update.response_id,
                         )
                 answer = self._accept(merge_updates(updates), loop)
-                if plan.per_call:
-                    await self._store_call(plan, context, loop)
-                calls = self._pending_calls(answer)
-                if not calls or final:
+                results = await self._answer_tools(plan, context, loop, answer, call_options, final)
+                if results is None:
                     break
-                results = await self._execute_tools(calls, call_options.get("tools", []))
-                loop.produced.append(results)
                 yield AgentResponseUpdate(list(results.contents), role="tool", message_id=results.message_id)
+                if final:
+                    break
             result = self._finish(plan, context, loop)
         except BaseException as exc:
             context.exception = exc

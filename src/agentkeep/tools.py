@@ -16,6 +16,7 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any, cast, get_type_hints, overload
 
 import msgspec
@@ -62,6 +63,15 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return " ".join(summary), params
 
 
+def _parameter_hints(target: Any) -> dict[str, Any]:
+    """The evaluated parameter annotations of ``target`` (its return annotation is not needed, so
+    one that cannot be resolved, e.g. a local class under postponed annotations, does no harm)."""
+    raw = dict(getattr(target, "__annotations__", None) or {})
+    raw.pop("return", None)
+    holder = SimpleNamespace(__annotations__=raw)
+    return get_type_hints(holder, globalns=getattr(inspect.unwrap(target), "__globals__", None))
+
+
 class FunctionTool:
     """A callable the model can call, with its name, description and JSON schema.
 
@@ -85,7 +95,7 @@ class FunctionTool:
         run_in_thread: bool = False,
     ) -> None:
         self.func = func
-        self.name = name or getattr(func, "__name__", "")
+        self.name = name if name is not None else getattr(func, "__name__", "")
         if not _NAME_RE.match(self.name):
             raise ToolError(f"invalid tool name {self.name!r}", tool_name=self.name)
         summary, param_docs = _parse_docstring(inspect.getdoc(func))
@@ -105,7 +115,7 @@ class FunctionTool:
             call: Any = inspect.getattr_static(func_type, "__call__", None)
             if not inspect.isroutine(annotated) and inspect.isfunction(call):
                 annotated = call  # a callable object: its __call__ carries the hints
-            hints = get_type_hints(annotated)
+            hints = _parameter_hints(annotated)
         except (TypeError, ValueError, NameError) as exc:
             raise ToolError(
                 f"cannot read the signature of tool {self.name!r}: {exc}", tool_name=self.name
