@@ -78,6 +78,10 @@ def to_builtins(value: Any) -> Any:
     Raises:
         TypeError: ``value`` holds something with no known JSON form.
     """
+    if callable(getattr(value.__class__, "to_dict", None)):
+        # A to_dict() contract already yields builtins: walking (and copying) its result again
+        # would double the cost of serializing a long history.
+        return value.to_dict()
     return msgspec.to_builtins(value, enc_hook=_enc_hook)
 
 
