@@ -485,6 +485,10 @@ def content_from_dict(data: Any, *, path: str = "content") -> Content:
     if not isinstance(data, dict):
         raise MessageFormatError(f"a content must be an object, not {type(data).__name__}", path=path)
     data = cast("dict[str, Any]", data)
+    if len(data) == 2 and data.get("type") == "text":
+        text = data.get("text")
+        if type(text) is str:
+            return TextContent(text)  # the common case, without the general checks
     kind = data.get("type")
     decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
     if decoder is not None:

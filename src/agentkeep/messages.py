@@ -239,23 +239,26 @@ class Message:
         Raises:
             MessageFormatError: ``data`` is malformed; the error names the field.
         """
-        at = f"{path}." if path else ""
         if not isinstance(data, dict):
             raise MessageFormatError(f"a message must be an object, not {type(data).__name__}", path=path)
         data = cast("dict[str, Any]", data)
+        at = f"{path}." if path else ""
         role = data.get("role")
         if role not in _ROLES:
             what = "missing" if role is None else f"unknown role {role!r}"
             raise MessageFormatError(f"'role' {what}; expected one of {sorted(_ROLES)}", path=f"{at}role")
-        raw_contents = data.get("contents", [])
+        raw_contents: Any = data.get("contents", [])
         if not isinstance(raw_contents, list):
             raise MessageFormatError("'contents' must be a list", path=f"{at}contents")
         message = Message.__new__(Message)
-        message.role = cast(Role, role)
-        message.contents = [
-            content_from_dict(item, path=f"{at}contents[{i}]")
-            for i, item in enumerate(cast("list[Any]", raw_contents))
-        ]
+        message.role = role  # pyright: ignore[reportAttributeAccessIssue]
+        try:
+            message.contents = [content_from_dict(item) for item in raw_contents]  # pyright: ignore[reportUnknownVariableType]
+        except MessageFormatError:  # rare: decode again, naming where the bad content is
+            message.contents = [
+                content_from_dict(item, path=f"{at}contents[{i}]")
+                for i, item in enumerate(cast("list[Any]", raw_contents))
+            ]
         author = data.get("author_name")
         if author is not None and not isinstance(author, str):
             raise MessageFormatError("'author_name' must be a string", path=f"{at}author_name")
@@ -265,20 +268,21 @@ class Message:
             raise MessageFormatError("'message_id' must be a string", path=f"{at}message_id")
         message.message_id = message_id
         created = data.get("created_at")
-        if created is None:
-            message.created_at = None
-        else:
-            message.created_at = _parse_time(created, f"{at}created_at")
+        message.created_at = None if created is None else _parse_time(created, f"{at}created_at")
         props = data.get("additional_properties")
         if props is not None and not isinstance(props, dict):
             raise MessageFormatError(
                 "'additional_properties' must be an object", path=f"{at}additional_properties"
             )
-        message.additional_properties = cast("dict[str, Any] | None", props) or None
-        extra: dict[str, Any] | None = None
-        if not _KNOWN_FIELDS.issuperset(data):
-            extra = {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
-        message.extra_fields = extra
+        message.additional_properties = props or None  # pyright: ignore[reportUnknownMemberType]
+        kind = data.get("type")
+        if kind is not None and kind != "message":  # the reference edition writes "type": "message"
+            raise MessageFormatError(f"'type' is {kind!r}, expected 'message' (or no type)", path=f"{at}type")
+        message.extra_fields = (
+            None
+            if _KNOWN_FIELDS.issuperset(data)
+            else {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
+        )
         message._source = None
         return message
 
