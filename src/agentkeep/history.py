@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
 from .contents import FunctionCallContent, FunctionResultContent
+from .errors import MessageFormatError
 from .messages import Message, MessageSourceType
 from .providers import AIContext, ContextProvider, SessionContext
 from .sequences import MessageLog
@@ -213,9 +214,11 @@ class InMemoryHistoryState:
         raw = cast("dict[str, Any]", data).get("messages", [])
         if not isinstance(raw, list):
             raise TypeError("'messages' must be a list")
-        items = [
-            Message.from_dict(item, path=f"messages[{i}]") for i, item in enumerate(cast("list[Any]", raw))
-        ]
+        entries = cast("list[Any]", raw)
+        try:
+            items = [Message.from_dict(item) for item in entries]
+        except MessageFormatError:  # rare: decode again, naming the bad message
+            items = [Message.from_dict(item, path=f"messages[{i}]") for i, item in enumerate(entries)]
         return cls(MessageLog.from_owned(items, None))
 
 
