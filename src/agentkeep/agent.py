@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeVar, cast, overload
 import msgspec
 
 from .clients.base import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, merge_updates
-from .contents import Content, FunctionCallContent, FunctionResultContent, UsageDetails
+from .contents import Content, FunctionCallContent, FunctionResultContent, UsageContent, UsageDetails
 from .errors import (
     ProviderConfigurationError,
     SessionFormatError,
@@ -263,7 +263,7 @@ class Agent:
         """
         inputs = normalize_messages(messages)
         if stream:
-            return AgentRunStream(self._run_stream(inputs, session, tools, options))
+            return AgentRunStream(self._execute(inputs, session, tools, options, stream=True))
         return self._run(inputs, session, tools, options)
 
     def _plan(
@@ -500,34 +500,25 @@ class Agent:
         tools: ToolLike | Sequence[ToolLike] | None,
         options: Mapping[str, Any] | None,
     ) -> AgentResponse:
-        plan = self._plan(session, tools, options)
-        context = await self._before(plan, inputs)
-        loop = _LoopState(conversation_id=plan.conversation_id)
-        try:
-            for iteration in range(self.max_tool_iterations + 1):
-                final = iteration == self.max_tool_iterations
-                call_options = self._call_options(plan, context, loop, final)
-                request = self._messages_for_call(plan, context, loop)
-                response = await self.client.get_response(request, options=call_options)
-                answer = self._accept(response, loop)
-                if await self._answer_tools(plan, context, loop, answer, call_options, final) is None:
-                    break
-            result = self._finish(plan, context, loop)
-        except BaseException as exc:
-            context.exception = exc
-            await self._after(plan, context)
-            raise
-        await self._after(plan, context)
-        self._update_session(plan, loop)
+        result: AgentResponse | None = None
+        # Exhaust the generator rather than leave it suspended: a suspended async generator is
+        # closed later by a task the event loop schedules, which costs more than the run itself.
+        async for item in self._execute(inputs, session, tools, options, stream=False):
+            if isinstance(item, AgentResponse):
+                result = item
+        assert result is not None, "a run always ends with its response"
         return result
 
-    async def _run_stream(
+    async def _execute(
         self,
         inputs: list[Message],
         session: AgentSession | None,
         tools: ToolLike | Sequence[ToolLike] | None,
         options: Mapping[str, Any] | None,
+        *,
+        stream: bool,
     ) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
+        """The run pipeline; yields updates when streaming, and always the response last."""
         plan = self._plan(session, tools, options)
         context = await self._before(plan, inputs)
         loop = _LoopState(conversation_id=plan.conversation_id)
@@ -536,29 +527,34 @@ class Agent:
                 final = iteration == self.max_tool_iterations
                 call_options = self._call_options(plan, context, loop, final)
                 request = self._messages_for_call(plan, context, loop)
-                updates: list[ChatResponseUpdate] = []
-                ids = _UpdateIds()
-                async for update in self.client.get_streaming_response(request, options=call_options):
-                    ids.assign(update)
-                    if update.author_name is None and update.role == "assistant" and self.name:
-                        update.author_name = self.name
-                    updates.append(update)
-                    visible = [c for c in update.contents if c.type != "usage"]
-                    if visible:
-                        yield AgentResponseUpdate(
-                            visible,
-                            role=update.role,
-                            message_id=update.message_id,
-                            author_name=update.author_name,
-                            response_id=update.response_id,
-                        )
-                answer = self._accept(merge_updates(updates), loop)
+                if stream:
+                    updates: list[ChatResponseUpdate] = []
+                    ids = _UpdateIds()
+                    async for update in self.client.get_streaming_response(request, options=call_options):
+                        ids.assign(update)
+                        if update.author_name is None and update.role == "assistant" and self.name:
+                            update.author_name = self.name
+                        updates.append(update)
+                        visible = [c for c in update.contents if not isinstance(c, UsageContent)]
+                        if visible:
+                            yield AgentResponseUpdate(
+                                visible,
+                                role=update.role,
+                                message_id=update.message_id,
+                                author_name=update.author_name,
+                                response_id=update.response_id,
+                            )
+                    response = merge_updates(updates)
+                else:
+                    response = await self.client.get_response(request, options=call_options)
+                answer = self._accept(response, loop)
                 results = await self._answer_tools(plan, context, loop, answer, call_options, final)
                 if results is None:
                     break
-                yield AgentResponseUpdate(list(results.contents), role="tool", message_id=results.message_id)
-                if final:
-                    break
+                if stream:
+                    yield AgentResponseUpdate(
+                        list(results.contents), role="tool", message_id=results.message_id
+                    )
             result = self._finish(plan, context, loop)
         except BaseException as exc:
             context.exception = exc
