@@ -11,8 +11,14 @@ the whole family in one clause and the specific kinds where they can act on them
     ├── SessionModeError            local and service-managed history mixed on one run
     ├── ToolError                   a tool definition or invocation that cannot work
     │   └── ToolArgumentError       arguments that do not match the tool's parameters
-    └── ChatClientError             a chat client that failed or answered nonsense
-        └── ScriptExhaustedError    a ScriptedChatClient asked for more replies than it has
+    ├── ChatClientError             a chat client that failed or answered nonsense
+    │   └── ScriptExhaustedError    a ScriptedChatClient asked for more replies than it has
+    └── StorageError                a storage backend or session store failed
+        ├── StorageUnavailableError the backend cannot be reached (names backend and address)
+        ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
+        ├── SchemaVersionError      stored data was written by a newer (or unknown) format version
+        ├── ConflictError           a save over a newer version of the same session
+        └── StorageClosedError      a store used after aclose()
 
 Errors carry the context needed to act on them (the key, the session, the tool) in their
 message and as attributes, and are raised ``from`` their cause.
@@ -23,12 +29,18 @@ from __future__ import annotations
 __all__ = [
     "AgentkeepError",
     "ChatClientError",
+    "ConflictError",
+    "CorruptRecordError",
     "MessageFormatError",
     "ProviderConfigurationError",
+    "SchemaVersionError",
     "ScriptExhaustedError",
     "SessionFormatError",
     "SessionModeError",
     "StateTypeError",
+    "StorageClosedError",
+    "StorageError",
+    "StorageUnavailableError",
     "ToolArgumentError",
     "ToolError",
 ]
@@ -96,3 +108,62 @@ class ChatClientError(AgentkeepError):
 
 class ScriptExhaustedError(ChatClientError):
     """A :class:`~agentkeep.testing.ScriptedChatClient` was called more often than it has replies."""
+
+
+class StorageError(AgentkeepError):
+    """A storage backend or session store failed.
+
+    Attributes:
+        backend: The backend's name (``"sqlite"``, ``"redis"``, ``"postgres"``, ``"memory"``, ...).
+    """
+
+    def __init__(self, message: str, *, backend: str) -> None:
+        self.backend = backend
+        super().__init__(message)
+
+
+class StorageUnavailableError(StorageError):
+    """The backend cannot be reached or stopped answering (no hang: operations time out).
+
+    Attributes:
+        address: Where the backend was expected (a URL without credentials, or a file path).
+    """
+
+    def __init__(self, message: str, *, backend: str, address: str) -> None:
+        self.address = address
+        super().__init__(f"{backend} at {address}: {message}", backend=backend)
+
+
+class CorruptRecordError(StorageError):
+    """A stored record cannot be decoded; it is reported, never skipped.
+
+    Attributes:
+        conversation_id: The conversation (or session) the record belongs to.
+        seq: The record's sequence number, when it has one.
+    """
+
+    def __init__(self, message: str, *, backend: str, conversation_id: str, seq: int | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.seq = seq
+        where = f"conversation {conversation_id!r}" + (f", seq {seq}" if seq is not None else "")
+        super().__init__(f"{backend}: corrupt record in {where}: {message}", backend=backend)
+
+
+class SchemaVersionError(StorageError):
+    """Stored data uses a format or schema version this agentkeep does not know (e.g. a newer one)."""
+
+
+class ConflictError(StorageError):
+    """A session save would overwrite a newer version saved by someone else.
+
+    Attributes:
+        conversation_id: The session's key in the store.
+    """
+
+    def __init__(self, message: str, *, backend: str, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(message, backend=backend)
+
+
+class StorageClosedError(StorageError):
+    """A store or provider was used after ``aclose()``."""
