@@ -1,0 +1,143 @@
+"""The compact record format every durable backend stores messages in.
+
+A stored message is three parts, so backends can keep the id and time in their own columns:
+
+* **id** (:func:`encode_id`): agentkeep's 32-hex-digit ids as 16 raw bytes; any other id as
+  ``0x00`` + UTF-8 (padded with one more ``0x00`` if that would also be 16 bytes long). Ids may
+  not contain NUL characters.
+* **time** (:func:`encode_time`): microseconds since the Unix epoch, UTC (the instant is kept;
+  a non-UTC offset is read back as UTC).
+* **body** (:func:`encode_body`): the message without its id and time. A message that is one
+  plain text (the common case) is ``0x01``, a role byte and the UTF-8 text; with an author name,
+  ``0x03``, role, name length, name, text. Anything else is ``0x02`` and the wire form as
+  MessagePack (lossless, unknown fields included).
+
+Decoding errors raise ``ValueError`` / ``msgspec`` errors; backends turn them into
+:class:`~agentkeep.errors.CorruptRecordError` naming the conversation and sequence number.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import msgspec
+
+from ..contents import TextContent
+from ..errors import MessageFormatError
+from ..messages import Message, Role
+
+__all__ = [
+    "FORMAT_VERSION",
+    "decode_body",
+    "decode_id",
+    "decode_message",
+    "decode_time",
+    "encode_body",
+    "encode_id",
+    "encode_time",
+]
+
+FORMAT_VERSION: Final = 1
+"""Version of this record format; backends store it and refuse data from newer versions."""
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
+_ROLE_CODES: Final[dict[str, int]] = {role: code for code, role in enumerate(_ROLES)}
+_PLAIN, _WIRE, _AUTHORED = 1, 2, 3
+_HEX: Final = frozenset("0123456789abcdef")
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+def encode_id(message_id: str) -> bytes:
+    """A message id as bytes (16 for agentkeep's own ids)."""
+    if len(message_id) == 32 and _HEX.issuperset(message_id):
+        return bytes.fromhex(message_id)
+    if "\x00" in message_id:
+        raise MessageFormatError("message ids may not contain NUL characters", path="message_id")
+    raw = b"\x00" + message_id.encode()
+    return raw + b"\x00" if len(raw) == 16 else raw
+
+
+def decode_id(data: bytes) -> str:
+    """The id :func:`encode_id` encoded."""
+    if len(data) == 16:
+        return data.hex()
+    if not data.startswith(b"\x00"):
+        raise ValueError("not an encoded message id")
+    return data[1:].rstrip(b"\x00").decode()
+
+
+def encode_time(value: datetime) -> int:
+    """Microseconds since the Unix epoch (UTC)."""
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def decode_time(value: int) -> datetime:
+    """The UTC time :func:`encode_time` encoded."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def encode_body(message: Message) -> bytes:
+    """The message without id and time, compactly (see the module docs)."""
+    contents = message.contents
+    if (
+        len(contents) == 1
+        and type(contents[0]) is TextContent
+        and not contents[0].additional_properties
+        and not contents[0].extra_fields
+        and not message.additional_properties
+        and not message.extra_fields
+    ):
+        text = contents[0].text.encode()
+        author = message.author_name
+        if author is None:
+            return bytes((_PLAIN, _ROLE_CODES[message.role])) + text
+        name = author.encode()
+        if len(name) < 256:
+            return bytes((_AUTHORED, _ROLE_CODES[message.role], len(name))) + name + text
+    wire = message.to_dict()
+    wire.pop("message_id", None)
+    wire.pop("created_at", None)
+    return bytes((_WIRE,)) + _encoder.encode(wire)
+
+
+def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | None) -> Message:
+    """The message :func:`encode_body` encoded, with its id and time put back.
+
+    Raises:
+        ValueError: ``body`` is not a valid record (``MessageFormatError`` is a ``ValueError``).
+    """
+    if not body:
+        raise ValueError("empty record")
+    kind = body[0]
+    if kind in (_PLAIN, _AUTHORED):
+        if len(body) < 2 or body[1] >= len(_ROLES):
+            raise ValueError("bad role code")
+        author: str | None = None
+        start = 2
+        if kind == _AUTHORED:
+            size = body[2]
+            author = body[3 : 3 + size].decode()
+            start = 3 + size
+        message = Message(_ROLES[body[1]], [TextContent(body[start:].decode())], author_name=author)
+        message.message_id = message_id
+        message.created_at = created_at
+        return message
+    if kind == _WIRE:
+        try:
+            wire: Any = _decoder.decode(body[1:])
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"invalid MessagePack: {exc}") from exc
+        message = Message.from_dict(wire)
+        message.message_id = message_id
+        message.created_at = created_at
+        return message
+    raise ValueError(f"unknown record kind {kind}")
+
+
+def decode_message(body: bytes, message_id: bytes, created_at: int) -> Message:
+    """A message from its three stored parts."""
+    return decode_body(body, message_id=decode_id(message_id), created_at=decode_time(created_at))
