@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..errors import StorageClosedError
 from ..messages import Message
 from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
+from .codec import encode_body
 
 __all__ = ["InMemoryMessageStore"]
 
@@ -87,6 +88,8 @@ class InMemoryMessageStore:
         self._check()
         if not messages:
             return []
+        for message in messages:
+            encode_body(message)  # like a durable backend, refuse what could not be stored
         for message in messages:
             message.ensure_identity()
         async with self._lock:

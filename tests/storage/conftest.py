@@ -1,0 +1,39 @@
+"""Backends for the storage conformance suite.
+
+Each backend is a module ``tests/storage/backend_<name>.py`` that defines:
+
+* ``NAME``: the backend's name (``store.backend``);
+* ``open_store(**options)``: an async context manager giving a fresh, isolated store (its own file,
+  key prefix or schema) created with ``options`` (``max_messages``, ``ttl``), set up, and removed
+  afterwards;
+* ``spec_of(store) -> dict``: a picklable description from which ``store_from_spec(spec)`` builds,
+  in another process, a store on the same data (for multi-process tests);
+* ``corrupt(store, conversation_id, seq)``: overwrite that stored record with bytes that do not
+  decode;
+* ``mark_newer_version(store)``: make the stored data claim a newer format/schema version;
+* ``stop_backend`` / ``restart_backend`` (optional, for fault tests of server backends).
+
+The ``backend`` fixture runs every conformance test once per module found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+BACKEND_MODULES: list[ModuleType] = [
+    importlib.import_module(f"tests.storage.{info.name}")
+    for info in sorted(pkgutil.iter_modules([str(_HERE)]), key=lambda i: i.name)
+    if info.name.startswith("backend_")
+]
+
+
+@pytest.fixture(params=BACKEND_MODULES, ids=lambda module: module.NAME)
+def backend(request: pytest.FixtureRequest) -> ModuleType:
+    """A backend module (see this file's docstring)."""
+    return request.param
