@@ -1,10 +1,29 @@
-"""Session stores (the hosting layer): save and restore whole sessions by conversation id."""
+"""Session stores (the hosting layer): save and restore whole sessions by conversation id.
+
+* :class:`AgentSessionStore` — the contract (``save_session`` / ``get_session`` /
+  ``delete_session``, optimistic versions); :class:`DelegatingSessionStore` — base for decorators.
+* :class:`NoopSessionStore` — remembers nothing (the hosting default).
+* :class:`InMemorySessionStore` — process memory (development, tests).
+* :class:`FileSystemSessionStore` — one JSON file per session, atomic writes, safe across processes.
+* :class:`IsolationKeyScopedSessionStore` — a per-tenant view of another store.
+
+The SQLite, Redis and PostgreSQL session stores live in their own modules
+(``agentkeep.stores.sqlite``, ...) so that importing this package needs no database driver.
+See ``docs/session-stores.md``.
+"""
 
 from .base import AgentSessionStore, DelegatingSessionStore, agent_key, session_version, set_session_version
+from .filesystem import FileSystemSessionStore
+from .isolation import IsolationKeyScopedSessionStore
+from .memory import InMemorySessionStore, NoopSessionStore
 
 __all__ = [
     "AgentSessionStore",
     "DelegatingSessionStore",
+    "FileSystemSessionStore",
+    "InMemorySessionStore",
+    "IsolationKeyScopedSessionStore",
+    "NoopSessionStore",
     "agent_key",
     "session_version",
     "set_session_version",

@@ -63,6 +63,7 @@ class AgentSessionStore(ABC):
 
         Raises:
             ConflictError: The stored version is not the one ``session`` was read at.
+            ValueError: ``conversation_id`` is empty.
         """
 
     @abstractmethod
@@ -71,6 +72,7 @@ class AgentSessionStore(ABC):
 
         Raises:
             SessionFormatError: The stored payload is corrupt or of an unknown version.
+            ValueError: ``conversation_id`` is empty.
         """
 
     @abstractmethod

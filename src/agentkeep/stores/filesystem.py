@@ -1,0 +1,380 @@
+"""A session store on the local file system: one JSON file per session, written atomically.
+
+Layout under ``root_dir`` (default ``$XDG_DATA_HOME/agentkeep/sessions``, or
+``~/.local/share/agentkeep/sessions``)::
+
+    <root_dir>/<agent>/<conversation>.json   {"format": 1, "version": n, "agent": ...,
+                                              "conversation_id": ..., "session": {...}}
+    <root_dir>/<agent>/<conversation>.lock   empty; locked (flock) while a save or delete runs
+
+``<agent>`` and ``<conversation>`` are the agent key and conversation id encoded by
+:func:`encode_file_name`: ``a``-``z``, ``0``-``9``, ``-`` and ``_`` stay as they are, every other
+byte of the UTF-8 text becomes ``%XX``, and a name longer than 120 characters becomes a prefix plus
+its SHA-256. Any id is therefore a single, plain, ASCII file name: no ``/``, no ``..``, no leading
+dot, no NUL, never two ids that differ only in case on a case-insensitive file system.
+
+**Atomic and safe against other processes.** A save writes a temporary file in the same folder,
+fsyncs it, renames it over the session file (``os.replace``) and fsyncs the folder, so a reader
+sees the old or the new session, never half of one. The compare-and-set of the optimistic version
+(read the stored version, check it, write) runs under an exclusive lock on the session's lock file,
+which works between threads and processes on one machine (not across network file systems
+without working ``flock``). All file I/O runs in worker threads (``asyncio.to_thread``).
+
+A file that is not valid JSON, has the wrong shape, or holds another conversation raises
+:class:`~agentkeep.errors.SessionFormatError` naming the file; it is never replaced silently
+(``delete_session`` removes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+import sys
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from ..errors import (
+    ConflictError,
+    SchemaVersionError,
+    SessionFormatError,
+    StorageClosedError,
+    StorageUnavailableError,
+)
+from ..sessions import AgentSession
+from .base import AgentSessionStore, agent_key, session_version, set_session_version
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+else:
+    import fcntl
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["FILE_FORMAT_VERSION", "FileSystemSessionStore", "default_session_dir", "encode_file_name"]
+
+FILE_FORMAT_VERSION: Final = 1
+"""The layout version written into every session file; files of newer versions are refused."""
+
+_SAFE_BYTES: Final = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_")
+_MAX_NAME: Final = 120
+_HASHED_PREFIX: Final = 64
+
+
+class _SessionFile(msgspec.Struct):
+    """The content of one session file (``session`` is kept as raw JSON until restored)."""
+
+    format: int
+    version: int
+    agent: str
+    conversation_id: str
+    session: msgspec.Raw
+
+
+def default_session_dir() -> Path:
+    """``$XDG_DATA_HOME/agentkeep/sessions``, or ``~/.local/share/agentkeep/sessions``."""
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    # The XDG spec says a relative value is invalid and must be ignored.
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "agentkeep" / "sessions"
+
+
+def encode_file_name(text: str) -> str:
+    """``text`` as a safe, case-insensitively unique file name (see the module docs).
+
+    Example:
+        ```python
+        encode_file_name("user-42")  # "user-42"
+        encode_file_name("../Etc")  # "%2E%2E%2F%45tc"
+        ```
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    encoded = "".join(chr(byte) if byte in _SAFE_BYTES else f"%{byte:02X}" for byte in raw)
+    if len(encoded) <= _MAX_NAME:
+        return encoded
+    # "~" never occurs in an encoded name (it would be "%7E"), so hashed names cannot collide
+    # with plain ones.
+    return f"{encoded[:_HASHED_PREFIX]}~{hashlib.sha256(raw).hexdigest()}"
+
+
+def _check_conversation_id(conversation_id: str) -> None:
+    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+    if not conversation_id.isascii():
+        try:
+            conversation_id.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: no JSON (or file name) can hold it
+            raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text") from exc
+
+
+class FileSystemSessionStore(AgentSessionStore):
+    """Sessions as JSON files under ``root_dir``, safe for several processes on one machine.
+
+    Args:
+        root_dir: The folder holding the sessions (created on the first save, mode 0700);
+            ``~`` is expanded. Default: :func:`default_session_dir`.
+        lock_timeout: Seconds a save or delete waits for another writer's lock on the same
+            session before raising :class:`~agentkeep.errors.StorageUnavailableError`.
+
+    Example:
+        ```python
+        store = FileSystemSessionStore("~/.myapp/sessions")
+        session = await store.get_session(agent, "conversation-1")
+        await agent.run("Hello", session=session)
+        await store.save_session(agent, "conversation-1", session)
+        ```
+    """
+
+    backend = "filesystem"
+
+    def __init__(self, root_dir: str | os.PathLike[str] | None = None, *, lock_timeout: float = 30.0) -> None:
+        if lock_timeout <= 0:
+            raise ValueError("lock_timeout must be > 0")
+        root = Path(root_dir).expanduser() if root_dir is not None else default_session_dir()
+        self.root_dir = root.absolute()
+        self.lock_timeout = lock_timeout
+        self._closed = False
+
+    def session_path(self, agent: Agent, conversation_id: str) -> Path:
+        """The file that holds (or would hold) the session of ``agent`` under ``conversation_id``."""
+        _check_conversation_id(conversation_id)
+        folder = self.root_dir / encode_file_name(agent_key(agent))
+        return folder / f"{encode_file_name(conversation_id)}.json"
+
+    # -- the contract ---------------------------------------------------------------------------
+    async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
+        """Write ``session`` to its file, atomically, if its version is still the stored one.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at (the file is
+                left untouched).
+            SessionFormatError: A state value cannot be serialized, or the stored file is corrupt.
+            StorageUnavailableError: The folder cannot be written, or the lock was not obtained in
+                ``lock_timeout`` seconds.
+            StorageClosedError: The store is closed.
+        """
+        path = self.session_path(agent, conversation_id)
+        self._check_open()
+        payload = msgspec.json.encode(agent.serialize_session(session))
+        version = await asyncio.to_thread(
+            self._save_sync, path, agent_key(agent), conversation_id, payload, session_version(session)
+        )
+        set_session_version(session, version)
+
+    async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
+        """The stored session, or a new empty one (``session_id=conversation_id``).
+
+        Raises:
+            SessionFormatError: The file is corrupt, holds another conversation, or its session
+                cannot be restored by ``agent``.
+            SchemaVersionError: The file was written by a newer agentkeep.
+            StorageUnavailableError: The file exists but cannot be read.
+            StorageClosedError: The store is closed.
+        """
+        path = self.session_path(agent, conversation_id)
+        self._check_open()
+        record = await asyncio.to_thread(self._read, path, agent_key(agent), conversation_id)
+        if record is None:
+            return agent.create_session(session_id=conversation_id)
+        try:
+            session = agent.deserialize_session(bytes(record.session))
+        except SessionFormatError as exc:
+            raise SessionFormatError(f"{self.backend}: session file {path}: {exc}") from exc
+        set_session_version(session, record.version)
+        return session
+
+    async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
+        """Remove the session's file (even a corrupt one); ``False`` if there was none.
+
+        Raises:
+            StorageUnavailableError: The file cannot be removed, or the lock was not obtained.
+            StorageClosedError: The store is closed.
+        """
+        path = self.session_path(agent, conversation_id)
+        self._check_open()
+        return await asyncio.to_thread(self._delete_sync, path)
+
+    async def aclose(self) -> None:
+        """Mark the store closed (it holds no open files between calls)."""
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"FileSystemSessionStore({str(self.root_dir)!r})"
+
+    # -- blocking helpers (run in worker threads) ------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageClosedError("the session store is closed", backend=self.backend)
+
+    def _unavailable(self, what: str, path: Path, exc: OSError) -> StorageUnavailableError:
+        message = f"cannot {what} {path}: {exc}"
+        return StorageUnavailableError(message, backend=self.backend, address=str(path))
+
+    def _save_sync(
+        self, path: Path, agent: str, conversation_id: str, payload: bytes, expected: int | None
+    ) -> int:
+        try:
+            self.root_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise self._unavailable("create folder", path.parent, exc) from exc
+        with self._locked(path.with_suffix(".lock")):
+            record = self._read(path, agent, conversation_id)
+            current = record.version if record is not None else None
+            if current != expected:
+                read = "a new session" if expected is None else f"a session read at version {expected}"
+                found = "nothing is stored" if current is None else f"version {current} is stored"
+                raise ConflictError(
+                    f"{self.backend}: cannot save {read} as conversation {conversation_id!r} of agent "
+                    f"{agent!r}: {found}; get the session again and retry",
+                    backend=self.backend,
+                    conversation_id=conversation_id,
+                )
+            version = (current or 0) + 1
+            data = msgspec.json.encode(
+                _SessionFile(FILE_FORMAT_VERSION, version, agent, conversation_id, msgspec.Raw(payload))
+            )
+            self._write_atomic(path, data)
+        return version
+
+    def _read(self, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._unavailable("read", path, exc) from exc
+        try:
+            record = msgspec.json.decode(data, type=_SessionFile)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise SessionFormatError(f"{self.backend}: session file {path} is corrupt: {exc}") from exc
+        where = f"{self.backend}: session file {path}"
+        if record.format != FILE_FORMAT_VERSION:
+            if record.format > FILE_FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"{where} has format {record.format}, written by a newer agentkeep "
+                    f"(this one reads format {FILE_FORMAT_VERSION})",
+                    backend=self.backend,
+                )
+            raise SessionFormatError(f"{where} has unknown format {record.format}")
+        if record.version < 1:
+            raise SessionFormatError(f"{where} has invalid version {record.version}")
+        if (record.agent, record.conversation_id) != (agent, conversation_id):
+            raise SessionFormatError(
+                f"{where} holds conversation {record.conversation_id!r} of "
+                f"agent {record.agent!r}, not {conversation_id!r} of {agent!r}"
+            )
+        return record
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        temp = path.with_name(f".{path.stem}.{secrets.token_hex(8)}.tmp")
+        try:
+            with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise self._unavailable("write", path, exc) from exc
+        _fsync_folder(path.parent)
+
+    def _delete_sync(self, path: Path) -> bool:
+        if not path.exists():
+            return False
+        lock_path = path.with_suffix(".lock")
+        with self._locked(lock_path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise self._unavailable("delete", path, exc) from exc
+            # Safe while we hold it: a writer that opened this lock file before the unlink sees, once
+            # it gets the lock, that the path no longer names its file, and starts over (_locked).
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
+        _fsync_folder(path.parent)
+        return True
+
+    @contextlib.contextmanager
+    def _locked(self, lock_path: Path) -> Generator[None]:
+        """Hold an exclusive lock on ``lock_path`` (created if missing) for the block."""
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise self._unavailable("open lock file", lock_path, exc) from exc
+            try:
+                self._acquire(fd, lock_path, deadline)
+                try:
+                    current = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+                except FileNotFoundError:
+                    current = False
+            except BaseException:
+                os.close(fd)
+                raise
+            if current:
+                break
+            os.close(fd)  # a delete removed the file we locked: lock the new one
+        try:
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _acquire(self, fd: int, lock_path: Path, deadline: float) -> None:
+        delay = 0.0005
+        while True:
+            try:
+                if _try_lock(fd):
+                    return
+            except OSError as exc:  # e.g. a file system without locks
+                raise self._unavailable("lock", lock_path, exc) from exc
+            if time.monotonic() >= deadline:
+                raise StorageUnavailableError(
+                    f"timed out after {self.lock_timeout}s waiting for the lock {lock_path}",
+                    backend=self.backend,
+                    address=str(lock_path),
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+
+def _try_lock(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` without waiting; ``False`` if someone else holds it."""
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename or unlink in ``folder`` durable (a no-op where folders cannot be opened)."""
+    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse to fsync a folder; the rename itself is still atomic
+    finally:
+        os.close(fd)

@@ -1,0 +1,129 @@
+"""Tenant isolation for session stores: :class:`IsolationKeyScopedSessionStore`.
+
+A multi-user host wraps its one shared store in a scoped view per user or tenant. The view
+rewrites every conversation id to ``{isolation_key}::{conversation_id}`` before it reaches the inner
+store, so a tenant can only ever name its own sessions: a conversation id another tenant uses, or
+one that itself contains ``::``, still lands under the caller's key.
+
+The rewritten id stays inside the store. Sessions come back with the ``session_id`` the caller
+knows: a new session's ``session_id`` is the caller's ``conversation_id``, and a stored session keeps
+the id it was saved with. (A session whose id would be the scoped id is given the caller's id.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from ..errors import ConflictError, StorageClosedError
+from ..sessions import AgentSession
+from .base import AgentSessionStore, DelegatingSessionStore, session_version, set_session_version
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["ISOLATION_SEPARATOR", "IsolationKeyScopedSessionStore"]
+
+ISOLATION_SEPARATOR: Final = "::"
+"""What separates the isolation key from the conversation id in the inner store's ids."""
+
+
+class IsolationKeyScopedSessionStore(DelegatingSessionStore):
+    """A view of ``inner_store`` limited to one user's or tenant's sessions.
+
+    Args:
+        inner_store: The shared store holding every tenant's sessions.
+        isolation_key: The user or tenant. Non-empty, without ``"::"`` and not ending in ``":"``,
+            so that ``{isolation_key}::{conversation_id}`` can only be read one way and two
+            tenants never share an id.
+        owns_inner_store: Whether :meth:`aclose` also closes ``inner_store``. By default it does
+            not: views are cheap, made per request or tenant, over a store the host owns.
+
+    Raises:
+        ValueError: ``isolation_key`` is empty, contains ``"::"`` or ends in ``":"``.
+
+    Example:
+        ```python
+        shared = FileSystemSessionStore()
+        store = IsolationKeyScopedSessionStore(shared, isolation_key=user_id)
+        session = await store.get_session(agent, "chat-1")  # stored as f"{user_id}::chat-1"
+        assert session.session_id == "chat-1"
+        ```
+    """
+
+    def __init__(
+        self, inner_store: AgentSessionStore, isolation_key: str, *, owns_inner_store: bool = False
+    ) -> None:
+        if not isinstance(isolation_key, str) or not isolation_key:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"isolation_key must be a non-empty string, not {isolation_key!r}")
+        if ISOLATION_SEPARATOR in isolation_key or isolation_key.endswith(":"):
+            raise ValueError(
+                f"isolation_key {isolation_key!r} must not contain {ISOLATION_SEPARATOR!r} or end in ':' "
+                "(the scoped id would be ambiguous)"
+            )
+        super().__init__(inner_store)
+        self._isolation_key = isolation_key
+        self._owns_inner_store = owns_inner_store
+        self._closed = False
+
+    @property
+    def isolation_key(self) -> str:
+        """The user or tenant this view is limited to."""
+        return self._isolation_key
+
+    def scoped_id(self, conversation_id: str) -> str:
+        """The id ``conversation_id`` has in the inner store: ``{isolation_key}::{conversation_id}``.
+
+        Raises:
+            ValueError: ``conversation_id`` is not a non-empty string.
+        """
+        if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+        return f"{self._isolation_key}{ISOLATION_SEPARATOR}{conversation_id}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageClosedError("the session store is closed", backend=self.backend)
+
+    async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
+        """Save ``session`` under this tenant's ``conversation_id`` (see the inner store's rules).
+
+        Raises:
+            ConflictError: As the inner store does; its ``conversation_id`` is the caller's id.
+        """
+        scoped = self.scoped_id(conversation_id)
+        self._check_open()
+        try:
+            await self.inner_store.save_session(agent, scoped, session)
+        except ConflictError as exc:  # name the conversation as the caller knows it
+            raise ConflictError(str(exc), backend=exc.backend, conversation_id=conversation_id) from exc
+
+    async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
+        """This tenant's session under ``conversation_id``, or a new one with that ``session_id``."""
+        scoped = self.scoped_id(conversation_id)
+        self._check_open()
+        session = await self.inner_store.get_session(agent, scoped)
+        if session.session_id != scoped:
+            return session
+        # The inner store made a new session named after the scoped id: the caller never sees it.
+        renamed = AgentSession(session_id=conversation_id, service_session_id=session.service_session_id)
+        renamed.state = session.state
+        renamed.extra_fields = session.extra_fields
+        set_session_version(renamed, session_version(session))
+        return renamed
+
+    async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
+        """Forget this tenant's session under ``conversation_id``; ``False`` if none was stored."""
+        scoped = self.scoped_id(conversation_id)
+        self._check_open()
+        return await self.inner_store.delete_session(agent, scoped)
+
+    async def aclose(self) -> None:
+        """Close this view (and ``inner_store`` too when ``owns_inner_store=True``); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_inner_store:
+            await self.inner_store.aclose()
+
+    def __repr__(self) -> str:
+        return f"IsolationKeyScopedSessionStore({self.inner_store!r}, {self._isolation_key!r})"

@@ -1,0 +1,38 @@
+"""Backends for the session-store conformance suite (``tests/stores/test_conformance.py``).
+
+Each backend is a module ``tests/stores/backend_<name>.py`` that defines:
+
+* ``NAME``: the backend's name (the test id);
+* ``open_session_store()``: an async context manager giving a fresh, isolated
+  :class:`~agentkeep.stores.AgentSessionStore` (its own folder, file, key prefix or schema, with no
+  sessions in it), removed and closed afterwards;
+* ``corrupt_session(store, agent, conversation_id)`` (optional, async or not): overwrite that stored
+  session (already saved by the test) with data that does not decode;
+* ``CROSS_PROCESS = True`` (optional, default ``False``) together with
+  ``session_store_spec(store) -> dict`` (JSON-serializable) and ``session_store_from_spec(spec)``
+  (builds, in another process, a store on the same data; the caller closes it with ``aclose()``).
+
+The ``session_backend`` fixture runs every conformance test once per module found.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+_HERE = Path(__file__).resolve().parent
+SESSION_BACKEND_MODULES: list[ModuleType] = [
+    importlib.import_module(f"tests.stores.{info.name}")
+    for info in sorted(pkgutil.iter_modules([str(_HERE)]), key=lambda i: i.name)
+    if info.name.startswith("backend_")
+]
+
+
+@pytest.fixture(params=SESSION_BACKEND_MODULES, ids=lambda module: module.NAME)
+def session_backend(request: pytest.FixtureRequest) -> ModuleType:
+    """A session-store backend module (see this file's docstring)."""
+    return request.param
