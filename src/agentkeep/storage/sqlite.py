@@ -1,0 +1,832 @@
+"""The SQLite backend, agentkeep's embedded default: one database file, stdlib :mod:`sqlite3` only.
+
+What lives here:
+
+* :class:`SQLiteDatabase`: a database file and the one worker thread that owns its connection.
+  Both SQLite stores (:class:`SQLiteMessageStore` and
+  :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
+  connection settings, migrations and error mapping live in one place.
+* :class:`SQLiteMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
+* :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider`
+  that opens (and owns) a :class:`SQLiteMessageStore` on a path.
+
+**Off the event loop.** Every store has one dedicated worker thread (a single-thread executor)
+that opens the connection on first use and runs every statement; coroutines only hand it jobs and
+await the result. The loop thread never calls into :mod:`sqlite3`. One thread per store also means
+jobs of one store run one at a time, in the order they were awaited.
+
+**Concurrency.** The database is in WAL mode (readers never block the writer) with a busy timeout
+(``timeout``). Every write (append, compaction, delete, expiry) is one ``BEGIN IMMEDIATE``
+transaction: it takes the database's write lock before reading the conversation's ``last_seq``,
+so appends from several connections, threads or processes serialize and each one's messages get
+contiguous sequence numbers. A write that cannot get the lock within ``timeout`` seconds raises
+:class:`~agentkeep.errors.StorageUnavailableError`. Reads run in one read transaction each, so a
+view and its ``epoch`` / ``last_seq`` come from one snapshot. ``synchronous=NORMAL``: a commit
+survives a crash of the process; a power loss may roll back the last commits but never corrupts.
+
+**Schema** (version :data:`SCHEMA_VERSION`: the append-only :data:`MIGRATIONS`, applied when a
+connection opens and recorded with the record format version in ``agentkeep_schema``):
+
+* ``agentkeep_conversations``: an integer ``key``, the ``conversation_id`` text (unique),
+  ``last_seq``, ``epoch``, ``message_count``, ``view_floor`` (every message at or below it is
+  excluded, so view reads start above it) and ``expires_at`` (microseconds since the epoch).
+* ``agentkeep_messages``: one row per message, keyed by ``position`` = conversation key << 32 |
+  seq (so a conversation's messages are one contiguous key range, up to 2**32 - 1 of them), with
+  the id (16-byte blob), time (int microseconds), body (see :mod:`~agentkeep.storage.codec`) and
+  ``excluded`` flag. Packing the key into the rowid keeps rows small: interior B-tree pages hold
+  only integers and appends fill leaf pages completely (a ``WITHOUT ROWID`` table on
+  ``(conversation, seq)`` measured ~275 bytes per 200-character message, this ~250 with the
+  8 KiB pages new files get). There is no index on the message id: a retried batch is recognised
+  by scanning the newest :data:`~agentkeep.storage.base.DEDUP_WINDOW` positions, a key range.
+* ``agentkeep_summaries``: summary messages with their view ``anchor`` (the sequence number of
+  the first message they replace) and the replaced ids (a JSON list).
+* ``agentkeep_sessions``: the session store's payloads (see :mod:`agentkeep.stores.sqlite`).
+
+**Retention.** ``ttl`` sets ``expires_at`` on every append (sliding); ``max_messages`` deletes the
+oldest rows in the same transaction as the append. Expired conversations are invisible to reads,
+removed by the next write to them, and all at once by :meth:`SQLiteMessageStore.purge_expired`.
+
+**Errors.** A folder that cannot be created, a file that is not a database, or a database still
+locked after ``timeout`` seconds raise :class:`~agentkeep.errors.StorageUnavailableError` naming
+the path; a row that does not decode raises :class:`~agentkeep.errors.CorruptRecordError`; a
+database written by a newer agentkeep raises :class:`~agentkeep.errors.SchemaVersionError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Generator, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Final, TypeVar
+
+import msgspec
+
+from ..errors import CorruptRecordError, SchemaVersionError, StorageClosedError, StorageUnavailableError
+from ..history import MessageFilter
+from ..messages import Message
+from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
+from .codec import FORMAT_VERSION, decode_message, encode_body, encode_id, encode_time
+from .history import StorageHistoryProvider
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLiteDatabase",
+    "SQLiteHistoryProvider",
+    "SQLiteMessageStore",
+    "default_database_path",
+]
+
+T = TypeVar("T")
+
+BACKEND: Final = "sqlite"
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE agentkeep_conversations (
+            key INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL UNIQUE,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            epoch INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            view_floor INTEGER NOT NULL DEFAULT 0,
+            expires_at INTEGER
+        )""",
+        """CREATE INDEX agentkeep_conversations_expiry
+            ON agentkeep_conversations (expires_at) WHERE expires_at IS NOT NULL""",
+        """CREATE TABLE agentkeep_messages (
+            position INTEGER PRIMARY KEY,
+            id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            excluded INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE agentkeep_summaries (
+            conversation INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            anchor INTEGER NOT NULL,
+            id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            replaces BLOB NOT NULL,
+            excluded INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (conversation, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE agentkeep_sessions (
+            agent TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            payload BLOB NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (agent, conversation_id)
+        )""",
+    ),
+)
+"""The schema, as an append-only list of migrations (each a list of statements). Never edit one
+that shipped: add a new one."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this agentkeep writes (the number of migrations)."""
+
+_SEQ_BITS: Final = 32
+_SEQ_MASK: Final = (1 << _SEQ_BITS) - 1
+
+_DECODE_ERRORS = (ValueError, TypeError, AttributeError, IndexError, OverflowError, msgspec.MsgspecError)
+
+
+def default_database_path() -> Path:
+    """Where the stores keep their data by default.
+
+    ``$XDG_DATA_HOME/agentkeep/agentkeep.db``, or ``~/.local/share/agentkeep/agentkeep.db`` when
+    ``XDG_DATA_HOME`` is not set (the folder is created on first use).
+    """
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "agentkeep" / "agentkeep.db"
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class SQLiteDatabase:
+    """A SQLite database file and the single worker thread that owns its connection.
+
+    The connection is opened (the folder created, WAL mode set, migrations applied) by the first
+    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` hands one
+    to the worker and awaits its result, so the event loop never blocks on the database.
+
+    Args:
+        path: The database file (default: :func:`default_database_path`).
+        timeout: Seconds to wait for a lock held by another connection before giving up.
+    """
+
+    backend = BACKEND
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.path = Path(path) if path is not None else default_database_path()
+        self.timeout = timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-sqlite")
+        self._connection: sqlite3.Connection | None = None  # used only in the worker thread
+        self._closed = False
+
+    def check_open(self) -> None:
+        """Raise :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`."""
+        if self._closed:
+            raise StorageClosedError(f"the store on {self.path} is closed", backend=BACKEND)
+
+    async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job(connection)`` in the worker thread and return its result.
+
+        Raises:
+            StorageClosedError: After :meth:`aclose`.
+            StorageUnavailableError: The database cannot be opened, or stayed locked too long.
+            SchemaVersionError: The database was written by a newer agentkeep.
+        """
+        self.check_open()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, job)
+
+    async def setup(self) -> None:
+        """Open the database and apply pending migrations (idempotent)."""
+        await self.run(_nothing)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    def unavailable(self, message: str) -> StorageUnavailableError:
+        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
+        return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
+
+    # -- the worker thread ----------------------------------------------------------------------
+    def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            connection = self._connection or self._open()
+            return job(connection)
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise self.unavailable(f"database still locked after {self.timeout:g} s ({text})") from exc
+            raise self.unavailable(text) from exc
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our own mistakes: not the database's state
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
+            raise self.unavailable(str(exc)) from exc
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self.unavailable(f"cannot create the folder {self.path.parent}: {exc}") from exc
+        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                try:
+                    self._prepare(connection)
+                    break
+                except sqlite3.OperationalError as exc:
+                    # Switching a new file to WAL while another connection creates it can fail at
+                    # once (SQLite skips the busy handler where waiting could deadlock): retry.
+                    if "locked" not in str(exc) or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.005)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        connection.execute("PRAGMA page_size=8192")  # new files only: fuller pages for long logs
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        self._migrate(connection)
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        with _write_transaction(connection):
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS agentkeep_schema ("
+                "version INTEGER PRIMARY KEY, format INTEGER NOT NULL, applied_at INTEGER NOT NULL)"
+            )
+            version, record_format = connection.execute(
+                "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
+            ).fetchone()
+            if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {version} and record format {record_format}; "
+                    f"this agentkeep reads schema version {SCHEMA_VERSION} and record format "
+                    f"{FORMAT_VERSION} at most: upgrade agentkeep",
+                    backend=BACKEND,
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[number - 1]:
+                    connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, ?, ?)",
+                    (number, FORMAT_VERSION, _now_us()),
+                )
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteDatabase({str(self.path)!r})"
+
+
+def _nothing(connection: sqlite3.Connection) -> None:
+    return None
+
+
+@contextmanager
+def _write_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+
+
+@contextmanager
+def _read_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
+    connection.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if connection.in_transaction:
+            connection.execute("COMMIT")
+
+
+# -- the message store ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Conversation:
+    key: int
+    last_seq: int
+    epoch: int
+    message_count: int
+    view_floor: int
+    expires_at: int | None
+
+
+@dataclass(slots=True)
+class _NewSummary:
+    id: bytes
+    time: int
+    body: bytes
+    replaces: bytes  # the replaced ids as a JSON list
+    replaced: list[bytes]  # those of them that can be stored ids, encoded
+    message_id: str | None
+
+
+_SELECT_CONVERSATION: Final = (
+    "SELECT key, last_seq, epoch, message_count, view_floor, expires_at "
+    "FROM agentkeep_conversations WHERE conversation_id = ?"
+)
+
+
+class SQLiteMessageStore:
+    """The storage contract on a SQLite file (see the module docs for the design).
+
+    Args:
+        path: The database file (default: :func:`default_database_path`). Several stores,
+            threads and processes may share one file.
+        max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
+        ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
+        timeout: Seconds to wait for the write lock before raising
+            :class:`~agentkeep.errors.StorageUnavailableError`.
+    """
+
+    backend = BACKEND
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if max_messages is not None and max_messages <= 0:
+            raise ValueError("max_messages must be positive")
+        if ttl is not None and ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.max_messages = max_messages
+        self.ttl = ttl
+        self.database = SQLiteDatabase(path, timeout=timeout)
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.database.path
+
+    async def setup(self) -> None:
+        """Create the database (and its folder) or migrate it; idempotent (also done on first use).
+
+        Raises:
+            SchemaVersionError: The file was written by a newer agentkeep.
+        """
+        await self.database.setup()
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread; idempotent."""
+        await self.database.aclose()
+
+    # -- writes ---------------------------------------------------------------------------------
+    async def append(self, conversation_id: str, messages: Sequence[Message]) -> list[int]:
+        """Append ``messages`` in one transaction; returns their sequence numbers (see the contract)."""
+        self.database.check_open()
+        if not messages:
+            return []
+        bodies = [encode_body(message) for message in messages]  # refuse before touching anything
+        rows: list[tuple[bytes, int, bytes]] = []
+        for message, body in zip(messages, bodies, strict=True):
+            rows.append((*_identity(message), body))
+        return await self.database.run(partial(self._append, conversation_id, rows))
+
+    def _append(
+        self, conversation_id: str, rows: list[tuple[bytes, int, bytes]], db: sqlite3.Connection
+    ) -> list[int]:
+        now = _now_us()
+        with _write_transaction(db):
+            found = _find(db, conversation_id, now, purge=True)
+            if found is None:
+                cursor = db.execute(
+                    "INSERT INTO agentkeep_conversations (conversation_id) VALUES (?)", (conversation_id,)
+                )
+                assert cursor.lastrowid is not None
+                found = _Conversation(cursor.lastrowid, 0, 0, 0, 0, None)
+            else:
+                retried = db.execute(
+                    "SELECT position FROM agentkeep_messages "
+                    "WHERE position > ? AND position <= ? AND id = ? LIMIT 1",
+                    (*_span(found.key, found.last_seq - DEDUP_WINDOW, found.last_seq), rows[0][0]),
+                ).fetchone()
+                if retried is not None:
+                    seq = retried[0] & _SEQ_MASK
+                    return list(range(seq, seq + len(rows)))
+            key, first = found.key, found.last_seq + 1
+            if found.last_seq + len(rows) > _SEQ_MASK:
+                raise ValueError(f"conversation {conversation_id!r} is full ({_SEQ_MASK} sequence numbers)")
+            base = key << _SEQ_BITS
+            db.executemany(
+                "INSERT INTO agentkeep_messages (position, id, time, body) VALUES (?, ?, ?, ?)",
+                [(base + first + index, *row) for index, row in enumerate(rows)],
+            )
+            last_seq = found.last_seq + len(rows)
+            count = found.message_count + len(rows)
+            if self.max_messages is not None and count > self.max_messages:
+                low, high = _span(key)
+                cutoff = db.execute(
+                    "SELECT position FROM agentkeep_messages WHERE position > ? AND position <= ? "
+                    "ORDER BY position LIMIT 1 OFFSET ?",
+                    (low, high, count - self.max_messages - 1),
+                ).fetchone()[0]
+                db.execute(
+                    "DELETE FROM agentkeep_messages WHERE position > ? AND position <= ?", (low, cutoff)
+                )
+                count = self.max_messages
+            expires_at = found.expires_at if self.ttl is None else now + round(self.ttl * 1_000_000)
+            db.execute(
+                "UPDATE agentkeep_conversations SET last_seq = ?, message_count = ?, expires_at = ? "
+                "WHERE key = ?",
+                (last_seq, count, expires_at, key),
+            )
+            return list(range(first, last_seq + 1))
+
+    async def record_compaction(
+        self,
+        conversation_id: str,
+        *,
+        excluded: Collection[str] = (),
+        summaries: Sequence[Summary] = (),
+    ) -> int:
+        """Exclude messages and add summaries in one transaction; returns the new epoch.
+
+        Finding the ids reads only the rows above the conversation's view floor (the current
+        view's messages), unless a summary replaces something older.
+        """
+        self.database.check_open()
+        excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
+        new: list[_NewSummary] = []
+        for summary in summaries:
+            body = encode_body(summary.message)
+            summary_id, summary_time = _identity(summary.message)
+            replaced = [encoded for encoded in map(_encode_known_id, summary.replaces) if encoded is not None]
+            replaces = msgspec.json.encode(list(summary.replaces))
+            new.append(
+                _NewSummary(summary_id, summary_time, body, replaces, replaced, summary.message.message_id)
+            )
+        return await self.database.run(partial(self._compact, conversation_id, excluded_ids, new))
+
+    def _compact(
+        self, conversation_id: str, excluded: set[bytes], summaries: list[_NewSummary], db: sqlite3.Connection
+    ) -> int:
+        with _write_transaction(db):
+            found = _find(db, conversation_id, _now_us(), purge=True)
+            if found is None:
+                if summaries:
+                    raise ValueError(f"conversation {conversation_id!r} does not exist")
+                return 0
+            key = found.key
+            recent: dict[bytes, int] = {
+                message_id: position & _SEQ_MASK
+                for message_id, position in db.execute(
+                    "SELECT id, position FROM agentkeep_messages WHERE position > ? AND position <= ?",
+                    _span(key, found.view_floor),
+                )
+            }
+            stored: dict[bytes, tuple[int, int]] = {
+                summary_id: (seq, anchor)
+                for summary_id, seq, anchor in db.execute(
+                    "SELECT id, seq, anchor FROM agentkeep_summaries WHERE conversation = ?", (key,)
+                )
+            }
+            missing = {i for s in summaries for i in s.replaced} - recent.keys() - stored.keys()
+            older: dict[bytes, int] = {}
+            if missing:  # a summary over messages excluded earlier: look below the floor too
+                for message_id, position in db.execute(
+                    "SELECT id, position FROM agentkeep_messages WHERE position > ? AND position <= ?",
+                    _span(key, 0, found.view_floor),
+                ):
+                    if message_id in missing:
+                        older[message_id] = position & _SEQ_MASK
+
+            def anchor_of(message_id: bytes) -> int | None:
+                seq = recent.get(message_id, older.get(message_id))
+                if seq is not None:
+                    return seq
+                return stored[message_id][1] if message_id in stored else None
+
+            anchors: list[int] = []
+            for summary in summaries:
+                found_anchors = [a for a in map(anchor_of, summary.replaced) if a is not None]
+                if not found_anchors:
+                    raise ValueError(
+                        f"summary {summary.message_id!r} replaces no stored message of "
+                        f"conversation {conversation_id!r}"
+                    )
+                anchors.append(min(found_anchors))
+
+            db.executemany(
+                "UPDATE agentkeep_messages SET excluded = 1 WHERE position = ?",
+                [((key << _SEQ_BITS) + recent[i],) for i in excluded if i in recent],
+            )
+            db.executemany(
+                "UPDATE agentkeep_summaries SET excluded = 1 WHERE conversation = ? AND seq = ?",
+                [(key, stored[i][0]) for i in excluded if i in stored],
+            )
+            last_seq = found.last_seq
+            for summary, anchor in zip(summaries, anchors, strict=True):
+                if summary.id in stored or summary.id in recent or summary.id in older:
+                    continue  # recorded before: a retry
+                last_seq += 1
+                db.execute(
+                    "INSERT INTO agentkeep_summaries (conversation, seq, anchor, id, time, body, replaces) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (key, last_seq, anchor, summary.id, summary.time, summary.body, summary.replaces),
+                )
+                stored[summary.id] = (last_seq, anchor)
+            first_in_view = db.execute(
+                "SELECT position FROM agentkeep_messages WHERE position > ? AND position <= ? "
+                "AND excluded = 0 ORDER BY position LIMIT 1",
+                _span(key, found.view_floor),
+            ).fetchone()
+            view_floor = (first_in_view[0] & _SEQ_MASK) - 1 if first_in_view is not None else last_seq
+            epoch = found.epoch + 1
+            db.execute(
+                "UPDATE agentkeep_conversations SET last_seq = ?, epoch = ?, view_floor = ? WHERE key = ?",
+                (last_seq, epoch, view_floor, key),
+            )
+            return epoch
+
+    async def delete(self, conversation_id: str) -> bool:
+        """Delete the conversation, its messages and summaries; ``False`` if it did not exist."""
+        return await self.database.run(partial(_delete, conversation_id))
+
+    async def expire(self, conversation_id: str, ttl: float | None) -> bool:
+        """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
+        return await self.database.run(partial(_expire, conversation_id, ttl))
+
+    async def purge_expired(self) -> int:
+        """Delete every expired conversation (of any store on this file); returns how many."""
+        return await self.database.run(_purge_expired)
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def read(
+        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+    ) -> list[StoredMessage]:
+        """Raw log entries (excluded ones included, summaries not), oldest first."""
+        return await self.database.run(partial(_read, conversation_id, last, after))
+
+    async def read_view(
+        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+    ) -> HistoryView:
+        """The compacted view in view order; reads only rows above the view floor."""
+        return await self.database.run(partial(_read_view, conversation_id, last, after))
+
+    def __repr__(self) -> str:
+        return f"SQLiteMessageStore({str(self.path)!r})"
+
+
+def _identity(message: Message) -> tuple[bytes, int]:
+    """The encoded id and time of ``message``, given them first if it has none."""
+    message.ensure_identity()
+    message_id, created_at = message.message_id, message.created_at
+    if message_id is None or created_at is None:  # pragma: no cover - ensure_identity() set them
+        raise AssertionError("ensure_identity() left the message without an id or time")
+    return encode_id(message_id), encode_time(created_at)
+
+
+def _span(key: int, after: int = 0, upto: int = _SEQ_MASK) -> tuple[int, int]:
+    """Positions of the conversation ``key``'s messages with ``after < seq <= upto``, as the
+    bounds of ``position > ? AND position <= ?``."""
+    base = key << _SEQ_BITS
+    return base + max(after, 0), base + min(max(upto, 0), _SEQ_MASK)
+
+
+def _encode_known_id(message_id: str) -> bytes | None:
+    try:
+        return encode_id(message_id)
+    except ValueError:
+        return None  # an id that could never have been stored
+
+
+def _find(
+    db: sqlite3.Connection, conversation_id: str, now: int, *, purge: bool = False
+) -> _Conversation | None:
+    """The live conversation, ``None`` if absent or expired (``purge``: remove an expired one)."""
+    row = db.execute(_SELECT_CONVERSATION, (conversation_id,)).fetchone()
+    if row is None:
+        return None
+    found = _Conversation(*row)
+    if found.expires_at is not None and found.expires_at <= now:
+        if purge:
+            _remove(db, found.key)
+        return None
+    return found
+
+
+def _remove(db: sqlite3.Connection, key: int) -> None:
+    db.execute("DELETE FROM agentkeep_messages WHERE position > ? AND position <= ?", _span(key))
+    db.execute("DELETE FROM agentkeep_summaries WHERE conversation = ?", (key,))
+    db.execute("DELETE FROM agentkeep_conversations WHERE key = ?", (key,))
+
+
+def _delete(conversation_id: str, db: sqlite3.Connection) -> bool:
+    with _write_transaction(db):
+        found = _find(db, conversation_id, _now_us(), purge=True)
+        if found is None:
+            return False
+        _remove(db, found.key)
+        return True
+
+
+def _expire(conversation_id: str, ttl: float | None, db: sqlite3.Connection) -> bool:
+    now = _now_us()
+    with _write_transaction(db):
+        found = _find(db, conversation_id, now, purge=True)
+        if found is None:
+            return False
+        expires_at = None if ttl is None else now + round(ttl * 1_000_000)
+        db.execute("UPDATE agentkeep_conversations SET expires_at = ? WHERE key = ?", (expires_at, found.key))
+        return True
+
+
+def _purge_expired(db: sqlite3.Connection) -> int:
+    with _write_transaction(db):
+        keys = [
+            key
+            for (key,) in db.execute(
+                "SELECT key FROM agentkeep_conversations WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                (_now_us(),),
+            ).fetchall()
+        ]
+        for key in keys:
+            _remove(db, key)
+        return len(keys)
+
+
+_MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
+
+
+def _entries(conversation_id: str, rows: Iterable[_MessageRow]) -> list[StoredMessage]:
+    """Decode rows (the hot loop of long loads: no call per row beyond the codec's)."""
+    entries: list[StoredMessage] = []
+    seq = 0
+    try:
+        for seq, message_id, created_at, body, excluded in rows:
+            entries.append(StoredMessage(seq, decode_message(body, message_id, created_at), bool(excluded)))
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
+    return entries
+
+
+_SELECT_MESSAGES: Final = (
+    "SELECT position & 4294967295, id, time, body, excluded FROM agentkeep_messages "
+    "WHERE position > ? AND position <= ?"
+)
+
+
+def _read(
+    conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
+) -> list[StoredMessage]:
+    if last is not None and last <= 0:
+        return []
+    with _read_transaction(db):
+        found = _find(db, conversation_id, _now_us())
+        if found is None:
+            return []
+        span = _span(found.key, after or 0)
+        if last is None:
+            rows = db.execute(_SELECT_MESSAGES + " ORDER BY position", span).fetchall()
+        else:
+            rows = db.execute(_SELECT_MESSAGES + " ORDER BY position DESC LIMIT ?", (*span, last)).fetchall()
+            rows.reverse()
+    return _entries(conversation_id, rows)
+
+
+def _read_view(
+    conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
+) -> HistoryView:
+    with _read_transaction(db):
+        found = _find(db, conversation_id, _now_us())
+        if found is None:
+            return HistoryView()
+        if last is not None and last <= 0:
+            return HistoryView([], found.epoch, found.last_seq)
+        lower = after or 0
+        span = _span(found.key, max(lower, found.view_floor))
+        if last is None:
+            message_rows = db.execute(
+                _SELECT_MESSAGES + " AND excluded = 0 ORDER BY position", span
+            ).fetchall()
+        else:
+            message_rows = db.execute(
+                _SELECT_MESSAGES + " AND excluded = 0 ORDER BY position DESC LIMIT ?", (*span, last)
+            ).fetchall()
+            message_rows.reverse()
+        summary_rows = db.execute(
+            "SELECT seq, id, time, body, excluded, anchor, replaces FROM agentkeep_summaries "
+            "WHERE conversation = ? AND seq > ? AND excluded = 0",
+            (found.key, lower),
+        ).fetchall()
+    if not summary_rows:
+        return HistoryView(_entries(conversation_id, message_rows), found.epoch, found.last_seq)
+    # View order: a message sits at its seq; a summary just before the first message it replaces.
+    ordered: list[tuple[int, int, int, _MessageRow, bytes | None]] = [
+        (row[0], 1, row[0], row, None) for row in message_rows
+    ]
+    ordered.extend(
+        (anchor, 0, seq, (seq, message_id, created_at, body, excluded), replaces)
+        for seq, message_id, created_at, body, excluded, anchor, replaces in summary_rows
+    )
+    ordered.sort(key=lambda item: item[:3])
+    if last is not None:
+        ordered = ordered[-last:]
+    entries = _entries(conversation_id, (item[3] for item in ordered))
+    for index, (_, _, seq, _, replaces) in enumerate(ordered):
+        if replaces is None:
+            continue
+        try:
+            replaced = tuple(msgspec.json.decode(replaces, type=list[str]))
+        except _DECODE_ERRORS as exc:
+            raise CorruptRecordError(
+                f"bad replaced ids: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
+            ) from exc
+        entries[index] = StoredMessage(seq, entries[index].message, replaces=replaced)
+    return HistoryView(entries, found.epoch, found.last_seq)
+
+
+# -- the history provider -------------------------------------------------------------------------
+
+
+class SQLiteHistoryProvider(StorageHistoryProvider):
+    """Conversation history in a SQLite file; the session keeps only the conversation id.
+
+    The provider opens its own :class:`SQLiteMessageStore` and closes it in :meth:`aclose`.
+
+    Args:
+        path: The database file (default: :func:`default_database_path`).
+        source_id: Provider id and state key.
+        load_limit: Load at most this many of the newest view messages per run (``None``: all).
+        max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
+        ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
+        timeout: Seconds to wait for the write lock held by another connection.
+        load_messages: Provide the stored history to the model.
+        store_inputs: Store the run's input messages.
+        store_outputs: Store the model's responses.
+        store_context_messages: Also store messages other context providers added.
+        store_context_from: Only those of these providers (``None``: all).
+        provide_output_message_filter: Filter applied to the loaded history.
+        store_input_message_filter: Filter applied to the input messages before storing.
+
+    Example:
+        ```python
+        provider = SQLiteHistoryProvider("chat.db", load_limit=200)
+        agent = Agent(client, context_providers=[provider])
+        session = agent.create_session(session_id="user-42")
+        await agent.run("Hello!", session=session)  # stored in chat.db under "user-42"
+        await provider.aclose()
+        ```
+    """
+
+    store: SQLiteMessageStore
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        source_id: str = "sqlite_history",
+        load_limit: int | None = None,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        load_messages: bool = True,
+        store_inputs: bool = True,
+        store_outputs: bool = True,
+        store_context_messages: bool = False,
+        store_context_from: Collection[str] | None = None,
+        provide_output_message_filter: MessageFilter | None = None,
+        store_input_message_filter: MessageFilter | None = None,
+    ) -> None:
+        store = SQLiteMessageStore(path, max_messages=max_messages, ttl=ttl, timeout=timeout)
+        super().__init__(
+            store,
+            source_id,
+            load_limit=load_limit,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_outputs=store_outputs,
+            store_context_messages=store_context_messages,
+            store_context_from=store_context_from,
+            provide_output_message_filter=provide_output_message_filter,
+            store_input_message_filter=store_input_message_filter,
+            owns_store=True,
+        )
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.store.path

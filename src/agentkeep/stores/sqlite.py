@@ -1,0 +1,171 @@
+"""A session store in a SQLite file: one row per (agent, conversation id), optimistic versions.
+
+:class:`SQLiteSessionStore` keeps whole-session payloads (``agent.serialize_session(session)`` as
+JSON) in the ``agentkeep_sessions`` table of the same database file the SQLite message store uses
+(:mod:`agentkeep.storage.sqlite`). It runs through the same
+:class:`~agentkeep.storage.sqlite.SQLiteDatabase` helper: one worker thread owning the connection
+(the event loop never calls :mod:`sqlite3`), WAL mode, a busy timeout, schema migrations and the
+mapping of database failures to :class:`~agentkeep.errors.StorageUnavailableError`.
+
+**Optimistic versions.** A save is one statement, hence one atomic write: a session read at
+version ``n`` is written as ``n + 1`` by ``UPDATE ... WHERE version = n``; a new session by an
+``INSERT`` that does nothing when a row exists. When no row changed, someone else saved first and
+:class:`~agentkeep.errors.ConflictError` is raised; the stored session is left as it was. This
+holds between tasks, threads and processes sharing the file.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..errors import ConflictError, SessionFormatError
+from ..sessions import AgentSession
+from ..storage.sqlite import SQLiteDatabase
+from .base import AgentSessionStore, agent_key, session_version, set_session_version
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["SQLiteSessionStore"]
+
+
+class SQLiteSessionStore(AgentSessionStore):
+    """Sessions in a SQLite file, keyed by (:func:`~agentkeep.stores.base.agent_key`, conversation id).
+
+    Args:
+        path: The database file (default:
+            :func:`~agentkeep.storage.sqlite.default_database_path`, shared with the message store).
+        timeout: Seconds to wait for the write lock held by another connection.
+
+    Example:
+        ```python
+        store = SQLiteSessionStore("app.db")
+        session = await store.get_session(agent, "user-42")  # new and empty the first time
+        await agent.run("Hello!", session=session)
+        await store.save_session(agent, "user-42", session)
+        await store.aclose()
+        ```
+    """
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
+        self.database = SQLiteDatabase(path, timeout=timeout)
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.database.path
+
+    async def setup(self) -> None:
+        """Create or migrate the database; idempotent (also done on first use).
+
+        Raises:
+            SchemaVersionError: The file was written by a newer agentkeep.
+        """
+        await self.database.setup()
+
+    async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
+        """Store ``session`` under ``conversation_id`` as the next version.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at.
+            SessionFormatError: A state value cannot be serialized.
+        """
+        self.database.check_open()
+        _check_id(conversation_id)
+        payload = msgspec.json.encode(agent.serialize_session(session))
+        expected = session_version(session)
+        job = partial(_save, agent_key(agent), conversation_id, expected, payload)
+        if not await self.database.run(job):
+            raise ConflictError(
+                f"session {conversation_id!r} of agent {agent_key(agent)!r} was saved by someone else "
+                f"since it was read (at version {expected})",
+                backend=self.backend,
+                conversation_id=conversation_id,
+            )
+        set_session_version(session, 1 if expected is None else expected + 1)
+
+    async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
+        """The stored session, or a new empty one (``session_id=conversation_id``) if none.
+
+        Raises:
+            SessionFormatError: The stored payload is corrupt or of an unknown version.
+        """
+        _check_id(conversation_id)
+        row = await self.database.run(partial(_load, agent_key(agent), conversation_id))
+        if row is None:
+            return agent.create_session(session_id=conversation_id)
+        version, payload = row
+        if not isinstance(payload, bytes | str):
+            raise SessionFormatError(
+                f"{self.backend}: session {conversation_id!r} in {self.path}: the payload is not JSON"
+            )
+        try:
+            session = agent.deserialize_session(payload)
+        except SessionFormatError as exc:
+            raise SessionFormatError(
+                f"{self.backend}: session {conversation_id!r} in {self.path}: {exc}"
+            ) from exc
+        set_session_version(session, version)
+        return session
+
+    async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
+        """Forget the session; ``False`` if none was stored."""
+        _check_id(conversation_id)
+        return await self.database.run(partial(_delete, agent_key(agent), conversation_id))
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread; idempotent."""
+        await self.database.aclose()
+
+    def __repr__(self) -> str:
+        return f"SQLiteSessionStore({str(self.path)!r})"
+
+
+def _check_id(conversation_id: str) -> None:
+    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError("conversation_id must be a non-empty string")
+
+
+# -- jobs run in the database's worker thread -----------------------------------------------------
+
+
+def _save(
+    agent: str, conversation_id: str, expected: int | None, payload: bytes, db: sqlite3.Connection
+) -> bool:
+    now = time.time_ns() // 1000  # microseconds, like every time in the database
+    if expected is None:
+        cursor = db.execute(
+            "INSERT INTO agentkeep_sessions (agent, conversation_id, version, payload, updated_at) "
+            "VALUES (?, ?, 1, ?, ?) ON CONFLICT DO NOTHING",
+            (agent, conversation_id, payload, now),
+        )
+    else:
+        cursor = db.execute(
+            "UPDATE agentkeep_sessions SET version = version + 1, payload = ?, updated_at = ? "
+            "WHERE agent = ? AND conversation_id = ? AND version = ?",
+            (payload, now, agent, conversation_id, expected),
+        )
+    return cursor.rowcount == 1
+
+
+def _load(agent: str, conversation_id: str, db: sqlite3.Connection) -> tuple[int, object] | None:
+    return db.execute(
+        "SELECT version, payload FROM agentkeep_sessions WHERE agent = ? AND conversation_id = ?",
+        (agent, conversation_id),
+    ).fetchone()
+
+
+def _delete(agent: str, conversation_id: str, db: sqlite3.Connection) -> bool:
+    cursor = db.execute(
+        "DELETE FROM agentkeep_sessions WHERE agent = ? AND conversation_id = ?", (agent, conversation_id)
+    )
+    return cursor.rowcount > 0

@@ -1,0 +1,69 @@
+"""The SQLite backend for the conformance suite: a fresh database file per store, removed after."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, closing
+from pathlib import Path
+from typing import Any
+
+from agentkeep.storage.sqlite import SCHEMA_VERSION, SQLiteMessageStore
+
+NAME = "sqlite"
+CROSS_PROCESS = True
+
+
+@asynccontextmanager
+async def open_store(**options: Any) -> AsyncIterator[SQLiteMessageStore]:
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-sqlite-"))
+    store = SQLiteMessageStore(folder / "test.db", **options)
+    try:
+        await store.setup()
+        yield store
+    finally:
+        await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def spec_of(store: SQLiteMessageStore) -> dict[str, Any]:
+    return {
+        "path": str(store.path),
+        "max_messages": store.max_messages,
+        "ttl": store.ttl,
+        "timeout": store.database.timeout,
+    }
+
+
+def store_from_spec(spec: dict[str, Any]) -> SQLiteMessageStore:
+    return SQLiteMessageStore(
+        spec["path"], max_messages=spec["max_messages"], ttl=spec["ttl"], timeout=spec["timeout"]
+    )
+
+
+def execute(path: Path | str, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+    """Run one statement on a connection of its own (blocking: call it off the event loop)."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        return connection.execute(sql, parameters).fetchall()
+
+
+async def corrupt(store: SQLiteMessageStore, conversation_id: str, seq: int) -> None:
+    await asyncio.to_thread(
+        execute,
+        store.path,
+        "UPDATE agentkeep_messages SET body = x'ff00' WHERE position = "
+        "((SELECT key FROM agentkeep_conversations WHERE conversation_id = ?) << 32) + ?",
+        (conversation_id, seq),
+    )
+
+
+async def mark_newer_version(store: SQLiteMessageStore) -> None:
+    await asyncio.to_thread(
+        execute,
+        store.path,
+        "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, 1, 0)",
+        (SCHEMA_VERSION + 1,),
+    )

@@ -1,0 +1,484 @@
+"""SQLite-specific behaviour: file location, WAL and locking, schema, retention, errors, threads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkeep import (
+    Agent,
+    CorruptRecordError,
+    Message,
+    SchemaVersionError,
+    StorageClosedError,
+    StorageUnavailableError,
+)
+from agentkeep.storage import Summary
+from agentkeep.storage.codec import FORMAT_VERSION
+from agentkeep.storage.sqlite import (
+    SCHEMA_VERSION,
+    SQLiteHistoryProvider,
+    SQLiteMessageStore,
+    default_database_path,
+)
+from agentkeep.stores.sqlite import SQLiteSessionStore
+from agentkeep.testing import ScriptedChatClient
+
+from .backend_sqlite import execute
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteMessageStore]:
+    opened = SQLiteMessageStore(tmp_path / "store.db")
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+def _turn(i: int) -> list[Message]:
+    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
+
+
+async def _sql(path: Path, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+    return await asyncio.to_thread(execute, path, sql, parameters)
+
+
+# -- where the data lives --------------------------------------------------------------------------
+
+
+async def test_default_path_is_under_xdg_data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert default_database_path() == tmp_path / "data" / "agentkeep" / "agentkeep.db"
+    store = SQLiteMessageStore()
+    try:
+        await store.append("c", _turn(1))  # creates the folder and the file on first use
+        assert store.path == tmp_path / "data" / "agentkeep" / "agentkeep.db"
+        assert store.path.is_file()
+    finally:
+        await store.aclose()
+
+
+def test_default_path_falls_back_to_local_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert default_database_path() == tmp_path / ".local" / "share" / "agentkeep" / "agentkeep.db"
+    monkeypatch.setenv("XDG_DATA_HOME", "")
+    assert default_database_path() == tmp_path / ".local" / "share" / "agentkeep" / "agentkeep.db"
+
+
+async def test_wal_mode_and_one_schema_migration_recorded(store: SQLiteMessageStore) -> None:
+    await store.setup()
+    await store.setup()
+    assert await _sql(store.path, "PRAGMA journal_mode") == [("wal",)]
+    rows = await _sql(store.path, "SELECT version, format FROM agentkeep_schema")
+    assert rows == [(SCHEMA_VERSION, FORMAT_VERSION)]
+    # the message id has no index of its own: rows stay small (dedup scans a primary-key range)
+    indexes = await _sql(
+        store.path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agentkeep_messages'"
+    )
+    assert indexes == []
+
+
+async def test_bytes_per_message_stay_within_budget(store: SQLiteMessageStore) -> None:
+    text = ("The quick brown fox jumps over the lazy dog. " * 5)[:194]
+    for i in range(1000):  # 200-character messages
+        await store.append(
+            "big", [Message("user", [f"{i:05d} {text}"]), Message("assistant", [f"{text} {i:05d}"])]
+        )
+    [(size, count)] = await _sql(
+        store.path,
+        "SELECT (SELECT sum(pgsize) FROM dbstat WHERE name = 'agentkeep_messages'), "
+        "(SELECT count(*) FROM agentkeep_messages)",
+    )
+    assert count == 2000
+    assert size / count <= 260
+
+
+# -- unavailable databases -------------------------------------------------------------------------
+
+
+async def test_a_folder_that_cannot_be_created_is_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    path = blocker / "sub" / "history.db"
+    store = SQLiteMessageStore(path)
+    try:
+        with pytest.raises(StorageUnavailableError) as caught:
+            await store.append("c", _turn(1))
+        assert caught.value.backend == "sqlite"
+        assert caught.value.address == str(path)
+        assert str(path) in str(caught.value)
+    finally:
+        await store.aclose()
+    sessions = SQLiteSessionStore(path)
+    try:
+        with pytest.raises(StorageUnavailableError, match="cannot create the folder"):
+            await sessions.get_session(Agent(ScriptedChatClient(["x"]), name="bot"), "c")
+    finally:
+        await sessions.aclose()
+
+
+async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+    store = SQLiteMessageStore(path)
+    try:
+        with pytest.raises(StorageUnavailableError, match="not a database") as caught:
+            await store.setup()
+        assert caught.value.address == str(path)
+    finally:
+        await store.aclose()
+    assert path.read_bytes().startswith(b"these are my notes")  # left alone
+
+
+async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = SQLiteMessageStore(path, timeout=0.2)
+    await store.append("c", _turn(1))
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")  # another writer holds the lock
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match="locked") as caught:
+            await store.append("c", _turn(2))
+        assert 0.15 <= time.monotonic() - started < 3
+        assert caught.value.address == str(path)
+        assert len(await store.read("c")) == 2  # WAL: readers are not blocked by the writer
+        await asyncio.to_thread(holder.execute, "ROLLBACK")
+        assert await store.append("c", _turn(2)) == [3, 4]  # nothing partial was left
+        # a store opening while the lock is held cannot migrate either
+        await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")
+        late = SQLiteMessageStore(path, timeout=0.2)
+        try:
+            with pytest.raises(StorageUnavailableError, match="locked"):
+                await late.setup()
+        finally:
+            await late.aclose()
+        await asyncio.to_thread(holder.execute, "ROLLBACK")
+    finally:
+        await asyncio.to_thread(holder.close)
+        await store.aclose()
+
+
+async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_stores_once(
+    store: SQLiteMessageStore,
+) -> None:
+    await store.append("f", _turn(1))
+    # the second row of the next append fails after the first one was written
+    await _sql(
+        store.path,
+        "CREATE TRIGGER agentkeep_test_fault BEFORE INSERT ON agentkeep_messages "
+        "WHEN NEW.body = x'0102616e737765722032' BEGIN SELECT abs(-9223372036854775808); END",
+    )
+    turn = _turn(2)
+    with pytest.raises(StorageUnavailableError, match="integer overflow"):
+        await store.append("f", turn)
+    assert [e.seq for e in await store.read("f")] == [1, 2]
+    assert (await store.read_view("f")).last_seq == 2
+    await _sql(store.path, "DROP TRIGGER agentkeep_test_fault")
+    assert await store.append("f", turn) == [3, 4]
+    assert await store.append("f", turn) == [3, 4]  # a second retry is recognised
+    assert [e.message.text for e in await store.read("f")] == [
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+    ]
+
+
+async def test_a_newer_record_format_is_refused(store: SQLiteMessageStore) -> None:
+    await store.append("c", _turn(1))
+    await _sql(store.path, "UPDATE agentkeep_schema SET format = ?", (FORMAT_VERSION + 1,))
+    fresh = SQLiteMessageStore(store.path)
+    try:
+        with pytest.raises(SchemaVersionError) as caught:
+            await fresh.read("c")
+        assert f"record format {FORMAT_VERSION + 1}" in str(caught.value)
+        assert f"record format {FORMAT_VERSION} at most" in str(caught.value)
+    finally:
+        await fresh.aclose()
+
+
+async def test_a_newer_schema_is_refused_naming_both_versions(store: SQLiteMessageStore) -> None:
+    await store.setup()
+    await _sql(store.path, "INSERT INTO agentkeep_schema VALUES (?, 1, 0)", (SCHEMA_VERSION + 3,))
+    sessions = SQLiteSessionStore(store.path)
+    try:
+        with pytest.raises(SchemaVersionError) as caught:
+            await sessions.setup()
+        assert f"schema version {SCHEMA_VERSION + 3}" in str(caught.value)
+        assert f"schema version {SCHEMA_VERSION} " in str(caught.value)
+    finally:
+        await sessions.aclose()
+
+
+# -- retention and purges --------------------------------------------------------------------------
+
+
+async def test_expired_conversations_are_invisible_then_purged(store: SQLiteMessageStore) -> None:
+    for name in ("a", "b", "c"):
+        await store.append(name, _turn(1))
+    await store.expire("a", 0.05)
+    await store.expire("b", 0.05)
+    await asyncio.sleep(0.1)
+    assert await store.read("a") == []
+    assert (await store.read_view("b")).last_seq == 0
+    assert await store.expire("a", 10) is False  # expired means absent
+    assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(4,)]  # "a" was removed
+    assert await store.purge_expired() == 1
+    assert await store.purge_expired() == 0
+    assert await _sql(store.path, "SELECT conversation_id FROM agentkeep_conversations") == [("c",)]
+    assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(2,)]
+
+
+async def test_an_append_to_an_expired_conversation_starts_afresh(tmp_path: Path) -> None:
+    store = SQLiteMessageStore(tmp_path / "ttl.db", ttl=0.05)
+    try:
+        await store.append("t", _turn(1))
+        await asyncio.sleep(0.1)
+        assert await store.append("t", _turn(2)) == [1, 2]
+        assert [e.message.text for e in await store.read("t")] == ["question 2", "answer 2"]
+        assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(2,)]
+    finally:
+        await store.aclose()
+
+
+async def test_delete_and_max_messages_leave_no_rows_behind(tmp_path: Path) -> None:
+    store = SQLiteMessageStore(tmp_path / "rows.db", max_messages=6)
+    try:
+        for i in range(10):
+            await store.append("m", _turn(i))
+        assert await _sql(
+            store.path,
+            "SELECT min(position & 0xffffffff), max(position & 0xffffffff), count(*) FROM agentkeep_messages",
+        ) == [(15, 20, 6)]
+        [first, *_] = await store.read("m")
+        await store.record_compaction(
+            "m", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
+        )
+        assert await store.delete("m") is True
+        for table in ("agentkeep_messages", "agentkeep_summaries", "agentkeep_conversations"):
+            assert await _sql(store.path, f"SELECT count(*) FROM {table}") == [(0,)]
+    finally:
+        await store.aclose()
+
+
+# -- compaction details ----------------------------------------------------------------------------
+
+
+async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessageStore) -> None:
+    for i in range(4):
+        await store.append("f", _turn(i))
+    ids = [e.message.message_id or "" for e in await store.read("f")]
+    await store.record_compaction("f", excluded=ids[:4])  # the view now starts above seq 4
+    assert [e.seq for e in (await store.read_view("f")).entries] == [5, 6, 7, 8]
+    await store.record_compaction("f", summaries=[Summary(Message("assistant", ["S"]), ids[1:3])])
+    view = await store.read_view("f")
+    assert [e.message.text for e in view.entries] == ["S", "question 2", "answer 2", "question 3", "answer 3"]
+    assert view.entries[0].replaces == tuple(ids[1:3])
+    await store.record_compaction("f", excluded=[ids[6]])  # a middle exclusion keeps the floor
+    await store.append("f", _turn(9))
+    assert [e.message.text for e in (await store.read_view("f", last=3)).entries] == [
+        "answer 3",
+        "question 9",
+        "answer 9",
+    ]
+    assert [e.message.text for e in (await store.read_view("f", after=9)).entries] == [
+        "question 9",
+        "answer 9",
+    ]
+
+
+async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:
+    await store.append("s", _turn(1))
+    [first, _] = await store.read("s")
+    await store.record_compaction(
+        "s", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
+    )
+    await _sql(store.path, "UPDATE agentkeep_summaries SET replaces = x'5b31'")
+    with pytest.raises(CorruptRecordError) as caught:
+        await store.read_view("s")
+    assert (caught.value.conversation_id, caught.value.seq) == ("s", 3)
+
+
+# -- concurrency and threads -----------------------------------------------------------------------
+
+
+async def test_two_stores_on_one_file_interleave_whole_turns(tmp_path: Path) -> None:
+    first, second = SQLiteMessageStore(tmp_path / "shared.db"), SQLiteMessageStore(tmp_path / "shared.db")
+    try:
+
+        async def writer(store: SQLiteMessageStore, name: str) -> None:
+            for i in range(20):
+                await store.append(
+                    "shared", [Message("user", [f"{name}{i} q"]), Message("user", [f"{name}{i} a"])]
+                )
+
+        await asyncio.gather(
+            *(writer(s, f"{n}{k}-") for n, s in (("x", first), ("y", second)) for k in range(3))
+        )
+        entries = await first.read("shared")
+        assert [e.seq for e in entries] == list(range(1, 241))
+        texts = [e.message.text for e in entries]
+        for question, answer in zip(texts[::2], texts[1::2], strict=True):
+            assert answer == question.removesuffix(" q") + " a"
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_the_event_loop_thread_never_calls_sqlite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop_thread = threading.current_thread()
+    seen: list[str] = []
+    violations: list[str] = []
+
+    class GuardedConnection(sqlite3.Connection):
+        def _guard(self, what: str) -> None:
+            seen.append(what)
+            if threading.current_thread() is loop_thread:
+                violations.append(what)
+
+        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+            self._guard(sql)
+            return super().execute(sql, parameters)
+
+        def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+            self._guard(sql)
+            return super().executemany(sql, parameters)
+
+        def cursor(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+            self._guard("cursor()")
+            return super().cursor(*args, **kwargs)
+
+        def close(self) -> None:
+            self._guard("close()")
+            super().close()
+
+    real_connect = sqlite3.connect
+
+    def guarded_connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        if threading.current_thread() is loop_thread:
+            violations.append("connect()")
+        return real_connect(*args, factory=GuardedConnection, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", guarded_connect)
+    path = tmp_path / "guarded.db"
+    provider = SQLiteHistoryProvider(path)
+    sessions = SQLiteSessionStore(path)
+    try:
+        agent = Agent(ScriptedChatClient(["one", "two"]), name="bot", context_providers=[provider])
+        session = await sessions.get_session(agent, "conv")
+        await agent.run("hello", session=session)
+        await sessions.save_session(agent, "conv", session)
+        await agent.run("again", session=await sessions.get_session(agent, "conv"))
+        store = provider.store
+        [first, *_] = await store.read("conv")
+        await store.record_compaction(
+            "conv", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
+        )
+        await store.read_view("conv", last=2)
+        await store.expire("conv", 60)
+        await store.purge_expired()
+        await sessions.delete_session(agent, "conv")
+        await store.delete("conv")
+    finally:
+        await provider.aclose()
+        await sessions.aclose()
+    assert any("INSERT INTO agentkeep_messages" in sql for sql in seen)
+    assert "close()" in seen
+    assert violations == []
+
+
+# -- the history provider --------------------------------------------------------------------------
+
+
+async def test_history_provider_owns_and_closes_its_store(tmp_path: Path) -> None:
+    provider = SQLiteHistoryProvider(tmp_path / "p.db", load_limit=10, max_messages=100, ttl=3600)
+    assert provider.source_id == "sqlite_history"
+    assert provider.path == tmp_path / "p.db"
+    assert (provider.store.max_messages, provider.store.ttl, provider.load_limit) == (100, 3600, 10)
+    agent = Agent(ScriptedChatClient(["hi"]), context_providers=[provider])
+    session = agent.create_session(session_id="s1")
+    await agent.run("hello", session=session)
+    assert len(await provider.store.read("s1")) == 2
+    await provider.aclose()
+    with pytest.raises(StorageClosedError):
+        await provider.store.read("s1")
+
+
+async def test_options_are_checked_and_an_unused_store_closes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="max_messages"):
+        SQLiteMessageStore(tmp_path / "x.db", max_messages=0)
+    with pytest.raises(ValueError, match="ttl"):
+        SQLiteMessageStore(tmp_path / "x.db", ttl=0)
+    with pytest.raises(ValueError, match="timeout"):
+        SQLiteMessageStore(tmp_path / "x.db", timeout=0)
+    unused = SQLiteMessageStore(tmp_path / "x.db")
+    await unused.aclose()
+    assert not (tmp_path / "x.db").exists()
+    with pytest.raises(StorageClosedError):
+        await unused.purge_expired()
+
+
+# -- across process restarts -----------------------------------------------------------------------
+
+_RUN_ONE_TURN = """
+import asyncio, json, sys
+from agentkeep import Agent
+from agentkeep.storage.sqlite import SQLiteHistoryProvider
+from agentkeep.stores.sqlite import SQLiteSessionStore
+from agentkeep.testing import ScriptedChatClient
+
+async def main(path, text):
+    provider = SQLiteHistoryProvider(path)
+    sessions = SQLiteSessionStore(path)
+    client = ScriptedChatClient(lambda messages: "re: " + messages[-1].text)
+    agent = Agent(client, name="assistant", context_providers=[provider])
+    try:
+        session = await sessions.get_session(agent, "conv-1")
+        await agent.run(text, session=session)
+        await sessions.save_session(agent, "conv-1", session)
+        print(json.dumps({"sent": [m.text for m in client.calls[-1]], "session": len(session.to_json())}))
+    finally:
+        await provider.aclose()
+        await sessions.aclose()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def _turn_in_new_process(path: Path, text: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_ONE_TURN, str(path), text],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_session_persists_across_process_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "restart.db"
+    first = _turn_in_new_process(path, "my name is Ada")
+    assert first["sent"] == ["my name is Ada"]
+    second = _turn_in_new_process(path, "what is my name?")
+    assert second["sent"] == ["my name is Ada", "re: my name is Ada", "what is my name?"]
+    assert second["session"] < 300  # the session holds the key, the database the messages
