@@ -1,0 +1,400 @@
+"""Durable history backends: append one turn, load the last 50, load all, bytes per message.
+
+For SQLite, Redis and PostgreSQL, at 1k / 10k / 100k stored messages (~200 characters each) in one
+conversation: the median time to append one turn (user + assistant) and to load the last 50 and all
+messages of the compacted view, plus storage bytes per message. In the same run: a raw-driver
+baseline (two pre-encoded records: pipelined RPUSH, a two-row executemany INSERT) and the reference
+edition's ``RedisHistoryProvider`` (agent-framework-redis, in ``bench/.venv-ref``).
+
+Needs the machine's Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432); uses a unique key
+prefix / schema / temp file and removes them afterwards.
+
+Run: ``.venv/bin/python bench/bench_storage.py [--quick] [--no-reference] [--sizes 1000,10000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import psycopg
+import redis.asyncio as aioredis
+from psycopg import sql
+
+from agentkeep import Message
+from agentkeep.storage import MessageStore
+from agentkeep.storage.codec import encode_body, encode_id, encode_time
+from agentkeep.storage.postgres import PostgresMessageStore
+from agentkeep.storage.redis import RedisMessageStore
+from agentkeep.storage.sqlite import SQLiteMessageStore
+
+HERE = Path(__file__).resolve().parent
+REF_VENV = HERE / ".venv-ref"
+REF_PACKAGES = ["agent-framework-core", "agent-framework-redis"]
+REDIS_URL = "redis://127.0.0.1:6379/0"
+PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the agent keeps its history durable, "
+    "appending each turn to an append-only log and loading only what the model needs next. "
+)[:200]
+
+
+def _turn(i: int) -> list[Message]:
+    return [Message("user", [f"{i:06d} {TEXT}"[:200]]), Message("assistant", [f"{i:06d} {TEXT[::-1]}"[:200]])]
+
+
+async def _median_ms(func: Callable[[], Awaitable[object]], reps: int) -> float:
+    samples: list[float] = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        await func()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000.0
+
+
+async def _fill(store: MessageStore, conversation: str, count: int) -> None:
+    batch: list[Message] = []
+    for i in range(count // 2):
+        batch.extend(_turn(i))
+        if len(batch) >= 1000:
+            await store.append(conversation, batch)
+            batch = []
+    if batch:
+        await store.append(conversation, batch)
+
+
+async def _bytes_sqlite(store: SQLiteMessageStore, path: Path, messages: int) -> float:
+    await store.aclose()
+
+    def measure() -> float:
+        connection = sqlite3.connect(path)
+        try:
+            pages = connection.execute("PRAGMA page_count").fetchone()[0]
+            size = connection.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            connection.close()
+        return pages * size / messages
+
+    return await asyncio.to_thread(measure)
+
+
+async def _bytes_redis(prefix: str, messages: int) -> float:
+    client = aioredis.from_url(REDIS_URL)
+    total = 0
+    async for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        total += int(await client.memory_usage(key, samples=0) or 0)
+    await client.aclose()
+    return total / messages
+
+
+async def _bytes_postgres(schema: str, messages: int) -> float:
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as connection:
+        table = sql.Identifier(schema, "messages")
+        await connection.execute(sql.SQL("VACUUM ANALYZE {}").format(table))
+        row = await (
+            await connection.execute(
+                sql.SQL("SELECT pg_total_relation_size({})").format(sql.Literal(f'"{schema}".messages'))
+            )
+        ).fetchone()
+    return (row[0] if row else 0) / messages
+
+
+Factory = Callable[
+    [], Awaitable[tuple[MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]]
+]
+
+
+async def _measure_size(store: MessageStore, size: int, reps: int) -> dict[str, float]:
+    conversation = f"bench-{size}"
+    await _fill(store, conversation, size)
+    counter = iter(range(size, 10**9))
+    append_ms = await _median_ms(lambda: store.append(conversation, _turn(next(counter))), reps)
+    last_ms = await _median_ms(lambda: store.read_view(conversation, last=50), reps)
+    all_reps = 3 if size >= 100_000 else max(3, reps // 10)
+    all_ms = await _median_ms(lambda: store.read_view(conversation), all_reps)
+    return {"append": append_ms, "last50": last_ms, "all": all_ms}
+
+
+async def _measure_store(make: Factory, sizes: list[int], reps: int) -> dict[int, dict[str, float]]:
+    results: dict[int, dict[str, float]] = {}
+    for size in sizes:
+        store, measure_bytes, cleanup = await make()
+        try:
+            row = await _measure_size(store, size, reps)
+            row["bytes"] = await measure_bytes(len(await store.read(f"bench-{size}")))
+            results[size] = row
+        finally:
+            await cleanup()
+    return results
+
+
+async def _sqlite_factory() -> tuple[
+    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
+]:
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-bench-"))
+    path = folder / "bench.db"
+    store = SQLiteMessageStore(path)
+    await store.setup()
+
+    async def cleanup() -> None:
+        await store.aclose()
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+
+    return store, lambda n: _bytes_sqlite(store, path, n), cleanup
+
+
+async def _redis_factory() -> tuple[
+    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
+]:
+    prefix = f"agentkeep-bench-{uuid.uuid4().hex[:8]}"
+    store = RedisMessageStore.from_url(REDIS_URL, key_prefix=prefix)
+    await store.setup()
+
+    async def cleanup() -> None:
+        await store.aclose()
+        client = aioredis.from_url(REDIS_URL)
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+    return store, lambda n: _bytes_redis(prefix, n), cleanup
+
+
+async def _postgres_factory() -> tuple[
+    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
+]:
+    schema = f"agentkeep_bench_{uuid.uuid4().hex[:8]}"
+    store = PostgresMessageStore.from_url(PG_URL, schema=schema)
+    await store.setup()
+
+    async def cleanup() -> None:
+        await store.aclose()
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as connection:
+            await connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+            )
+
+    return store, lambda n: _bytes_postgres(schema, n), cleanup
+
+
+def _records(count: int) -> list[tuple[bytes, int, bytes]]:
+    out: list[tuple[bytes, int, bytes]] = []
+    for message in (m for i in range(count // 2) for m in _turn(i)):
+        message.ensure_identity()
+        assert message.message_id is not None
+        assert message.created_at is not None
+        out.append((encode_id(message.message_id), encode_time(message.created_at), encode_body(message)))
+    return out
+
+
+async def _raw_baselines(reps: int) -> dict[str, float]:
+    """Appending two pre-encoded records with the plain drivers, no agentkeep logic."""
+    records = _records(2)
+    client = aioredis.from_url(REDIS_URL)
+    key = f"agentkeep-bench-raw-{uuid.uuid4().hex[:8]}"
+
+    async def redis_append() -> None:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.rpush(key, *(body for _, _, body in records))
+            await pipe.execute()
+
+    redis_ms = await _median_ms(redis_append, reps)
+    await client.delete(key)
+    await client.aclose()
+
+    schema = f"agentkeep_bench_raw_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as connection:
+        await connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await connection.execute(
+            sql.SQL(
+                "CREATE TABLE {} (conv bigint, seq bigint, id bytea, at bigint, body bytea, "
+                "PRIMARY KEY (conv, seq))"
+            ).format(sql.Identifier(schema, "raw"))
+        )
+        seq = iter(range(1, 10**9))
+
+        async def pg_append() -> None:
+            async with connection.cursor() as cursor:
+                await cursor.executemany(
+                    sql.SQL("INSERT INTO {} VALUES (1, %s, %s, %s, %s)").format(
+                        sql.Identifier(schema, "raw")
+                    ),
+                    [(next(seq), rid, at, body) for rid, at, body in records],
+                )
+
+        pg_ms = await _median_ms(pg_append, reps)
+        await connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-bench-raw-"))
+    lite = sqlite3.connect(folder / "raw.db", isolation_level=None)
+    lite.execute("PRAGMA journal_mode=WAL")
+    lite.execute("PRAGMA synchronous=NORMAL")
+    lite.execute("CREATE TABLE raw (position INTEGER PRIMARY KEY, id BLOB, at INTEGER, body BLOB)")
+    positions = iter(range(1, 10**9))
+
+    async def sqlite_append() -> None:
+        lite.execute("BEGIN IMMEDIATE")
+        lite.executemany(
+            "INSERT INTO raw VALUES (?, ?, ?, ?)",
+            [(next(positions), rid, at, body) for rid, at, body in records],
+        )
+        lite.execute("COMMIT")
+
+    sqlite_ms = await _median_ms(sqlite_append, reps)
+    lite.close()
+    await asyncio.to_thread(shutil.rmtree, folder, True)
+    return {"redis": redis_ms, "postgres": pg_ms, "sqlite": sqlite_ms}
+
+
+_REFERENCE_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, statistics, sys, time, uuid
+    import redis.asyncio as aioredis
+    from agent_framework import Message
+    from agent_framework_redis import RedisHistoryProvider
+
+    TEXT = %(text)r
+    URL = %(url)r
+
+    def turn(i):
+        return [Message(role="user", contents=[f"{i:06d} {TEXT}"[:200]]),
+                Message(role="assistant", contents=[f"{i:06d} {TEXT[::-1]}"[:200]])]
+
+    async def median(func, reps):
+        samples = []
+        for _ in range(reps):
+            start = time.perf_counter(); await func(); samples.append(time.perf_counter() - start)
+        return statistics.median(samples) * 1000
+
+    async def main():
+        plan = json.loads(sys.argv[1])
+        out = {}
+        client = aioredis.from_url(URL, decode_responses=True)
+        for size, reps in plan:
+            prefix = f"agentkeep-bench-ref-{uuid.uuid4().hex[:8]}"
+            provider = RedisHistoryProvider(redis_client=client, key_prefix=prefix)
+            session = f"bench-{size}"
+            key = provider._redis_key(session)
+            # pre-fill with the provider's own serialization, straight into its list
+            batch = []
+            for i in range(size // 2):
+                batch.extend(provider._serialize_json(m) for m in turn(i))
+                if len(batch) >= 1000:
+                    await client.rpush(key, *batch); batch = []
+            if batch:
+                await client.rpush(key, *batch)
+            counter = iter(range(size, 10**9))
+            append = await median(lambda: provider.save_messages(session, turn(next(counter))), reps)
+            load = await median(lambda: provider.get_messages(session), reps)
+            count = await client.llen(key)
+            usage = await client.memory_usage(key, samples=0) or 0
+            out[str(size)] = {"append": append, "all": load, "bytes": usage / count}
+            await client.delete(key)
+        await client.aclose()
+        print(json.dumps(out))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _reference(sizes: list[int], quick: bool) -> dict[str, dict[str, float]] | None:
+    python = REF_VENV / "bin" / "python"
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(REF_VENV)], check=True)
+        check = subprocess.run(
+            [str(python), "-c", "import agent_framework_redis"], capture_output=True, check=False
+        )
+        if check.returncode != 0:
+            print("installing the reference into bench/.venv-ref ...", file=sys.stderr)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *REF_PACKAGES], check=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        print(f"reference unavailable: {exc}", file=sys.stderr)
+        return None
+    plan = [
+        [size, (3 if size >= 100_000 else 10 if size >= 10_000 else 30) // (3 if quick else 1) or 1]
+        for size in sizes
+    ]
+    done = subprocess.run(
+        [str(python), "-c", _REFERENCE_SCRIPT % {"text": TEXT, "url": REDIS_URL}, json.dumps(plan)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        print(f"reference run failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-reference", action="store_true", help="skip the reference edition")
+    parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated message counts")
+    args = parser.parse_args(argv)
+    sizes = [int(size) for size in args.sizes.split(",")]
+    reps = 50 if args.quick else 200
+
+    async def run() -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, float]]:
+        ours = {
+            "sqlite": await _measure_store(_sqlite_factory, sizes, reps),
+            "redis": await _measure_store(_redis_factory, sizes, reps),
+            "postgres": await _measure_store(_postgres_factory, sizes, reps),
+        }
+        return ours, await _raw_baselines(reps)
+
+    ours, raw = asyncio.run(run())
+    reference = None if args.no_reference else _reference(sizes, args.quick)
+
+    print("\nDurable history backends, one conversation of N messages (~200 characters each); medians")
+    columns = [f"{'backend':>9}", f"{'N':>7}", f"{'append turn':>11}", f"{'last 50':>9}", f"{'load all':>10}"]
+    header = " | ".join([*columns, f"{'bytes/msg':>9}"])
+    print(header)
+    print("-" * len(header))
+    for backend, rows in ours.items():
+        for size, row in rows.items():
+            print(
+                f"{backend:>9} | {size:>7,} | {row['append']:8.3f} ms | {row['last50']:6.3f} ms | "
+                f"{row['all']:7.1f} ms | {row['bytes']:9.1f}"
+            )
+    if reference is not None:
+        for size in sizes:
+            row = reference[str(size)]
+            print(
+                f"{'reference':>9} | {size:>7,} | {row['append']:8.3f} ms | {'-':>9} | "
+                f"{row['all']:7.1f} ms | {row['bytes']:9.1f}"
+            )
+        print("(reference = agent-framework-redis RedisHistoryProvider; it has no windowed load)")
+
+    print("\nAppend rate against the raw driver (two pre-encoded records, no agentkeep logic)")
+    mid = 10_000 if 10_000 in sizes else sizes[0]
+    for backend in ("sqlite", "redis", "postgres"):
+        ours_ms = ours[backend][mid]["append"]
+        print(
+            f"{backend:>9}: agentkeep {ours_ms:.3f} ms, raw {raw[backend]:.3f} ms -> "
+            f"{raw[backend] / ours_ms:.0%} of the raw rate (target >= 50%) at {mid:,} messages"
+        )
+    if reference is not None and str(mid) in reference:
+        ratio = reference[str(mid)]["append"] / ours["redis"][mid]["append"]
+        print(f"redis append at {mid:,}: reference {reference[str(mid)]['append']:.1f} ms, {ratio:.0f}x ours")
+    print(f"(pid {os.getpid()}, python {sys.version.split()[0]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""A session store on Redis: one hash per session, saved with a compare-and-set Lua script.
+
+Each session lives in ``{key_prefix}:{agent}:{conversation}`` (both parts escaped by
+:func:`~agentkeep.storage.redis.escape_key_part`, so no id can collide with another or reach
+outside the prefix) as a hash with the version ``v`` and the JSON payload ``p``
+(``agent.serialize_session(session)``).
+
+**Optimistic versions.** A save runs one Lua script that compares the stored version with the one
+the session was read at (nothing stored, for a new session) and writes version + 1 only if they
+match; otherwise it raises :class:`~agentkeep.errors.ConflictError` and changes nothing. Redis runs
+the script atomically, so concurrent saves from any number of processes let exactly one win.
+
+Connection handling, timeouts and error mapping are those of
+:class:`~agentkeep.storage.redis.RedisConnection` (an unreachable server raises
+:class:`~agentkeep.errors.StorageUnavailableError` within ``timeout`` seconds).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from ..errors import ConflictError, SessionFormatError
+from ..sessions import AgentSession
+from ..storage.redis import RedisConnection, RedisScript, escape_key_part
+from .base import AgentSessionStore, agent_key, session_version, set_session_version
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from ..agent import Agent
+
+__all__ = ["RedisSessionStore"]
+
+_SAVE = RedisScript("""
+local stored = redis.call('HGET', KEYS[1], 'v')
+if (stored or '') ~= ARGV[1] then return stored or '' end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'p', ARGV[3])
+if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+return 'ok'
+""")
+
+
+class RedisSessionStore(AgentSessionStore):
+    """Sessions in Redis, keyed by (agent name, conversation id), with optimistic versions.
+
+    Args:
+        redis_client: A redis-py asyncio client to use; the store never closes it. It must not
+            decode responses, and its own timeouts apply.
+        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``.
+        key_prefix: Namespace of every key the store writes.
+        ttl: Seconds after its last save at which a session expires (``None``: never).
+        timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
+
+    Example:
+        ```python
+        store = RedisSessionStore.from_url("redis://localhost:6379/0", ttl=30 * 86400)
+        session = await store.get_session(agent, "conversation-1")
+        await agent.run("Hello", session=session)
+        await store.save_session(agent, "conversation-1", session)
+        await store.aclose()
+        ```
+    """
+
+    backend = "redis"
+
+    def __init__(
+        self,
+        redis_client: aioredis.Redis | None = None,
+        *,
+        redis_url: str | None = None,
+        key_prefix: str = "agent_sessions",
+        ttl: float | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if not key_prefix:
+            raise ValueError("key_prefix must not be empty")
+        if ttl is not None and ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
+        self.key_prefix = key_prefix
+        self.ttl = ttl
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, key_prefix: str = "agent_sessions", ttl: float | None = None, timeout: float = 5.0
+    ) -> RedisSessionStore:
+        """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
+        return cls(redis_url=url, key_prefix=key_prefix, ttl=ttl, timeout=timeout)
+
+    def session_key(self, agent: Agent, conversation_id: str) -> str:
+        """The Redis key of the session of ``agent`` stored under ``conversation_id``."""
+        return f"{self.key_prefix}:{escape_key_part(agent_key(agent))}:{escape_key_part(conversation_id)}"
+
+    def _key(self, agent: Agent, conversation_id: str) -> str:
+        if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+        self.connection.check_open("session store")
+        return self.session_key(agent, conversation_id)
+
+    async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
+        """Store ``session`` as the next version of ``conversation_id``.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at (nothing is
+                changed).
+            SessionFormatError: A state value cannot be serialized.
+            StorageUnavailableError: The server cannot be reached.
+        """
+        key = self._key(agent, conversation_id)
+        payload = msgspec.json.encode(agent.serialize_session(session))
+        expected = session_version(session)
+        version = (expected or 0) + 1
+        ttl = max(1, round(self.ttl * 1000)) if self.ttl is not None else 0
+        reply = await self.connection.run(
+            _SAVE, [key], ["" if expected is None else str(expected), str(version), payload, ttl]
+        )
+        if reply != b"ok":
+            read = "a new session" if expected is None else f"a session read at version {expected}"
+            found = f"version {reply.decode()} is stored" if reply else "nothing is stored"
+            raise ConflictError(
+                f"redis: cannot save {read} as conversation {conversation_id!r} of agent "
+                f"{agent_key(agent)!r}: {found}; get the session again and retry",
+                backend=self.backend,
+                conversation_id=conversation_id,
+            )
+        set_session_version(session, version)
+
+    async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
+        """The stored session (a new object each call), or a new empty one.
+
+        Raises:
+            SessionFormatError: The stored payload or version cannot be read.
+            StorageUnavailableError: The server cannot be reached.
+        """
+        key = self._key(agent, conversation_id)
+        stored: list[bytes | None] = await self.connection.execute("HMGET", key, "v", "p")
+        version, payload = stored
+        if version is None and payload is None:
+            return agent.create_session(session_id=conversation_id)
+        where = f"redis: stored session {conversation_id!r} of agent {agent_key(agent)!r}"
+        try:
+            if version is None or payload is None:
+                raise ValueError("the stored session is incomplete")
+            number = int(version)
+            session = agent.deserialize_session(payload)
+        except (TypeError, ValueError) as exc:  # SessionFormatError is a ValueError
+            raise SessionFormatError(f"{where}: {exc}") from exc
+        set_session_version(session, number)
+        return session
+
+    async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
+        """Forget the session; ``False`` if none was stored.
+
+        Raises:
+            StorageUnavailableError: The server cannot be reached.
+        """
+        key = self._key(agent, conversation_id)
+        return bool(await self.connection.execute("DEL", key))
+
+    async def aclose(self) -> None:
+        """Close the client if the store created it; later calls raise ``StorageClosedError``."""
+        await self.connection.aclose()
+
+    def __repr__(self) -> str:
+        return f"RedisSessionStore({self.connection.address!r}, key_prefix={self.key_prefix!r})"

@@ -1,0 +1,89 @@
+"""The Redis backend for the conformance suite: the machine's server, a fresh key prefix per store.
+
+The server is ``AGENTKEEP_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/0``). Every store gets
+its own key prefix; its keys are deleted (``SCAN`` + ``DEL``) when the store is done.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from agentkeep.storage.redis import LAYOUT_VERSION, RedisMessageStore
+
+NAME = "redis"
+CROSS_PROCESS = True
+REDIS_URL = os.environ.get("AGENTKEEP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def unique_prefix(kind: str = "messages") -> str:
+    """A key prefix no other test run uses."""
+    return f"agentkeep-test-{kind}-{uuid.uuid4().hex[:12]}"
+
+
+async def delete_prefix(prefix: str, url: str = REDIS_URL) -> int:
+    """Delete every key under ``prefix:`` on the server at ``url``; returns how many."""
+    client = aioredis.Redis.from_url(url)
+    try:
+        deleted = 0
+        batch: list[bytes] = []
+        async for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += await client.delete(*batch)
+                batch.clear()
+        if batch:
+            deleted += await client.delete(*batch)
+        return deleted
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def open_store(**options: Any) -> AsyncIterator[RedisMessageStore]:
+    prefix = unique_prefix()
+    store = RedisMessageStore.from_url(REDIS_URL, key_prefix=prefix, **options)
+    try:
+        await store.setup()
+        yield store
+    finally:
+        await store.aclose()
+        await delete_prefix(prefix)
+
+
+def spec_of(store: RedisMessageStore) -> dict[str, Any]:
+    return {
+        "url": REDIS_URL,
+        "key_prefix": store.key_prefix,
+        "max_messages": store.max_messages,
+        "ttl": store.ttl,
+    }
+
+
+def store_from_spec(spec: dict[str, Any]) -> RedisMessageStore:
+    return RedisMessageStore.from_url(
+        spec["url"], key_prefix=spec["key_prefix"], max_messages=spec["max_messages"], ttl=spec["ttl"]
+    )
+
+
+async def corrupt(store: RedisMessageStore, conversation_id: str, seq: int) -> None:
+    keys = store.conversation_keys(conversation_id)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        head = int(await client.hget(keys.meta, "h") or 0)
+        await client.lset(keys.log, seq - head, "\x10not a record")
+    finally:
+        await client.aclose()
+
+
+async def mark_newer_version(store: RedisMessageStore) -> None:
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
+    finally:
+        await client.aclose()

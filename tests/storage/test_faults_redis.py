@@ -1,0 +1,162 @@
+"""Redis going away mid-run: the error, and a retried append stored exactly once after recovery.
+
+Each test starts its own ``redis-server`` on a free port (no persistence except an explicit
+``SAVE`` into its own folder under ``tmp_path``) and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from agentkeep import Agent, Message, StorageUnavailableError
+from agentkeep.storage.redis import RedisMessageStore
+from agentkeep.stores.redis import RedisSessionStore
+from agentkeep.testing import ScriptedChatClient
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+
+TIMEOUT = 0.5  # the stores' connect and reply timeout in these tests
+
+
+class RedisServer:
+    """A ``redis-server`` process of the test's own, restartable on the same port and folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(self.folder),
+                "--dbfilename", "dump.rdb",
+                "--enable-debug-command", "yes",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as probe:
+                    probe.sendall(b"PING\r\n")
+                    if probe.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    own = RedisServer(tmp_path)
+    own.start()
+    try:
+        yield own
+    finally:
+        own.kill()
+
+
+@pytest.fixture
+async def admin(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(server.url, socket_timeout=10)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def turn(tag: str) -> list[Message]:
+    return [Message("user", [f"{tag} question"]), Message("assistant", [f"{tag} answer"])]
+
+
+async def test_a_server_that_stops_answering_times_out_and_the_retry_is_stored_once(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    store = RedisMessageStore.from_url(server.url, timeout=TIMEOUT)
+    try:
+        await store.append("c", turn("first"))
+        second = turn("second")
+        sleeping = asyncio.create_task(admin.execute_command("DEBUG", "SLEEP", 1.5))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError) as caught:
+            await store.append("c", second)  # sent, but the reply does not come in time
+        assert time.monotonic() - started < 3 * TIMEOUT
+        assert caught.value.address == server.url
+        await sleeping
+        # the server did run the timed-out append once it woke up; the retry must not add it again
+        assert await admin.llen(store.conversation_keys("c").log) == 4
+        assert await store.append("c", second) == [3, 4]
+        texts = [entry.message.text for entry in await store.read("c")]
+        assert texts == ["first question", "first answer", "second question", "second answer"]
+        await store.append("c", turn("third"))
+        assert [entry.seq for entry in await store.read("c")] == [1, 2, 3, 4, 5, 6]
+    finally:
+        await store.aclose()
+
+
+async def test_a_killed_server_fails_fast_and_a_retry_after_restart_is_stored_once(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    store = RedisMessageStore.from_url(server.url, timeout=TIMEOUT)
+    try:
+        first, second = turn("first"), turn("second")
+        await store.append("c", first)
+        await admin.save()  # what survives the kill
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match=f"redis at {server.url}"):
+            await store.append("c", second)
+        with pytest.raises(StorageUnavailableError):
+            await store.read("c")
+        assert time.monotonic() - started < 4 * TIMEOUT
+        server.start()  # same port, loads the dump
+        assert await store.append("c", second) == [3, 4]  # reconnects by itself
+        assert await store.append("c", second) == [3, 4]  # a second retry changes nothing
+        assert await store.append("c", first) == [1, 2]  # nor does a retry of the saved turn
+        texts = [entry.message.text for entry in await store.read("c")]
+        assert texts == ["first question", "first answer", "second question", "second answer"]
+    finally:
+        await store.aclose()
+
+
+async def test_the_session_store_reports_an_outage_and_recovers(server: RedisServer) -> None:
+    store = RedisSessionStore.from_url(server.url, timeout=TIMEOUT)
+    agent = Agent(ScriptedChatClient(), name="helper")
+    try:
+        session = await store.get_session(agent, "s")
+        server.kill()
+        with pytest.raises(StorageUnavailableError):
+            await store.save_session(agent, "s", session)
+        server.start()  # nothing was saved: an empty server
+        await store.save_session(agent, "s", session)
+        assert (await store.get_session(agent, "s")).session_id == "s"
+    finally:
+        await store.aclose()

@@ -1,0 +1,471 @@
+"""Redis-specific behaviour of :mod:`agentkeep.storage.redis` (the shared contract is in the suite).
+
+Key layout and escaping, the layout marker, client ownership, errors, retention details, the
+window arithmetic (checked against the in-memory reference over random operations), the record
+size, and :class:`RedisHistoryProvider`. Uses the machine's Redis with a fresh key prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import random
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from agentkeep import (
+    Agent,
+    CorruptRecordError,
+    Message,
+    SchemaVersionError,
+    StorageError,
+    StorageUnavailableError,
+)
+from agentkeep.storage import DEDUP_WINDOW, InMemoryMessageStore, StoredMessage, Summary
+from agentkeep.storage.redis import (
+    RedisConnection,
+    RedisHistoryProvider,
+    RedisMessageStore,
+    escape_key_part,
+)
+from agentkeep.testing import ScriptedChatClient
+
+from .backend_redis import REDIS_URL, delete_prefix, open_store, unique_prefix
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aioredis.Redis]:
+    """A plain client on the test server, for looking at keys."""
+    redis_client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        yield redis_client
+    finally:
+        await redis_client.aclose()
+
+
+async def keys_under(client: aioredis.Redis, prefix: str) -> set[str]:
+    return {key.decode() async for key in client.scan_iter(match=f"{prefix}:*", count=1000)}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def turn(i: int) -> list[Message]:
+    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
+
+
+# -- key layout ---------------------------------------------------------------------------------
+
+
+def test_escaping_is_injective_and_keeps_ids_inside_their_keys() -> None:
+    ids = ["a", "a:b", "a%3Ab", "{a}", "a}:{b", "*", "?[x]", "ü", "", "#x", "x" * 100, "x" * 101]
+    escaped = [escape_key_part(i) for i in ids]
+    assert len(set(escaped)) == len(ids)
+    for part in escaped:
+        assert not set(part) & set(":{}*?[] ")
+        assert len(part) <= 100
+    assert escape_key_part("conv-1_a.b~") == "conv-1_a.b~"
+    assert escape_key_part("x" * 200).startswith("#")
+
+
+async def test_keys_are_namespaced_and_share_a_hash_tag(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        prefix = store.key_prefix
+        await store.append("a:b}{c", turn(1))
+        [first, _] = await store.read("a:b}{c")
+        summary = Summary(Message("assistant", ["s"]), [first.message.message_id or ""])
+        await store.record_compaction(
+            "a:b}{c", excluded=[first.message.message_id or ""], summaries=[summary]
+        )
+        keys = await keys_under(client, prefix)
+        expected = set(store.conversation_keys("a:b}{c")) | {store.layout_key}
+        assert keys == expected
+        assert store.conversation_keys("a:b}{c").log == f"{prefix}:{{a%3Ab%7D%7Bc}}:l"
+        assert await client.llen(store.conversation_keys("a:b}{c").log) == 3  # 2 messages, 1 summary
+
+
+async def test_delete_leaves_no_key_of_the_conversation(client: aioredis.Redis) -> None:
+    async with open_store(ttl=60) as store:
+        await store.append("d", turn(1))
+        [first, _] = await store.read("d")
+        await store.record_compaction(
+            "d",
+            excluded=[first.message.message_id or ""],
+            summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])],
+        )
+        assert await store.delete("d") is True
+        assert await keys_under(client, store.key_prefix) == {store.layout_key}
+
+
+# -- layout marker --------------------------------------------------------------------------------
+
+
+async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        assert await client.hgetall(store.layout_key) == {b"layout": b"1", b"format": b"1"}
+        await client.hset(store.layout_key, "format", 7)
+        fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
+        try:
+            with pytest.raises(SchemaVersionError, match=r"record format version .*7.* up to version 1"):
+                await fresh.append("x", turn(1))  # the first operation checks the layout
+            await client.hset(store.layout_key, mapping={"format": 1, "layout": "junk"})
+            with pytest.raises(SchemaVersionError, match="key layout"):
+                await fresh.setup()
+            await client.hset(store.layout_key, "layout", 1)
+            await fresh.setup()
+            assert await fresh.append("x", turn(1)) == [1, 2]
+        finally:
+            await fresh.aclose()
+
+
+# -- ownership and errors ---------------------------------------------------------------------------
+
+
+def test_importing_without_the_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # as if redis-py were not installed
+    monkeypatch.delitem(sys.modules, "agentkeep.storage.redis")
+    with pytest.raises(ImportError, match=r"pip install 'agentkeep\[redis\]'"):
+        importlib.import_module("agentkeep.storage.redis")
+
+
+async def test_an_injected_client_is_not_closed(client: aioredis.Redis) -> None:
+    prefix = unique_prefix()
+    store = RedisMessageStore(client, key_prefix=prefix)
+    try:
+        await store.append("c", turn(1))
+        assert store.connection.owns_client is False
+    finally:
+        await store.aclose()
+        await delete_prefix(prefix)
+    assert await client.ping() is True
+
+
+async def test_bad_client_arguments_are_refused(client: aioredis.Redis) -> None:
+    with pytest.raises(ValueError, match="either"):
+        RedisMessageStore()
+    with pytest.raises(ValueError, match="either"):
+        RedisMessageStore(client, redis_url=REDIS_URL)
+    decoding = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        with pytest.raises(ValueError, match="decode"):
+            RedisMessageStore(decoding)
+    finally:
+        await decoding.aclose()
+    options: dict[str, Any]
+    for options in ({"max_messages": 0}, {"ttl": 0}, {"timeout": 0}, {"key_prefix": ""}):
+        with pytest.raises(ValueError):
+            RedisMessageStore.from_url(REDIS_URL, **options)
+
+
+async def test_an_unreachable_server_fails_fast_without_the_password() -> None:
+    port = free_port()
+    store = RedisMessageStore.from_url(f"redis://:s3cret@127.0.0.1:{port}/2", timeout=1.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError) as caught:
+            await store.append("c", turn(1))
+        assert time.monotonic() - started < 3
+        error = caught.value
+        assert error.backend == "redis"
+        assert error.address == f"redis://127.0.0.1:{port}/2"
+        assert "s3cret" not in str(error)
+        assert f"127.0.0.1:{port}" in str(error)
+    finally:
+        await store.aclose()
+
+
+async def test_a_silent_server_times_out() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)  # never answers
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = RedisMessageStore.from_url(f"redis://127.0.0.1:{port}/0", timeout=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageUnavailableError, match=r"[Tt]imeout"):
+            await store.read("c")
+        assert time.monotonic() - started < 2  # a timeout is not retried
+    finally:
+        await store.aclose()
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_key_of_another_type_is_a_storage_error(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        await client.set(store.conversation_keys("c").meta, "not a hash")
+        with pytest.raises(StorageError, match="WRONGTYPE") as caught:
+            await store.append("c", turn(1))
+        assert not isinstance(caught.value, StorageUnavailableError)
+
+
+async def test_connection_repr_names_the_address_only() -> None:
+    connection = RedisConnection(redis_url="redis://user:pw@127.0.0.1:6379/3")
+    try:
+        assert repr(connection) == "RedisConnection('redis://127.0.0.1:6379/3', owns_client=True)"
+    finally:
+        await connection.aclose()
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+async def test_long_and_odd_message_ids_round_trip_and_deduplicate() -> None:
+    async with open_store() as store:
+        messages = [
+            Message("user", ["long"], message_id="i" * 300),
+            Message("user", ["short"], message_id="x"),
+            Message("user", ["sixteen"], message_id="a" * 15),
+        ]
+        assert await store.append("ids", messages) == [1, 2, 3]
+        assert await store.append("ids", messages) == [1, 2, 3]
+        assert [e.message for e in await store.read("ids")] == messages
+        await store.record_compaction("ids", excluded=["i" * 300, "bad\x00id"])
+        assert [e.excluded for e in await store.read("ids")] == [True, False, False]
+
+
+async def test_a_retry_older_than_the_dedup_window_is_stored_again() -> None:
+    async with open_store() as store:
+        old = [Message("user", ["old"])]
+        await store.append("w", old)
+        for i in range(DEDUP_WINDOW // 2 - 1):
+            await store.append("w", turn(i))
+        assert await store.append("w", old) == [1]  # the newest DEDUP_WINDOW entries include it
+        await store.append("w", turn(-1))
+        assert await store.append("w", old) == [DEDUP_WINDOW + 2]  # seq 1 is now 257th newest
+
+
+async def test_a_corrupt_summary_is_reported_with_its_seq(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        await store.append("c", turn(1))
+        [first, _] = await store.read("c")
+        await store.record_compaction(
+            "c", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
+        )
+        field = (await client.hkeys(store.conversation_keys("c").summaries))[0]
+        await client.hset(store.conversation_keys("c").summaries, field, b"\x00\x00\x00\x02ab")
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.read_view("c")
+        assert caught.value.seq == 3
+        assert len(await store.read("c")) == 2  # the raw log does not hold summaries
+
+
+async def test_bytes_per_message_at_ten_thousand(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        for batch in range(20):
+            await store.append(
+                "big", [Message("user", [f"{batch:04d}-{i:04d} " + "x" * 190]) for i in range(500)]
+            )
+        used = 0
+        for key in store.conversation_keys("big"):
+            used += await client.memory_usage(key, samples=0) or 0
+        assert used / 10_000 <= 260
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+
+async def test_ttl_covers_keys_created_by_a_later_compaction(client: aioredis.Redis) -> None:
+    async with open_store(ttl=100) as store:
+        await store.append("t", turn(1))
+        [first, second] = await store.read("t")
+        await store.record_compaction(
+            "t",
+            excluded=[first.message.message_id or ""],
+            summaries=[Summary(Message("assistant", ["s"]), [second.message.message_id or ""])],
+        )
+        keys = store.conversation_keys("t")
+        for key in keys:
+            assert 0 < await client.pttl(key) <= 100_000
+        assert await store.expire("t", None) is True
+        for key in keys:
+            assert await client.pttl(key) == -1
+
+
+async def test_a_conversation_that_lost_its_meta_key_starts_over(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        await store.append("s", turn(1))
+        [first, _] = await store.read("s")
+        await store.record_compaction("s", excluded=[first.message.message_id or ""])
+        keys = store.conversation_keys("s")
+        await client.delete(keys.meta, keys.log)  # as if the two expired before the others
+        assert await store.read("s") == []
+        assert await store.append("s", turn(2)) == [1, 2]
+        assert [e.excluded for e in await store.read("s")] == [False, False]
+
+
+# -- windows against the reference ----------------------------------------------------------------
+
+
+async def _apply(stores: list[Any], operation: str, *args: Any, **kwargs: Any) -> list[Any]:
+    """Run one operation on every store; the results (or the exception types)."""
+    results: list[Any] = []
+    for store in stores:
+        try:
+            results.append(await getattr(store, operation)(*args, **kwargs))
+        except ValueError as exc:
+            results.append(type(exc))
+    return results
+
+
+def _shape(entries: list[StoredMessage]) -> list[tuple[int, str, bool, tuple[str, ...]]]:
+    return [(e.seq, e.message.text, e.excluded, e.replaces) for e in entries]
+
+
+async def _compare_windows(reference: InMemoryMessageStore, store: RedisMessageStore, every: bool) -> None:
+    raw = await reference.read("r")
+    assert await store.read("r") == raw
+    full = await reference.read_view("r")
+    got = await store.read_view("r")
+    assert (_shape(got.entries), got.epoch, got.last_seq) == (_shape(full.entries), full.epoch, full.last_seq)
+    assert got.entries == full.entries
+    lasts = range(len(full.entries) + 2) if every else [0, 1, 3]
+    afters = [0, *(e.seq for e in raw), full.last_seq + 1] if every else [0, full.last_seq - 2]
+    for last in lasts:
+        assert _shape(await store.read("r", last=last)) == _shape(await reference.read("r", last=last))
+        expected = await reference.read_view("r", last=last)
+        assert _shape((await store.read_view("r", last=last)).entries) == _shape(expected.entries)
+    for after in afters:
+        assert _shape(await store.read("r", after=after)) == _shape(await reference.read("r", after=after))
+        for last in (None, 2):
+            expected = await reference.read_view("r", after=after, last=last)
+            actual = await store.read_view("r", after=after, last=last)
+            assert _shape(actual.entries) == _shape(expected.entries), (after, last)
+
+
+@pytest.mark.parametrize("max_messages", [None, 9])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_random_operations_match_the_reference(seed: int, max_messages: int | None) -> None:
+    rng = random.Random(seed)
+    reference = InMemoryMessageStore(max_messages=max_messages)
+    async with open_store(max_messages=max_messages) as store:
+        stores = [reference, store]
+        batches: list[list[Message]] = []
+        summaries: list[Summary] = []
+        known: list[str] = []
+        for step in range(70):
+            choice = rng.random()
+            if choice < 0.55 or not known:
+                batch = [
+                    Message(rng.choice(["user", "assistant"]), [f"m{step}.{i}"])
+                    for i in range(rng.randint(1, 3))
+                ]
+                batches.append(batch)
+                results = await _apply(stores, "append", "r", batch)
+                known += [m.message_id or "" for m in batch]
+            elif choice < 0.65:
+                results = await _apply(stores, "append", "r", rng.choice(batches[-4:]))  # a retry
+            elif choice < 0.8:
+                picked = [*rng.sample(known, min(len(known), rng.randint(1, 4))), "unknown"]
+                results = await _apply(stores, "record_compaction", "r", excluded=picked)
+            elif choice < 0.95 or not summaries:
+                replaced = rng.sample(known, min(len(known), rng.randint(1, 3)))
+                summary = Summary(Message("assistant", [f"summary {step}"]), replaced)
+                excluded = replaced if rng.random() < 0.7 else []
+                results = await _apply(
+                    stores, "record_compaction", "r", excluded=excluded, summaries=[summary]
+                )
+                if results[0] is not ValueError:
+                    summaries.append(summary)
+                    known.append(summary.message.message_id or "")
+            else:
+                results = await _apply(stores, "record_compaction", "r", summaries=[rng.choice(summaries)])
+            assert results[0] == results[1], (step, results)
+            await _compare_windows(reference, store, every=step % 10 == 9)
+        await _compare_windows(reference, store, every=True)
+
+
+async def test_compaction_finds_ids_anywhere_in_a_long_log() -> None:
+    async with open_store() as store:
+        for batch in range(3):
+            await store.append("long", [Message("user", [f"{batch}-{i}"]) for i in range(600)])
+        raw = await store.read("long")
+        ids = [e.message.message_id or "" for e in raw]
+        await store.record_compaction("long", excluded=ids[:100])
+        await store.record_compaction("long", excluded=[ids[1500], ids[50], ids[1799], "not-there"])
+        flags = [e.excluded for e in await store.read("long")]
+        assert [i for i, flag in enumerate(flags) if flag] == [*range(100), 1500, 1799]
+        summary = Summary(Message("assistant", ["s"]), [ids[1700], ids[1200]])
+        await store.record_compaction("long", summaries=[summary])
+        view = (await store.read_view("long")).entries
+        assert [e.message.text for e in view[1099:1102]] == ["1-599", "s", "2-0"]  # anchored at ids[1200]
+
+
+# -- concurrency in one process -------------------------------------------------------------------
+
+
+async def test_concurrent_appends_from_two_clients_stay_contiguous() -> None:
+    async with open_store() as store:
+        other = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
+        try:
+            await asyncio.gather(
+                *(
+                    target.append("c", [Message("user", [f"{n} q"]), Message("assistant", [f"{n} a"])])
+                    for n in range(40)
+                    for target in ([store] if n % 2 else [other])
+                )
+            )
+        finally:
+            await other.aclose()
+        texts = [e.message.text for e in await store.read("c")]
+        assert len(texts) == 80
+        assert sorted(texts[::2], key=lambda t: int(t.split()[0])) == [f"{n} q" for n in range(40)]
+        for question, answer in zip(texts[::2], texts[1::2], strict=True):
+            assert answer == question.replace(" q", " a")
+
+
+# -- the history provider -------------------------------------------------------------------------
+
+
+async def test_history_provider_with_an_injected_client(client: aioredis.Redis) -> None:
+    prefix = unique_prefix()
+    provider = RedisHistoryProvider(redis_client=client, key_prefix=prefix, load_limit=10, ttl=60)
+    try:
+        assert provider.source_id == "redis_memory"
+        scripted = ScriptedChatClient(["one", "two"])
+        agent = Agent(scripted, context_providers=[provider])
+        session = agent.create_session(session_id="user-42")
+        await agent.run("hello", session=session)
+        await agent.run("again", session=session)
+        assert [m.text for m in scripted.calls[-1]] == ["hello", "one", "again"]
+        stored = await provider.store.read("user-42")
+        assert [e.message.text for e in stored] == ["hello", "one", "again", "two"]
+        assert 0 < await client.pttl(provider.store.conversation_keys("user-42").log) <= 60_000
+    finally:
+        await provider.aclose()
+        await delete_prefix(prefix)
+    assert await client.ping() is True
+
+
+async def test_history_provider_from_url_owns_its_client() -> None:
+    prefix = unique_prefix()
+    provider = RedisHistoryProvider.from_url(REDIS_URL, key_prefix=prefix, max_messages=4)
+    try:
+        assert provider.store.connection.owns_client is True
+        assert provider.store.max_messages == 4
+        agent = Agent(ScriptedChatClient(["a", "b", "c"]), context_providers=[provider])
+        session = agent.create_session()
+        for text in ("x", "y", "z"):
+            await agent.run(text, session=session)
+        stored = await provider.store.read(provider.conversation_id(session))
+        assert [e.message.text for e in stored] == ["y", "b", "z", "c"]
+    finally:
+        await provider.aclose()
+        await delete_prefix(prefix)
+    assert provider.store.connection.closed
+    with pytest.raises(ValueError, match="either"):
+        RedisHistoryProvider()
