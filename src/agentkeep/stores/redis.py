@@ -23,7 +23,8 @@ import msgspec
 
 from ..errors import ConflictError, SessionFormatError
 from ..sessions import AgentSession
-from ..storage.redis import RedisConnection, RedisScript, escape_key_part
+from ..storage._redis_lua import RedisScript
+from ..storage.redis import RedisConnection, escape_key_part
 from .base import AgentSessionStore, agent_key, session_version, set_session_version
 
 if TYPE_CHECKING:

@@ -1,0 +1,342 @@
+"""The Lua scripts of the Redis backend (kept apart from the Python so each stays readable).
+
+Every mutating operation of :class:`~agentkeep.storage.redis.RedisMessageStore` is one script, which
+Redis runs start to finish: that is what makes appends, trims, expiry and compaction atomic across
+processes. The key layout they work on is described in :mod:`agentkeep.storage.redis`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from .base import DEDUP_WINDOW
+
+__all__ = ["APPEND", "COMPACT", "DELETE", "EXPIRE", "READ", "SETUP", "RedisScript"]
+
+
+class RedisScript:
+    """A Lua script run by SHA (``EVALSHA``), sent again with ``EVAL`` if the server lacks it.
+
+    Args:
+        source: The Lua source.
+    """
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+# -- Lua ------------------------------------------------------------------------------------------
+# KEYS of every conversation script: meta hash, log list, exclusion ranges, summaries hash, the
+# ids of the newest DEDUP_WINDOW seqs.
+
+_PRELUDE = (
+    f"local WINDOW = {DEDUP_WINDOW}\n"
+    + """
+local function ranges(text)
+  local out = {}
+  if text then
+    for a, b in string.gmatch(text, '(%d+)-(%d+)') do out[#out + 1] = {tonumber(a), tonumber(b)} end
+  end
+  return out
+end
+
+local function covered(rs, seq)
+  local lo, hi = 1, #rs
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if seq < rs[mid][1] then hi = mid - 1 elseif seq > rs[mid][2] then lo = mid + 1 else return true end
+  end
+  return false
+end
+
+-- {seq, anchor, field} of every summary, by seq
+local function summaries(key)
+  local out = {}
+  for _, field in ipairs(redis.call('HKEYS', key)) do
+    local seq, anchor = string.match(field, '^(%d+):(%d+)$')
+    out[#out + 1] = {tonumber(seq), tonumber(anchor), field}
+  end
+  table.sort(out, function(p, q) return p[1] < q[1] end)
+  return out
+end
+
+-- the parts of [lo, hi] outside `skips` (ranges sorted by start), ascending
+local function segments(lo, hi, skips)
+  local out, cur = {}, lo
+  for _, r in ipairs(skips) do
+    if r[1] > hi then break end
+    if r[2] >= cur then
+      if r[1] > cur then out[#out + 1] = {cur, r[1] - 1} end
+      cur = r[2] + 1
+    end
+  end
+  if cur <= hi then out[#out + 1] = {cur, hi} end
+  return out
+end
+
+-- the length-prefixed id an entry starts with (nil for a placeholder)
+local function needle_at(entry, at)
+  local size = string.byte(entry, at)
+  if not size then return nil end
+  if size == 255 then
+    local high, low = string.byte(entry, at + 1, at + 2)
+    if not low then return nil end
+    return string.sub(entry, at, at + 2 + high * 256 + low)
+  end
+  return string.sub(entry, at, at + size)
+end
+"""
+)
+
+SETUP = RedisScript("""
+local found = redis.call('HMGET', KEYS[1], 'layout', 'format')
+if not found[1] then
+  redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'format', ARGV[2])
+  return {ARGV[1], ARGV[2]}
+end
+return found
+""")
+
+APPEND = RedisScript(
+    _PRELUDE
+    + """
+local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local max_messages, ttl, needle = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local state = redis.call('HMGET', meta, 'h', 'l')
+local head, last
+if state[1] then
+  head, last = tonumber(state[1]), tonumber(state[2])
+  local at = redis.call('LPOS', recent, needle, 'RANK', -1)
+  if at then
+    local seq = last - redis.call('LLEN', recent) + 1 + at
+    if seq >= head then return seq end  -- a retry: stored already
+  end
+else
+  redis.call('DEL', log, excl, sums, recent)  -- leftovers of a conversation that expired
+  head, last = 1, 0
+  redis.call('HSET', meta, 'h', 1, 'e', 0)
+end
+for i = 4, #ARGV, 1000 do redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+local needles = {}
+for i = math.max(4, #ARGV - WINDOW + 1), #ARGV do needles[#needles + 1] = needle_at(ARGV[i], 1) end
+redis.call('RPUSH', recent, unpack(needles))
+redis.call('LTRIM', recent, -WINDOW, -1)
+local first = last + 1
+last = last + #ARGV - 3
+redis.call('HSET', meta, 'l', last)
+if max_messages > 0 then
+  local points = {}
+  for _, s in ipairs(summaries(sums)) do
+    if s[1] >= head then points[#points + 1] = s[1] end
+  end
+  local excess = last - head + 1 - #points - max_messages
+  if excess > 0 then
+    local cut = head + excess
+    for _, p in ipairs(points) do
+      if p < cut then cut = cut + 1 end
+    end
+    redis.call('LTRIM', log, cut - head, -1)
+    redis.call('HSET', meta, 'h', cut)
+  end
+end
+if ttl > 0 then
+  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
+end
+return first
+"""
+)
+
+READ = RedisScript(
+    _PRELUDE
+    + """
+local meta, log, excl, sums = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- ARGV: after (0: from the start), how many (-1: all), 1 for the raw log / 0 for the view
+local after, want, raw = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local state = redis.call('HMGET', meta, 'h', 'l', 'e')
+if not state[1] then return {0, 0, {}, ''} end
+local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+local text = redis.call('GET', excl) or ''
+if want == 0 then return {epoch, last, {}, text} end
+local excluded = ranges(text)
+local skips, active = {}, {}
+if not raw then
+  for _, r in ipairs(excluded) do skips[#skips + 1] = r end
+end
+for _, s in ipairs(summaries(sums)) do
+  skips[#skips + 1] = {s[1], s[1]}
+  if not raw and s[1] > after and not covered(excluded, s[1]) then active[#active + 1] = s end
+end
+table.sort(skips, function(p, q) return p[1] < q[1] end)
+table.sort(active, function(p, q)
+  if p[2] ~= q[2] then return p[2] < q[2] end
+  return p[1] < q[1]
+end)
+-- the view as pieces: {0, first seq, last seq} for messages, {1, summary} for a summary, which
+-- goes just before the first message at or after its anchor
+local pieces, j = {}, 1
+for _, seg in ipairs(segments(math.max(head, after + 1), last, skips)) do
+  local a, b = seg[1], seg[2]
+  while a <= b do
+    while j <= #active and active[j][2] <= a do pieces[#pieces + 1] = {1, active[j]}; j = j + 1 end
+    if j <= #active and active[j][2] <= b then
+      pieces[#pieces + 1] = {0, a, active[j][2] - 1}
+      a = active[j][2]
+    else
+      pieces[#pieces + 1] = {0, a, b}
+      a = b + 1
+    end
+  end
+end
+while j <= #active do pieces[#pieces + 1] = {1, active[j]}; j = j + 1 end
+local first = 1
+if want > 0 then
+  first = #pieces + 1
+  while first > 1 and want > 0 do
+    local p = pieces[first - 1]
+    local size = 1
+    if p[1] == 0 then
+      size = p[3] - p[2] + 1
+      if size > want then p[2] = p[3] - want + 1; size = want end
+    end
+    want = want - size
+    first = first - 1
+  end
+end
+local out = {}
+for i = first, #pieces do
+  local p = pieces[i]
+  if p[1] == 0 then
+    out[#out + 1] = {0, p[2], redis.call('LRANGE', log, p[2] - head, p[3] - head)}
+  else
+    out[#out + 1] = {1, p[2][1], redis.call('HGET', sums, p[2][3]) or ''}
+  end
+end
+return {epoch, last, out, text}
+"""
+)
+
+COMPACT = RedisScript(
+    _PRELUDE
+    + """
+local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local i = 1
+local excluded, new = {}, {}
+for k = 1, tonumber(ARGV[i]) do excluded[k] = ARGV[i + k] end
+i = i + #excluded + 1
+for k = 1, tonumber(ARGV[i]) do
+  local count = tonumber(ARGV[i + 3])
+  local s = {needle = ARGV[i + 1], record = ARGV[i + 2], replaces = {}}
+  for q = 1, count do s.replaces[q] = ARGV[i + 3 + q] end
+  new[k] = s
+  i = i + 3 + count
+end
+local state = redis.call('HMGET', meta, 'h', 'l', 'e')
+if not state[1] then
+  if #new > 0 then return {-1, 0} end
+  return {0, 0}
+end
+local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+-- wanted[needle]: false while not found, then {seq, anchor}
+local wanted, missing = {}, 0
+local function want(n)
+  if wanted[n] == nil then wanted[n] = false; missing = missing + 1 end
+end
+for _, n in ipairs(excluded) do want(n) end
+for _, s in ipairs(new) do
+  for _, n in ipairs(s.replaces) do want(n) end
+end
+local stored, recorded = redis.call('HGETALL', sums), {}
+for k = 1, #stored, 2 do
+  local seq, anchor = string.match(stored[k], '^(%d+):(%d+)$')
+  local n = needle_at(stored[k + 1], 5)
+  if n then
+    recorded[n] = true
+    if wanted[n] == false then wanted[n] = {tonumber(seq), tonumber(anchor)}; missing = missing - 1 end
+  end
+end
+local xr = ranges(redis.call('GET', excl))
+local function scan(a, b)
+  while a <= b and missing > 0 do
+    local e = math.min(b, a + 499)
+    for k, entry in ipairs(redis.call('LRANGE', log, a - head, e - head)) do
+      local n = needle_at(entry, 1)
+      if n and wanted[n] == false then wanted[n] = {a + k - 1, a + k - 1}; missing = missing - 1 end
+    end
+    a = e + 1
+  end
+end
+if missing > 0 then
+  -- compactions usually exclude what follows the previous one: start at the first included seq
+  local start = head
+  for _, r in ipairs(xr) do
+    if r[1] <= start and r[2] >= start then start = r[2] + 1 end
+  end
+  scan(start, last)
+  scan(head, math.min(start - 1, last))
+end
+local anchors = {}
+for k, s in ipairs(new) do
+  for _, n in ipairs(s.replaces) do
+    local hit = wanted[n]
+    if hit and (anchors[k] == nil or hit[2] < anchors[k]) then anchors[k] = hit[2] end
+  end
+  if anchors[k] == nil then return {-2, k} end
+end
+local points = {}
+for _, n in ipairs(excluded) do
+  local hit = wanted[n]
+  if hit then points[#points + 1] = {hit[1], hit[1]} end
+end
+if #points > 0 then
+  for _, r in ipairs(xr) do points[#points + 1] = r end
+  table.sort(points, function(p, q) return p[1] < q[1] end)
+  local merged = {}
+  for _, r in ipairs(points) do
+    local top = merged[#merged]
+    if top and r[1] <= top[2] + 1 then
+      if r[2] > top[2] then top[2] = r[2] end
+    else
+      merged[#merged + 1] = {r[1], r[2]}
+    end
+  end
+  local parts = {}
+  for k, r in ipairs(merged) do parts[k] = r[1] .. '-' .. r[2] end
+  redis.call('SET', excl, table.concat(parts, ','))
+end
+for k, s in ipairs(new) do
+  if not recorded[s.needle] then  -- else: recorded before, this is a retry
+    last = last + 1
+    redis.call('RPUSH', log, '')
+    redis.call('RPUSH', recent, '')
+    redis.call('LTRIM', recent, -WINDOW, -1)
+    redis.call('HSET', sums, last .. ':' .. anchors[k], s.record)
+    recorded[s.needle] = true
+  end
+end
+epoch = epoch + 1
+redis.call('HSET', meta, 'l', last, 'e', epoch)
+local ttl = redis.call('PTTL', meta)
+if ttl > 0 then
+  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
+end
+return {0, epoch}
+"""
+)
+
+DELETE = RedisScript("""
+local found = redis.call('EXISTS', KEYS[1])
+redis.call('DEL', unpack(KEYS))
+return found
+""")
+
+EXPIRE = RedisScript("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ttl = tonumber(ARGV[1])
+for _, key in ipairs(KEYS) do
+  if ttl >= 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+end
+return 1
+""")
