@@ -9,7 +9,10 @@ A stored message is three parts, so backends can keep the id and time in their o
   a non-UTC offset is read back as UTC).
 * **body** (:func:`encode_body`): the message without its id and time. A message that is one
   plain text (the common case) is ``0x01``, a role byte and the UTF-8 text; with an author name,
-  ``0x03``, role, name length, name, text. Anything else is ``0x02`` and the wire form as
+  ``0x03``, role, name length, name, text. A text of 96 bytes or more is stored deflated (raw
+  DEFLATE, kinds ``0x04`` / ``0x05``) when that saves at least 8 bytes: ordinary prose shrinks by
+  about 30%, which is what keeps a 200-character message within ~260 bytes of storage on every
+  backend (a row's own overhead is 30-60 bytes). Anything else is ``0x02`` and the wire form as
   MessagePack (lossless, unknown fields included).
 
 Decoding errors raise ``ValueError`` / ``msgspec`` errors; backends turn them into
@@ -18,6 +21,7 @@ Decoding errors raise ``ValueError`` / ``msgspec`` errors; backends turn them in
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -44,7 +48,9 @@ FORMAT_VERSION: Final = 1
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
 _ROLE_CODES: Final[dict[str, int]] = {role: code for code, role in enumerate(_ROLES)}
-_PLAIN, _WIRE, _AUTHORED = 1, 2, 3
+_PLAIN, _WIRE, _AUTHORED, _PLAIN_Z, _AUTHORED_Z = 1, 2, 3, 4, 5
+_DEFLATE_FROM: Final = 96  # bytes of text; shorter texts rarely shrink
+_DEFLATE_GAIN: Final = 8  # bytes a deflated text must save to be stored deflated
 _HEX: Final = frozenset("0123456789abcdef")
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -92,12 +98,18 @@ def encode_body(message: Message) -> bytes:
         and not message.extra_fields
     ):
         text = contents[0].text.encode()
+        deflated = False
+        if len(text) >= _DEFLATE_FROM:
+            packed = zlib.compress(text, 6, -15)
+            if len(packed) + _DEFLATE_GAIN <= len(text):
+                text, deflated = packed, True
         author = message.author_name
         if author is None:
-            return bytes((_PLAIN, _ROLE_CODES[message.role])) + text
+            return bytes((_PLAIN_Z if deflated else _PLAIN, _ROLE_CODES[message.role])) + text
         name = author.encode()
         if len(name) < 256:
-            return bytes((_AUTHORED, _ROLE_CODES[message.role], len(name))) + name + text
+            kind = _AUTHORED_Z if deflated else _AUTHORED
+            return bytes((kind, _ROLE_CODES[message.role], len(name))) + name + text
     wire = message.to_dict()
     wire.pop("message_id", None)
     wire.pop("created_at", None)
@@ -113,16 +125,22 @@ def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | N
     if not body:
         raise ValueError("empty record")
     kind = body[0]
-    if kind in (_PLAIN, _AUTHORED):
+    if kind in (_PLAIN, _AUTHORED, _PLAIN_Z, _AUTHORED_Z):
         if len(body) < 2 or body[1] >= len(_ROLES):
             raise ValueError("bad role code")
         author: str | None = None
         start = 2
-        if kind == _AUTHORED:
+        if kind in (_AUTHORED, _AUTHORED_Z):
             size = body[2]
             author = body[3 : 3 + size].decode()
             start = 3 + size
-        message = Message(_ROLES[body[1]], [TextContent(body[start:].decode())], author_name=author)
+        raw = body[start:]
+        if kind in (_PLAIN_Z, _AUTHORED_Z):
+            try:
+                raw = zlib.decompress(raw, -15)
+            except zlib.error as exc:
+                raise ValueError(f"invalid deflated text: {exc}") from exc
+        message = Message(_ROLES[body[1]], [TextContent(raw.decode())], author_name=author)
         message.message_id = message_id
         message.created_at = created_at
         return message
