@@ -39,8 +39,9 @@ unit: $(VENV)/.stamp-dev services
 
 test: lint typecheck unit
 
-bench: $(VENV)/.stamp-dev
+bench: $(VENV)/.stamp-dev services
 	$(BIN)/python bench/bench_turn.py
+	$(BIN)/python bench/bench_storage.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
