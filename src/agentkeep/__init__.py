@@ -40,6 +40,7 @@ from .errors import (
 )
 from .history import (
     ChatReducer,
+    HistoryOptions,
     HistoryProvider,
     InMemoryHistoryProvider,
     InMemoryHistoryState,
@@ -88,6 +89,7 @@ __all__ = [
     "FunctionCallContent",
     "FunctionResultContent",
     "FunctionTool",
+    "HistoryOptions",
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",

@@ -21,7 +21,7 @@ they persist exactly when the session is serialized; appending and loading cost 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack, cast, runtime_checkable
 
 from .contents import FunctionCallContent, FunctionResultContent
 from .errors import MessageFormatError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ChatReducer",
+    "HistoryOptions",
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",
@@ -42,6 +43,18 @@ __all__ = [
 ]
 
 MessageFilter = Callable[[Sequence[Message]], Sequence[Message]]
+
+
+class HistoryOptions(TypedDict, total=False):
+    """The options every history provider takes (see :class:`HistoryProvider`), for ``**options``."""
+
+    load_messages: bool
+    store_inputs: bool
+    store_outputs: bool
+    store_context_messages: bool
+    store_context_from: Collection[str] | None
+    provide_output_message_filter: MessageFilter | None
+    store_input_message_filter: MessageFilter | None
 
 
 class HistoryProvider(ContextProvider):
@@ -234,7 +247,7 @@ class InMemoryHistoryProvider(HistoryProvider):
             stored history is replaced by its output.
         reducer_trigger: Reduce ``"before_messages_retrieval"`` (default) or
             ``"after_message_added"``.
-        **kwargs: The :class:`HistoryProvider` options.
+        **options: The :class:`HistoryProvider` options.
     """
 
     DEFAULT_SOURCE_ID = "in_memory"
@@ -243,25 +256,13 @@ class InMemoryHistoryProvider(HistoryProvider):
         self,
         source_id: str | None = None,
         *,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Collection[str] | None = None,
-        provide_output_message_filter: MessageFilter | None = None,
-        store_input_message_filter: MessageFilter | None = None,
         reducer: ChatReducer | None = None,
         reducer_trigger: ReducerTrigger = "before_messages_retrieval",
+        **options: Unpack[HistoryOptions],
     ) -> None:
         super().__init__(
             source_id or self.DEFAULT_SOURCE_ID,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            provide_output_message_filter=provide_output_message_filter,
-            store_input_message_filter=store_input_message_filter,
+            **options,
         )
         self.reducer = reducer
         self.reducer_trigger = reducer_trigger

@@ -16,10 +16,10 @@ changed the epoch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
-from ..history import HistoryProvider, MessageFilter
+from ..history import HistoryOptions, HistoryProvider
 from ..messages import Message
 from ..sequences import MessageLog
 from ..sessions import AgentSession, ProviderSessionState
@@ -67,7 +67,7 @@ class StorageHistoryProvider(HistoryProvider):
         load_limit: Load at most this many of the newest view messages per run (``None``: all).
             A window never starts with tool results whose call fell outside it.
         owns_store: Close ``store`` in :meth:`aclose`.
-        **kwargs: The :class:`~agentkeep.history.HistoryProvider` options.
+        **options: The :class:`~agentkeep.history.HistoryProvider` options.
     """
 
     def __init__(
@@ -76,24 +76,12 @@ class StorageHistoryProvider(HistoryProvider):
         source_id: str,
         *,
         load_limit: int | None = None,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Collection[str] | None = None,
-        provide_output_message_filter: MessageFilter | None = None,
-        store_input_message_filter: MessageFilter | None = None,
         owns_store: bool = False,
+        **options: Unpack[HistoryOptions],
     ) -> None:
         super().__init__(
             source_id,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            provide_output_message_filter=provide_output_message_filter,
-            store_input_message_filter=store_input_message_filter,
+            **options,
         )
         if load_limit is not None and load_limit <= 0:
             raise ValueError("load_limit must be positive")

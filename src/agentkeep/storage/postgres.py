@@ -55,7 +55,7 @@ import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Final, LiteralString, TypeVar, cast
+from typing import Any, Final, LiteralString, TypeVar, Unpack, cast
 
 try:
     import psycopg
@@ -75,7 +75,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ..history import MessageFilter
+from ..history import HistoryOptions
 from ..messages import Message
 from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
 from .codec import FORMAT_VERSION, decode_id, decode_message, encode_body, encode_id, encode_time
@@ -806,13 +806,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Collection[str] | None = None,
-        provide_output_message_filter: MessageFilter | None = None,
-        store_input_message_filter: MessageFilter | None = None,
+        **options: Unpack[HistoryOptions],
     ) -> None:
         store = PostgresMessageStore(
             pool, url=url, schema=schema, max_messages=max_messages, ttl=ttl, timeout=timeout
@@ -821,13 +815,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
             store,
             source_id,
             load_limit=load_limit,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            provide_output_message_filter=provide_output_message_filter,
-            store_input_message_filter=store_input_message_filter,
+            **options,
             owns_store=True,
         )
 

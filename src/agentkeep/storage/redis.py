@@ -56,7 +56,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right
 from collections.abc import Collection, Sequence
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, Unpack, cast
 from urllib.parse import quote
 
 import msgspec
@@ -80,7 +80,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ..history import MessageFilter
+from ..history import HistoryOptions
 from ..messages import Message
 from . import _redis_lua as _lua
 from ._redis_lua import RedisScript
@@ -579,13 +579,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
         ttl: float | None = None,
         load_limit: int | None = None,
         timeout: float = 5.0,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Collection[str] | None = None,
-        provide_output_message_filter: MessageFilter | None = None,
-        store_input_message_filter: MessageFilter | None = None,
+        **options: Unpack[HistoryOptions],
     ) -> None:
         store = RedisMessageStore(
             redis_client,
@@ -599,13 +593,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
             store,
             source_id,
             load_limit=load_limit,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            provide_output_message_filter=provide_output_message_filter,
-            store_input_message_filter=store_input_message_filter,
+            **options,
             owns_store=True,
         )
 

@@ -64,12 +64,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, TypeVar, Unpack
 
 import msgspec
 
 from ..errors import CorruptRecordError, SchemaVersionError, StorageClosedError, StorageUnavailableError
-from ..history import MessageFilter
+from ..history import HistoryOptions
 from ..messages import Message
 from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
 from .codec import FORMAT_VERSION, decode_message, encode_body, encode_id, encode_time
@@ -803,26 +803,14 @@ class SQLiteHistoryProvider(StorageHistoryProvider):
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
-        load_messages: bool = True,
-        store_inputs: bool = True,
-        store_outputs: bool = True,
-        store_context_messages: bool = False,
-        store_context_from: Collection[str] | None = None,
-        provide_output_message_filter: MessageFilter | None = None,
-        store_input_message_filter: MessageFilter | None = None,
+        **options: Unpack[HistoryOptions],
     ) -> None:
         store = SQLiteMessageStore(path, max_messages=max_messages, ttl=ttl, timeout=timeout)
         super().__init__(
             store,
             source_id,
             load_limit=load_limit,
-            load_messages=load_messages,
-            store_inputs=store_inputs,
-            store_outputs=store_outputs,
-            store_context_messages=store_context_messages,
-            store_context_from=store_context_from,
-            provide_output_message_filter=provide_output_message_filter,
-            store_input_message_filter=store_input_message_filter,
+            **options,
             owns_store=True,
         )
 
