@@ -12,6 +12,9 @@ the whole family in one clause and the specific kinds where they can act on them
     ├── ToolError                   a tool definition or invocation that cannot work
     │   └── ToolArgumentError       arguments that do not match the tool's parameters
     ├── ChatClientError             a chat client that failed or answered nonsense
+    │   ├── ModelUnavailableError   the model cannot be reached or loaded (server down, timeout,
+    │   │                           missing model file); often worth retrying later
+    │   ├── ChatRequestError        the service refused the request (bad model name, bad input)
     │   └── ScriptExhaustedError    a ScriptedChatClient asked for more replies than it has
     └── StorageError                a storage backend or session store failed
         ├── StorageUnavailableError the backend cannot be reached (names backend and address)
@@ -29,9 +32,11 @@ from __future__ import annotations
 __all__ = [
     "AgentkeepError",
     "ChatClientError",
+    "ChatRequestError",
     "ConflictError",
     "CorruptRecordError",
     "MessageFormatError",
+    "ModelUnavailableError",
     "ProviderConfigurationError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -103,7 +108,23 @@ class ToolArgumentError(ToolError, ValueError):
 
 
 class ChatClientError(AgentkeepError):
-    """A chat client failed, or returned something agentkeep cannot use."""
+    """A chat client failed, or returned something agentkeep cannot use.
+
+    Attributes:
+        status_code: The HTTP status the service answered with, when there was one.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(message)
+
+
+class ModelUnavailableError(ChatClientError):
+    """The model cannot be reached or loaded: connection refused, timeout, 5xx, missing model file."""
+
+
+class ChatRequestError(ChatClientError):
+    """The service refused the request (4xx): unknown model, invalid parameters, too long input."""
 
 
 class ScriptExhaustedError(ChatClientError):
