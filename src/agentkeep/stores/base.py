@@ -18,8 +18,11 @@ Decorators (``IsolationKeyScopedSessionStore``) derive from :class:`DelegatingSe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 
+import msgspec
+
+from ..errors import ConflictError, SessionFormatError
 from ..sessions import AgentSession
 
 if TYPE_CHECKING:
@@ -29,6 +32,10 @@ __all__ = [
     "AgentSessionStore",
     "DelegatingSessionStore",
     "agent_key",
+    "check_conversation_id",
+    "conflict_error",
+    "encode_session",
+    "restore_session",
     "session_version",
     "set_session_version",
 ]
@@ -49,6 +56,83 @@ def set_session_version(session: AgentSession, version: int | None) -> None:
 def agent_key(agent: Agent) -> str:
     """The agent part of a session key: its name, or its id when it has none."""
     return agent.name or agent.id
+
+
+# -- helpers every store implementation shares ----------------------------------------------------
+
+
+def check_conversation_id(conversation_id: str) -> None:
+    """Refuse what no store can key a session by.
+
+    Raises:
+        ValueError: ``conversation_id`` is empty, not a string, or not valid Unicode text.
+    """
+    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+    if not conversation_id.isascii():
+        try:
+            conversation_id.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: no JSON (or file name) can hold it
+            raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text") from exc
+
+
+def encode_session(agent: Agent, session: AgentSession) -> bytes:
+    """The session's payload as JSON bytes (through ``agent.serialize_session``).
+
+    Raises:
+        SessionFormatError: A state value cannot be serialized.
+    """
+    return msgspec.json.encode(agent.serialize_session(session))
+
+
+def restore_session(agent: Agent, payload: bytes | str, *, version: int, where: str) -> AgentSession:
+    """A stored payload back as a session of ``version``, checked by the agent's providers.
+
+    Args:
+        agent: The agent whose providers check their state.
+        payload: The JSON payload.
+        version: The stored version (recorded on the session for the next save).
+        where: What to name in an error (backend, key or file).
+
+    Raises:
+        SessionFormatError: The payload is corrupt or cannot be restored by ``agent``.
+    """
+    try:
+        session = agent.deserialize_session(payload)
+    except SessionFormatError as exc:
+        raise SessionFormatError(f"{where}: {exc}") from exc
+    set_session_version(session, version)
+    return session
+
+
+def conflict_error(
+    backend: str,
+    agent: str,
+    conversation_id: str,
+    *,
+    expected: int | None,
+    current: int | Literal["unknown"] | None = "unknown",
+) -> ConflictError:
+    """The error for a save that would overwrite someone else's version.
+
+    Args:
+        backend: The store's name.
+        agent: The agent part of the key.
+        conversation_id: The session's key.
+        expected: The version the session was read at (``None``: a new session).
+        current: The stored version (``None``: nothing stored), or ``"unknown"``.
+    """
+    read = "a new session" if expected is None else f"a session read at version {expected}"
+    if current == "unknown":
+        found = "it was saved or deleted by someone else since"
+    else:
+        found = "nothing is stored" if current is None else f"version {current} is stored"
+    return ConflictError(
+        f"{backend}: cannot save {read} as conversation {conversation_id!r} of agent {agent!r}: "
+        f"{found}; get the session again and retry",
+        backend=backend,
+        conversation_id=conversation_id,
+    )
 
 
 class AgentSessionStore(ABC):

@@ -41,14 +41,22 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..errors import (
-    ConflictError,
     SchemaVersionError,
     SessionFormatError,
     StorageClosedError,
     StorageUnavailableError,
 )
 from ..sessions import AgentSession
-from .base import AgentSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    agent_key,
+    check_conversation_id,
+    conflict_error,
+    encode_session,
+    restore_session,
+    session_version,
+    set_session_version,
+)
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
@@ -104,16 +112,6 @@ def encode_file_name(text: str) -> str:
     return f"{encoded[:_HASHED_PREFIX]}~{hashlib.sha256(raw).hexdigest()}"
 
 
-def _check_conversation_id(conversation_id: str) -> None:
-    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
-    if not conversation_id.isascii():
-        try:
-            conversation_id.encode()
-        except UnicodeEncodeError as exc:  # a lone surrogate: no JSON (or file name) can hold it
-            raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text") from exc
-
-
 class FileSystemSessionStore(AgentSessionStore):
     """Sessions as JSON files under ``root_dir``, safe for several processes on one machine.
 
@@ -144,7 +142,7 @@ class FileSystemSessionStore(AgentSessionStore):
 
     def session_path(self, agent: Agent, conversation_id: str) -> Path:
         """The file that holds (or would hold) the session of ``agent`` under ``conversation_id``."""
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         folder = self.root_dir / encode_file_name(agent_key(agent))
         return folder / f"{encode_file_name(conversation_id)}.json"
 
@@ -162,7 +160,7 @@ class FileSystemSessionStore(AgentSessionStore):
         """
         path = self.session_path(agent, conversation_id)
         self._check_open()
-        payload = msgspec.json.encode(agent.serialize_session(session))
+        payload = encode_session(agent, session)
         version = await asyncio.to_thread(
             self._save_sync, path, agent_key(agent), conversation_id, payload, session_version(session)
         )
@@ -183,12 +181,8 @@ class FileSystemSessionStore(AgentSessionStore):
         record = await asyncio.to_thread(self._read, path, agent_key(agent), conversation_id)
         if record is None:
             return agent.create_session(session_id=conversation_id)
-        try:
-            session = agent.deserialize_session(bytes(record.session))
-        except SessionFormatError as exc:
-            raise SessionFormatError(f"{self.backend}: session file {path}: {exc}") from exc
-        set_session_version(session, record.version)
-        return session
+        where = f"{self.backend}: session file {path}"
+        return restore_session(agent, bytes(record.session), version=record.version, where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Remove the session's file (even a corrupt one); ``False`` if there was none.
@@ -229,14 +223,7 @@ class FileSystemSessionStore(AgentSessionStore):
             record = self._read(path, agent, conversation_id)
             current = record.version if record is not None else None
             if current != expected:
-                read = "a new session" if expected is None else f"a session read at version {expected}"
-                found = "nothing is stored" if current is None else f"version {current} is stored"
-                raise ConflictError(
-                    f"{self.backend}: cannot save {read} as conversation {conversation_id!r} of agent "
-                    f"{agent!r}: {found}; get the session again and retry",
-                    backend=self.backend,
-                    conversation_id=conversation_id,
-                )
+                raise conflict_error(self.backend, agent, conversation_id, expected=expected, current=current)
             version = (current or 0) + 1
             data = msgspec.json.encode(
                 _SessionFile(FILE_FORMAT_VERSION, version, agent, conversation_id, msgspec.Raw(payload))

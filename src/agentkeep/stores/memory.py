@@ -12,26 +12,23 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from ..errors import ConflictError, SessionFormatError, StorageClosedError
+from ..errors import StorageClosedError
 from ..sessions import AgentSession
-from .base import AgentSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    agent_key,
+    check_conversation_id,
+    conflict_error,
+    encode_session,
+    restore_session,
+    session_version,
+    set_session_version,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = ["InMemorySessionStore", "NoopSessionStore"]
-
-
-def _check_conversation_id(conversation_id: str) -> None:
-    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
-    if not conversation_id.isascii():
-        try:
-            conversation_id.encode()
-        except UnicodeEncodeError as exc:  # a lone surrogate: no JSON (or file name) can hold it
-            raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text") from exc
 
 
 class NoopSessionStore(AgentSessionStore):
@@ -46,16 +43,16 @@ class NoopSessionStore(AgentSessionStore):
 
     async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
         """Do nothing."""
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
 
     async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
         """A new empty session with ``session_id=conversation_id``."""
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         return agent.create_session(session_id=conversation_id)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """``False``: nothing is ever stored."""
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         return False
 
 
@@ -96,9 +93,9 @@ class InMemorySessionStore(AgentSessionStore):
             SessionFormatError: A state value cannot be serialized.
             StorageClosedError: The store is closed.
         """
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         self._check_open()
-        payload = msgspec.json.encode(agent.serialize_session(session))
+        payload = encode_session(agent, session)
         key = (agent_key(agent), conversation_id)
         expected = session_version(session)
         with self._lock:
@@ -106,7 +103,9 @@ class InMemorySessionStore(AgentSessionStore):
             stored = self._sessions.get(key)
             current = stored[0] if stored is not None else None
             if current != expected:
-                raise _conflict(self.backend, key, expected, current)
+                raise conflict_error(
+                    self.backend, key[0], conversation_id, expected=expected, current=current
+                )
             version = (current or 0) + 1
             self._sessions[key] = (version, payload)
         set_session_version(session, version)
@@ -118,7 +117,7 @@ class InMemorySessionStore(AgentSessionStore):
             SessionFormatError: The stored payload cannot be restored by ``agent``.
             StorageClosedError: The store is closed.
         """
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         self._check_open()
         key = (agent_key(agent), conversation_id)
         with self._lock:
@@ -126,14 +125,8 @@ class InMemorySessionStore(AgentSessionStore):
         if stored is None:
             return agent.create_session(session_id=conversation_id)
         version, payload = stored
-        try:
-            session = agent.deserialize_session(payload)
-        except SessionFormatError as exc:
-            raise SessionFormatError(
-                f"{self.backend}: stored session {conversation_id!r} of agent {key[0]!r}: {exc}"
-            ) from exc
-        set_session_version(session, version)
-        return session
+        where = f"{self.backend}: stored session {conversation_id!r} of agent {key[0]!r}"
+        return restore_session(agent, payload, version=version, where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored.
@@ -141,7 +134,7 @@ class InMemorySessionStore(AgentSessionStore):
         Raises:
             StorageClosedError: The store is closed.
         """
-        _check_conversation_id(conversation_id)
+        check_conversation_id(conversation_id)
         self._check_open()
         with self._lock:
             return self._sessions.pop((agent_key(agent), conversation_id), None) is not None
@@ -151,15 +144,3 @@ class InMemorySessionStore(AgentSessionStore):
         with self._lock:
             self._closed = True
             self._sessions.clear()
-
-
-def _conflict(backend: str, key: tuple[str, str], expected: int | None, current: int | None) -> ConflictError:
-    agent, conversation_id = key
-    read = "a new session" if expected is None else f"a session read at version {expected}"
-    found = "nothing is stored" if current is None else f"version {current} is stored"
-    return ConflictError(
-        f"{backend}: cannot save {read} as conversation {conversation_id!r} of agent {agent!r}: "
-        f"{found}; get the session again and retry",
-        backend=backend,
-        conversation_id=conversation_id,
-    )

@@ -18,12 +18,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
-
-from ..errors import ConflictError, SessionFormatError
 from ..sessions import AgentSession
 from ..storage.postgres import PostgresConnection, PostgresDatabase, PostgresPool
-from .base import AgentSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    agent_key,
+    check_conversation_id,
+    conflict_error,
+    encode_session,
+    restore_session,
+    session_version,
+    set_session_version,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -99,9 +105,9 @@ class PostgresSessionStore(AgentSessionStore):
             SessionFormatError: A state value cannot be serialized.
         """
         self.database.check_open()
-        _check_id(conversation_id)
+        check_conversation_id(conversation_id)
         key = agent_key(agent)
-        payload = msgspec.json.encode(agent.serialize_session(session))
+        payload = encode_session(agent, session)
         expected = session_version(session)
         if expected is None:
             query, params = self._insert, (key, conversation_id, payload)
@@ -112,12 +118,7 @@ class PostgresSessionStore(AgentSessionStore):
             return await self.database.fetch(conn, query, params)
 
         if not await self.database.run(operation):
-            raise ConflictError(
-                f"session {conversation_id!r} of agent {key!r} was saved or deleted by someone else "
-                f"since it was read (at version {expected})",
-                backend=self.backend,
-                conversation_id=conversation_id,
-            )
+            raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
     async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
@@ -127,7 +128,7 @@ class PostgresSessionStore(AgentSessionStore):
             SessionFormatError: The stored payload is corrupt or of an unknown version.
         """
         self.database.check_open()
-        _check_id(conversation_id)
+        check_conversation_id(conversation_id)
 
         async def operation(conn: PostgresConnection) -> list[Any]:
             return await self.database.fetch(conn, self._select, (agent_key(agent), conversation_id))
@@ -136,20 +137,13 @@ class PostgresSessionStore(AgentSessionStore):
         if not rows:
             return agent.create_session(session_id=conversation_id)
         version, payload = rows[0]
-        try:
-            session = agent.deserialize_session(bytes(payload))
-        except SessionFormatError as exc:
-            raise SessionFormatError(
-                f"{self.backend}: session {conversation_id!r} of agent {agent_key(agent)!r} "
-                f"in schema {self.schema!r}: {exc}"
-            ) from exc
-        set_session_version(session, int(version))
-        return session
+        where = f"{self.backend}: session {conversation_id!r} of agent {agent_key(agent)!r}"
+        return restore_session(agent, bytes(payload), version=int(version), where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored."""
         self.database.check_open()
-        _check_id(conversation_id)
+        check_conversation_id(conversation_id)
 
         async def operation(conn: PostgresConnection) -> list[Any]:
             return await self.database.fetch(conn, self._delete, (agent_key(agent), conversation_id))
@@ -162,8 +156,3 @@ class PostgresSessionStore(AgentSessionStore):
 
     def __repr__(self) -> str:
         return f"PostgresSessionStore(address={self.database.address!r}, schema={self.schema!r})"
-
-
-def _check_id(conversation_id: str) -> None:
-    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError("conversation_id must be a non-empty string")

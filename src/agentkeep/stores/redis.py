@@ -19,13 +19,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from ..errors import ConflictError, SessionFormatError
+from ..errors import SessionFormatError
 from ..sessions import AgentSession
 from ..storage._redis_lua import RedisScript
 from ..storage.redis import RedisConnection, escape_key_part
-from .base import AgentSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    agent_key,
+    check_conversation_id,
+    conflict_error,
+    encode_session,
+    restore_session,
+    session_version,
+    set_session_version,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -95,8 +102,7 @@ class RedisSessionStore(AgentSessionStore):
         return f"{self.key_prefix}:{escape_key_part(agent_key(agent))}:{escape_key_part(conversation_id)}"
 
     def _key(self, agent: Agent, conversation_id: str) -> str:
-        if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+        check_conversation_id(conversation_id)
         self.connection.check_open("session store")
         return self.session_key(agent, conversation_id)
 
@@ -110,7 +116,7 @@ class RedisSessionStore(AgentSessionStore):
             StorageUnavailableError: The server cannot be reached.
         """
         key = self._key(agent, conversation_id)
-        payload = msgspec.json.encode(agent.serialize_session(session))
+        payload = encode_session(agent, session)
         expected = session_version(session)
         version = (expected or 0) + 1
         ttl = max(1, round(self.ttl * 1000)) if self.ttl is not None else 0
@@ -118,13 +124,9 @@ class RedisSessionStore(AgentSessionStore):
             _SAVE, [key], ["" if expected is None else str(expected), str(version), payload, ttl]
         )
         if reply != b"ok":
-            read = "a new session" if expected is None else f"a session read at version {expected}"
-            found = f"version {reply.decode()} is stored" if reply else "nothing is stored"
-            raise ConflictError(
-                f"redis: cannot save {read} as conversation {conversation_id!r} of agent "
-                f"{agent_key(agent)!r}: {found}; get the session again and retry",
-                backend=self.backend,
-                conversation_id=conversation_id,
+            current = int(reply) if reply else None
+            raise conflict_error(
+                self.backend, agent_key(agent), conversation_id, expected=expected, current=current
             )
         set_session_version(session, version)
 
@@ -141,15 +143,9 @@ class RedisSessionStore(AgentSessionStore):
         if version is None and payload is None:
             return agent.create_session(session_id=conversation_id)
         where = f"redis: stored session {conversation_id!r} of agent {agent_key(agent)!r}"
-        try:
-            if version is None or payload is None:
-                raise ValueError("the stored session is incomplete")
-            number = int(version)
-            session = agent.deserialize_session(payload)
-        except (TypeError, ValueError) as exc:  # SessionFormatError is a ValueError
-            raise SessionFormatError(f"{where}: {exc}") from exc
-        set_session_version(session, number)
-        return session
+        if version is None or payload is None or not version.isdigit():
+            raise SessionFormatError(f"{where}: the stored session is incomplete or has no valid version")
+        return restore_session(agent, payload, version=int(version), where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored.

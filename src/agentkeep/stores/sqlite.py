@@ -23,12 +23,19 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-
-from ..errors import ConflictError, SessionFormatError
+from ..errors import SessionFormatError
 from ..sessions import AgentSession
 from ..storage.sqlite import SQLiteDatabase
-from .base import AgentSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    agent_key,
+    check_conversation_id,
+    conflict_error,
+    encode_session,
+    restore_session,
+    session_version,
+    set_session_version,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -80,17 +87,12 @@ class SQLiteSessionStore(AgentSessionStore):
             SessionFormatError: A state value cannot be serialized.
         """
         self.database.check_open()
-        _check_id(conversation_id)
-        payload = msgspec.json.encode(agent.serialize_session(session))
+        check_conversation_id(conversation_id)
+        payload = encode_session(agent, session)
         expected = session_version(session)
         job = partial(_save, agent_key(agent), conversation_id, expected, payload)
         if not await self.database.run(job):
-            raise ConflictError(
-                f"session {conversation_id!r} of agent {agent_key(agent)!r} was saved by someone else "
-                f"since it was read (at version {expected})",
-                backend=self.backend,
-                conversation_id=conversation_id,
-            )
+            raise conflict_error(self.backend, agent_key(agent), conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
     async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
@@ -99,7 +101,7 @@ class SQLiteSessionStore(AgentSessionStore):
         Raises:
             SessionFormatError: The stored payload is corrupt or of an unknown version.
         """
-        _check_id(conversation_id)
+        check_conversation_id(conversation_id)
         row = await self.database.run(partial(_load, agent_key(agent), conversation_id))
         if row is None:
             return agent.create_session(session_id=conversation_id)
@@ -108,18 +110,12 @@ class SQLiteSessionStore(AgentSessionStore):
             raise SessionFormatError(
                 f"{self.backend}: session {conversation_id!r} in {self.path}: the payload is not JSON"
             )
-        try:
-            session = agent.deserialize_session(payload)
-        except SessionFormatError as exc:
-            raise SessionFormatError(
-                f"{self.backend}: session {conversation_id!r} in {self.path}: {exc}"
-            ) from exc
-        set_session_version(session, version)
-        return session
+        where = f"{self.backend}: session {conversation_id!r} in {self.path}"
+        return restore_session(agent, payload, version=version, where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored."""
-        _check_id(conversation_id)
+        check_conversation_id(conversation_id)
         return await self.database.run(partial(_delete, agent_key(agent), conversation_id))
 
     async def aclose(self) -> None:
@@ -128,11 +124,6 @@ class SQLiteSessionStore(AgentSessionStore):
 
     def __repr__(self) -> str:
         return f"SQLiteSessionStore({str(self.path)!r})"
-
-
-def _check_id(conversation_id: str) -> None:
-    if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-        raise ValueError("conversation_id must be a non-empty string")
 
 
 # -- jobs run in the database's worker thread -----------------------------------------------------
