@@ -314,3 +314,23 @@ async def test_data_from_a_newer_version_is_refused(backend: ModuleType) -> None
                 await fresh.setup()
         finally:
             await fresh.aclose()
+
+
+async def test_list_conversations_newest_activity_first(backend: ModuleType) -> None:
+    async with backend.open_store() as store:
+        assert await store.list_conversations() == []
+        base = datetime(2026, 1, 1, tzinfo=UTC)
+        for index, name in enumerate(["old", "new", "mid"]):
+            when = base + timedelta(days={"old": 0, "new": 2, "mid": 1}[name])
+            await store.append(
+                name, [Message("user", [f"{index}"], created_at=when) for _ in range(index + 1)]
+            )
+        listed = await store.list_conversations()
+        assert [info.conversation_id for info in listed] == ["new", "mid", "old"]
+        by_id = {info.conversation_id: info for info in listed}
+        assert by_id["mid"].message_count == 3
+        assert by_id["mid"].last_seq == 3
+        assert by_id["new"].updated_at == base + timedelta(days=2)
+        assert [info.conversation_id for info in await store.list_conversations(limit=1)] == ["new"]
+        await store.delete("new")
+        assert [info.conversation_id for info in await store.list_conversations()] == ["mid", "old"]

@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +334,46 @@ async def test_a_corrupt_summary_is_reported_with_its_seq() -> None:
         assert (caught.value.conversation_id, caught.value.seq) == ("c", 3)
 
 
+# -- listing ----------------------------------------------------------------------------------------
+
+
+def _day(number: int) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
+
+
+async def test_listing_skips_expired_conversations_and_counts_after_trims() -> None:
+    async with open_store(max_messages=3) as store:
+        for number, name in enumerate(["a", "b", "c"]):
+            await store.append(name, [Message("user", [name], created_at=_day(number)) for _ in range(2)])
+        await store.append("a", [Message("user", ["a"], created_at=_day(5)) for _ in range(2)])
+        [oldest, *_] = await store.read("a")
+        summary = Summary(Message("assistant", ["s"], created_at=_day(9)), [oldest.message.message_id or ""])
+        await store.record_compaction("a", summaries=[summary])  # a summary is no message
+        assert await store.expire("b", 0.2) is True
+        await asyncio.sleep(0.4)
+        listed = await store.list_conversations()
+        assert [(i.conversation_id, i.message_count, i.last_seq, i.updated_at) for i in listed] == [
+            ("a", 3, 5, _day(5)),
+            ("c", 2, 2, _day(2)),
+        ]
+        assert [i.conversation_id for i in await store.list_conversations(limit=1)] == ["a"]
+        assert await store.list_conversations(limit=0) == []
+        # a conversation row without messages comes last
+        await execute(
+            sql.SQL("INSERT INTO {} (conversation_id) VALUES ('empty')").format(
+                table(store.schema, "conversations")
+            )
+        )
+        [*_, empty] = await store.list_conversations()
+        assert (empty.conversation_id, empty.message_count, empty.updated_at) == ("empty", 0, None)
+        await execute(
+            sql.SQL("UPDATE {} SET time = 9223372036854775807").format(table(store.schema, "messages"))
+        )
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.list_conversations()
+        assert caught.value.seq is not None
+
+
 # -- windows against the reference --------------------------------------------------------------------
 
 
@@ -358,6 +399,7 @@ async def _same(reference: InMemoryMessageStore, store: PostgresMessageStore) ->
             got = await store.read_view("r", last=last, after=after)
             want = await reference.read_view("r", last=last, after=after)
             assert _shape(got.entries) == _shape(want.entries), (last, after)
+    assert await store.list_conversations() == await reference.list_conversations()
 
 
 @pytest.mark.parametrize(("seed", "max_messages"), [(1, None), (2, None), (3, 7), (4, 12)])

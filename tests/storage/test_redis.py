@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -28,7 +29,9 @@ from agentkeep import (
     StorageUnavailableError,
 )
 from agentkeep.storage import DEDUP_WINDOW, InMemoryMessageStore, StoredMessage, Summary
+from agentkeep.storage import redis as redis_module
 from agentkeep.storage.redis import (
+    LAYOUT_VERSION,
     RedisConnection,
     RedisHistoryProvider,
     RedisMessageStore,
@@ -87,7 +90,7 @@ async def test_keys_are_namespaced_and_share_a_hash_tag(client: aioredis.Redis) 
             "a:b}{c", excluded=[first.message.message_id or ""], summaries=[summary]
         )
         keys = await keys_under(client, prefix)
-        expected = set(store.conversation_keys("a:b}{c")) | {store.layout_key}
+        expected = set(store.conversation_keys("a:b}{c")) | {store.layout_key, store.index_key}
         assert keys == expected
         assert store.conversation_keys("a:b}{c").log == f"{prefix}:{{a%3Ab%7D%7Bc}}:l"
         assert await client.llen(store.conversation_keys("a:b}{c").log) == 3  # 2 messages, 1 summary
@@ -111,7 +114,10 @@ async def test_delete_leaves_no_key_of_the_conversation(client: aioredis.Redis) 
 
 async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client: aioredis.Redis) -> None:
     async with open_store() as store:
-        assert await client.hgetall(store.layout_key) == {b"layout": b"1", b"format": b"1"}
+        assert await client.hgetall(store.layout_key) == {
+            b"layout": str(LAYOUT_VERSION).encode(),
+            b"format": b"1",
+        }
         await client.hset(store.layout_key, "format", 7)
         fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
         try:
@@ -120,11 +126,113 @@ async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client
             await client.hset(store.layout_key, mapping={"format": 1, "layout": "junk"})
             with pytest.raises(SchemaVersionError, match="key layout"):
                 await fresh.setup()
+            await client.hset(store.layout_key, "layout", 0)
+            with pytest.raises(SchemaVersionError, match="key layout"):
+                await fresh.setup()
             await client.hset(store.layout_key, "layout", 1)
             await fresh.setup()
+            assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
             assert await fresh.append("x", turn(1)) == [1, 2]
         finally:
             await fresh.aclose()
+
+
+async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: aioredis.Redis) -> None:
+    long_id = "L" * 150  # escaped into a hash: cannot be named from its keys
+    async with open_store() as store:
+        odd = ["a:b}{c", "", "ü *?[x]"]
+        for number, name in enumerate([*odd, long_id, "plain"]):
+            await store.append(name, [Message("user", [name], created_at=_day(number))])
+        await store.expire("plain", 100)
+        # what layout 1 left: the same conversation keys, no index, the old marker
+        await client.delete(store.index_key, store.expiry_key)
+        await client.hset(store.layout_key, "layout", 1)
+        fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
+        try:
+            listed = await fresh.list_conversations()
+            assert [info.conversation_id for info in listed] == ["plain", *reversed(odd)]
+            assert [info.updated_at for info in listed] == [_day(4), _day(2), _day(1), _day(0)]
+            assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
+            assert (
+                99_000 < (await client.zscore(store.expiry_key, "plain") or 0) - time.time() * 1000 <= 100_000
+            )
+            await fresh.append(long_id, [Message("user", ["again"], created_at=_day(9))])
+            assert (await fresh.list_conversations(limit=1))[0].conversation_id == long_id
+        finally:
+            await fresh.aclose()
+
+
+# -- listing --------------------------------------------------------------------------------------
+
+
+def _day(number: int) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
+
+
+async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.Redis) -> None:
+    async with open_store(ttl=0.3) as store:
+        forever = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
+        try:
+            await store.append("short", [Message("user", ["a"], created_at=_day(2))])
+            await forever.append("kept", [Message("user", ["b"], created_at=_day(1))])
+            assert [i.conversation_id for i in await store.list_conversations()] == ["short", "kept"]
+            assert await client.zrange(store.expiry_key, 0, -1) == [b"short"]
+            await asyncio.sleep(0.4)
+            assert [i.conversation_id for i in await store.list_conversations()] == ["kept"]
+            assert await client.zrange(store.index_key, 0, -1) == [b"kept"]  # the listing forgot it
+            assert await client.exists(store.expiry_key) == 0
+            # an append purges the index of conversations whose deadline passed over a second ago
+            await store.append("gone", [Message("user", ["c"])])
+            await client.zadd(store.expiry_key, {"gone": time.time() * 1000 - 1500})
+            await forever.append("kept", [Message("user", ["d"], created_at=_day(3))])
+            assert await client.zrange(store.index_key, 0, -1) == [b"kept"]
+            # expire(None) keeps a conversation for good: it leaves the expiry set
+            await store.append("s", [Message("user", ["e"], created_at=_day(0))])
+            assert await store.expire("s", None) is True
+            assert await client.zscore(store.expiry_key, "s") is None
+            await asyncio.sleep(0.4)
+            assert [i.conversation_id for i in await store.list_conversations()] == ["kept", "s"]
+            assert await store.expire("s", 0) is True
+            assert await client.zscore(store.index_key, "s") is None
+        finally:
+            await forever.aclose()
+
+
+async def test_listing_counts_messages_after_trims_and_summaries() -> None:
+    async with open_store(max_messages=3) as store:
+        for i in range(3):
+            await store.append("c", turn(i))
+        raw = await store.read("c")
+        ids = [e.message.message_id or "" for e in raw]
+        await store.record_compaction("c", summaries=[Summary(Message("assistant", ["s"]), ids[-2:])])
+        [info] = await store.list_conversations()
+        assert (info.message_count, info.last_seq) == (3, 7)
+        assert info.updated_at == raw[-1].message.created_at  # the summary is no message
+        await store.append("c", turn(4))
+        [info] = await store.list_conversations()
+        assert (info.message_count, info.last_seq) == (3, 9)
+
+
+async def test_listing_reads_the_index_in_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_module, "_LIST_BATCH", 4)
+    async with open_store() as store:
+        for number in range(11):
+            await store.append(f"c{number}", [Message("user", ["x"], created_at=_day(number))])
+        for number in (9, 4, 5):
+            await store.expire(f"c{number}", 0)
+        expected = [f"c{number}" for number in (10, 8, 7, 6, 3, 2, 1, 0)]
+        assert [i.conversation_id for i in await store.list_conversations()] == expected
+        assert [i.conversation_id for i in await store.list_conversations(limit=6)] == expected[:6]
+        assert await store.list_conversations(limit=0) == []
+
+
+async def test_a_corrupt_newest_record_is_reported_when_listing(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        await store.append("bad", turn(1))
+        await client.lset(store.conversation_keys("bad").log, -1, "\x10short")
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.list_conversations()
+        assert (caught.value.conversation_id, caught.value.seq) == ("bad", 2)
 
 
 # -- ownership and errors ---------------------------------------------------------------------------
@@ -345,6 +453,7 @@ async def _compare_windows(reference: InMemoryMessageStore, store: RedisMessageS
             expected = await reference.read_view("r", after=after, last=last)
             actual = await store.read_view("r", after=after, last=last)
             assert _shape(actual.entries) == _shape(expected.entries), (after, last)
+    assert await store.list_conversations() == await reference.list_conversations()
 
 
 @pytest.mark.parametrize("max_messages", [None, 9])

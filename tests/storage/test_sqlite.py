@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from agentkeep import (
 from agentkeep.storage import Summary
 from agentkeep.storage.codec import FORMAT_VERSION
 from agentkeep.storage.sqlite import (
+    _LIST_CONVERSATIONS,  # pyright: ignore[reportPrivateUsage]
     SCHEMA_VERSION,
     SQLiteHistoryProvider,
     SQLiteMessageStore,
@@ -274,6 +276,51 @@ async def test_delete_and_max_messages_leave_no_rows_behind(tmp_path: Path) -> N
             assert await _sql(store.path, f"SELECT count(*) FROM {table}") == [(0,)]
     finally:
         await store.aclose()
+
+
+# -- listing ---------------------------------------------------------------------------------------
+
+
+def _day(number: int) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
+
+
+async def test_listing_skips_expired_conversations_and_counts_after_trims(tmp_path: Path) -> None:
+    store = SQLiteMessageStore(tmp_path / "list.db", max_messages=3)
+    try:
+        for number, name in enumerate(["a", "b", "c"]):
+            await store.append(name, [Message("user", [name], created_at=_day(number)) for _ in range(2)])
+        await store.append("a", [Message("user", ["a"], created_at=_day(5)) for _ in range(2)])
+        [oldest, *_] = await store.read("a")
+        summary = Summary(Message("assistant", ["s"], created_at=_day(9)), [oldest.message.message_id or ""])
+        await store.record_compaction("a", summaries=[summary])  # a summary is no message
+        await store.expire("b", 0.05)
+        await asyncio.sleep(0.1)
+        listed = await store.list_conversations()
+        assert [(i.conversation_id, i.message_count, i.last_seq, i.updated_at) for i in listed] == [
+            ("a", 3, 5, _day(5)),
+            ("c", 2, 2, _day(2)),
+        ]
+        assert [i.conversation_id for i in await store.list_conversations(limit=1)] == ["a"]
+        assert await store.list_conversations(limit=0) == []
+        # a conversation row without messages comes last
+        await _sql(store.path, "INSERT INTO agentkeep_conversations (conversation_id) VALUES ('empty')")
+        [*_, empty] = await store.list_conversations()
+        assert (empty.conversation_id, empty.message_count, empty.updated_at) == ("empty", 0, None)
+        await _sql(store.path, "UPDATE agentkeep_messages SET time = 9223372036854775807")
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.list_conversations()
+        assert caught.value.seq is not None
+    finally:
+        await store.aclose()
+
+
+async def test_listing_probes_one_row_per_conversation(store: SQLiteMessageStore) -> None:
+    await store.setup()
+    plan = await _sql(store.path, "EXPLAIN QUERY PLAN " + _LIST_CONVERSATIONS, (0, -1))
+    details = [row[3] for row in plan]
+    assert "SEARCH agentkeep_messages USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in details
+    assert not [d for d in details if d.startswith("SCAN") and d != "SCAN c"], details
 
 
 # -- compaction details ----------------------------------------------------------------------------

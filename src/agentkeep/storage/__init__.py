@@ -5,12 +5,13 @@ Backends: :mod:`.memory` (in process), :mod:`.sqlite` (embedded default), :mod:`
 (extra ``[redis]``), :mod:`.postgres` (extra ``[postgres]``). Import a backend module to use it.
 """
 
-from .base import DEDUP_WINDOW, HistoryView, MessageStore, StoredMessage, Summary
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, MessageStore, StoredMessage, Summary
 from .history import ConversationState, StorageHistoryProvider
 from .memory import InMemoryMessageStore
 
 __all__ = [
     "DEDUP_WINDOW",
+    "ConversationInfo",
     "ConversationState",
     "HistoryView",
     "InMemoryMessageStore",

@@ -11,7 +11,18 @@ import hashlib
 
 from .base import DEDUP_WINDOW
 
-__all__ = ["APPEND", "COMPACT", "DELETE", "EXPIRE", "READ", "SETUP", "RedisScript"]
+__all__ = [
+    "APPEND",
+    "COMPACT",
+    "DELETE",
+    "EXPIRE",
+    "LIST",
+    "READ",
+    "REINDEX",
+    "SETUP",
+    "UPGRADE",
+    "RedisScript",
+]
 
 
 class RedisScript:
@@ -30,7 +41,9 @@ class RedisScript:
 
 # -- Lua ------------------------------------------------------------------------------------------
 # KEYS of every conversation script: meta hash, log list, exclusion ranges, summaries hash, the
-# ids of the newest DEDUP_WINDOW seqs.
+# ids of the newest DEDUP_WINDOW seqs; the scripts that keep the listing up to date add the
+# prefix's index (conversation ids by their newest message's time) and expiry (conversation ids by
+# deadline) sorted sets as KEYS[6] and KEYS[7], and take the conversation id as an argument.
 
 _PRELUDE = (
     f"local WINDOW = {DEDUP_WINDOW}\n"
@@ -91,6 +104,73 @@ end
 """
 )
 
+# Helpers of the listing index (used by the scripts that maintain or read it).
+_INDEX = """
+local CONVERSATION_KEYS = 5
+local PURGE_BATCH, PURGE_GRACE = 16, 1000
+
+-- the server's clock in milliseconds
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- a number as the integer argument Redis expects (tostring would round to 14 digits)
+local function int(value)
+  return string.format('%.0f', value)
+end
+
+-- the 8 time bytes of a message entry (after its length-prefixed id)
+local function time_bytes(entry)
+  local at = 2 + (string.byte(entry, 1) or 0)
+  if at == 257 then
+    local high, low = string.byte(entry, 2, 3)
+    at = 4 + (high or 0) * 256 + (low or 0)
+  end
+  return string.sub(entry, at, at + 7)
+end
+
+-- 8 bytes big-endian signed as a number (exact within 2^53 microseconds, ~285 years of 1970)
+local function time_value(bytes)
+  local negative = string.byte(bytes, 1) >= 128
+  local value = 0
+  for k = 1, 8 do
+    local b = string.byte(bytes, k)
+    if negative then b = 255 - b end
+    value = value * 256 + b
+  end
+  if negative then value = -value - 1 end
+  return value
+end
+
+-- seq and time bytes of the newest message in the log (skipping summary placeholders), or nil
+local function newest(log, head, last)
+  local top = last - head
+  local entry = redis.call('LINDEX', log, top)
+  if entry and entry ~= '' then return last, time_bytes(entry) end
+  while top > 0 do
+    local low = math.max(0, top - 64)
+    local chunk = redis.call('LRANGE', log, low, top - 1)
+    for k = #chunk, 1, -1 do
+      if chunk[k] ~= '' then return head + low + k - 1, time_bytes(chunk[k]) end
+    end
+    top = low
+  end
+  return nil
+end
+
+-- drop from the index (and expiry set) a few conversations whose deadline passed
+local function purge_expired(index, expiry, now)
+  local gone = redis.call(
+    'ZRANGEBYSCORE', expiry, '-inf', '(' .. int(now - PURGE_GRACE), 'LIMIT', 0, PURGE_BATCH
+  )
+  if #gone > 0 then
+    redis.call('ZREM', index, unpack(gone))
+    redis.call('ZREM', expiry, unpack(gone))
+  end
+end
+"""
+
 SETUP = RedisScript("""
 local found = redis.call('HMGET', KEYS[1], 'layout', 'format')
 if not found[1] then
@@ -102,9 +182,14 @@ return found
 
 APPEND = RedisScript(
     _PRELUDE
+    + _INDEX
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local max_messages, ttl, needle = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local index, expiry = KEYS[6], KEYS[7]
+-- ARGV: max_messages (0: none), ttl in ms (0: none), the first message's needle, the
+-- conversation id, then the entries
+local max_messages, ttl, needle, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local FIRST = 5
 local state = redis.call('HMGET', meta, 'h', 'l')
 local head, last
 if state[1] then
@@ -119,13 +204,13 @@ else
   head, last = 1, 0
   redis.call('HSET', meta, 'h', 1, 'e', 0)
 end
-for i = 4, #ARGV, 1000 do redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+for i = FIRST, #ARGV, 1000 do redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
 local needles = {}
-for i = math.max(4, #ARGV - WINDOW + 1), #ARGV do needles[#needles + 1] = needle_at(ARGV[i], 1) end
+for i = math.max(FIRST, #ARGV - WINDOW + 1), #ARGV do needles[#needles + 1] = needle_at(ARGV[i], 1) end
 redis.call('RPUSH', recent, unpack(needles))
 redis.call('LTRIM', recent, -WINDOW, -1)
 local first = last + 1
-last = last + #ARGV - 3
+last = last + #ARGV - FIRST + 1
 redis.call('HSET', meta, 'l', last)
 if max_messages > 0 then
   local points = {}
@@ -142,8 +227,15 @@ if max_messages > 0 then
     redis.call('HSET', meta, 'h', cut)
   end
 end
+local now = clock_ms()
+purge_expired(index, expiry, now)
+redis.call('ZADD', index, int(time_value(time_bytes(ARGV[#ARGV]))), member)
 if ttl > 0 then
-  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
+  local deadline = int(now + ttl)
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+  redis.call('ZADD', expiry, deadline, member)
+elseif not state[1] then
+  redis.call('ZREM', expiry, member)  -- a new conversation without a deadline
 end
 return first
 """
@@ -220,9 +312,13 @@ return {epoch, last, out, text}
 
 COMPACT = RedisScript(
     _PRELUDE
+    + _INDEX
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local i = 1
+local expiry = KEYS[7]
+-- ARGV: the conversation id, the excluded needles (count first), the summaries (count first)
+local member = ARGV[1]
+local i = 2
 local excluded, new = {}, {}
 for k = 1, tonumber(ARGV[i]) do excluded[k] = ARGV[i + k] end
 i = i + #excluded + 1
@@ -318,25 +414,115 @@ for k, s in ipairs(new) do
 end
 epoch = epoch + 1
 redis.call('HSET', meta, 'l', last, 'e', epoch)
-local ttl = redis.call('PTTL', meta)
-if ttl > 0 then
-  for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl) end
+-- keys created here get the conversation's deadline
+local deadline = redis.call('ZSCORE', expiry, member)
+if deadline then
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+else
+  local ttl = redis.call('PTTL', meta)
+  if ttl > 0 then
+    for k = 1, CONVERSATION_KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
 end
 return {0, epoch}
 """
 )
 
-DELETE = RedisScript("""
+DELETE = RedisScript(
+    _INDEX
+    + """
+-- ARGV: the conversation id
 local found = redis.call('EXISTS', KEYS[1])
-redis.call('DEL', unpack(KEYS))
+redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
 return found
-""")
+"""
+)
 
-EXPIRE = RedisScript("""
+EXPIRE = RedisScript(
+    _INDEX
+    + """
+-- ARGV: ttl in ms (-1: never), the conversation id
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local ttl = tonumber(ARGV[1])
-for _, key in ipairs(KEYS) do
-  if ttl >= 0 then redis.call('PEXPIRE', key, ttl) else redis.call('PERSIST', key) end
+local ttl, member = tonumber(ARGV[1]), ARGV[2]
+if ttl < 0 then
+  for k = 1, CONVERSATION_KEYS do redis.call('PERSIST', KEYS[k]) end
+  redis.call('ZREM', KEYS[7], member)
+elseif ttl == 0 then
+  redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
+  redis.call('ZREM', KEYS[6], member)
+  redis.call('ZREM', KEYS[7], member)
+else
+  local deadline = int(clock_ms() + ttl)
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+  redis.call('ZADD', KEYS[7], deadline, member)
 end
 return 1
+"""
+)
+
+# KEYS: index, expiry, then meta, log and summaries of each conversation; ARGV: their ids.
+# Per conversation: 0 if it is gone (expired or deleted: then it leaves the index), else one string
+# (fewer reply elements to parse): "<last seq> <raw messages stored> <seq of the newest message, 0
+# if none> " and that message's 8 time bytes.
+LIST = RedisScript(
+    _INDEX
+    + """
+local out = {}
+for k = 1, #ARGV do
+  local meta, log, sums = KEYS[3 * k], KEYS[3 * k + 1], KEYS[3 * k + 2]
+  local state = redis.call('HMGET', meta, 'h', 'l')
+  if not state[1] then
+    redis.call('ZREM', KEYS[1], ARGV[k])
+    redis.call('ZREM', KEYS[2], ARGV[k])
+    out[k] = 0
+  else
+    local head, last = tonumber(state[1]), tonumber(state[2])
+    local count = last - head + 1
+    if head == 1 then
+      count = count - redis.call('HLEN', sums)
+    else
+      for _, field in ipairs(redis.call('HKEYS', sums)) do
+        if (tonumber(string.match(field, '^(%d+):')) or 0) >= head then count = count - 1 end
+      end
+    end
+    local seq, stamp = newest(log, head, last)
+    out[k] = last .. ' ' .. count .. ' ' .. (seq or 0) .. ' ' .. (stamp or '')
+  end
+end
+return out
+"""
+)
+
+# Indexes conversations written with key layout 1 (which had no index). KEYS: index, expiry,
+# then meta and log of each conversation; ARGV: their ids. Returns how many were indexed.
+REINDEX = RedisScript(
+    _INDEX
+    + """
+local now, done = clock_ms(), 0
+for k = 1, #ARGV do
+  local meta, log = KEYS[2 * k + 1], KEYS[2 * k + 2]
+  local state = redis.call('HMGET', meta, 'h', 'l')
+  if state[1] then
+    local _, stamp = newest(log, tonumber(state[1]), tonumber(state[2]))
+    -- a bad time is indexed too: listing reports it rather than skipping the conversation
+    local score = (stamp and #stamp == 8) and time_value(stamp) or 0
+    redis.call('ZADD', KEYS[1], int(score), ARGV[k])
+    local ttl = redis.call('PTTL', meta)
+    if ttl > 0 then redis.call('ZADD', KEYS[2], int(now + ttl), ARGV[k]) end
+    done = done + 1
+  end
+end
+return done
+"""
+)
+
+# KEYS: the layout hash; ARGV: the layout version found, the new one. Moves the marker on only
+# from the version that was found (a concurrent upgrade is not undone).
+UPGRADE = RedisScript("""
+if redis.call('HGET', KEYS[1], 'layout') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'layout', ARGV[2])
+end
+return redis.call('HGET', KEYS[1], 'layout')
 """)

@@ -17,6 +17,8 @@ Every durable history backend (SQLite, Redis, PostgreSQL) and the in-memory one 
 * **record_compaction**: mark messages excluded and add summaries (each listing the ids it
   replaces). Originals are kept; the epoch goes up.
 * **delete** a conversation and everything derived from it; **expire** it after a time to live.
+* **list_conversations**: what is stored (for tools and hosts that inspect history), most recently
+  active first.
 
 Optional retention settings every backend honours: ``max_messages`` (keep only the newest raw
 messages; applied atomically with the append) and ``ttl`` (seconds of inactivity after which the
@@ -27,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..messages import Message
 
-__all__ = ["DEDUP_WINDOW", "HistoryView", "MessageStore", "StoredMessage", "Summary"]
+__all__ = ["DEDUP_WINDOW", "ConversationInfo", "HistoryView", "MessageStore", "StoredMessage", "Summary"]
 
 DEDUP_WINDOW = 256
 """How many of the newest stored entries an append checks for ids of a retried batch."""
@@ -85,6 +88,23 @@ class HistoryView:
     def messages(self) -> list[Message]:
         """The view's messages."""
         return [entry.message for entry in self.entries]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    """What :meth:`MessageStore.list_conversations` reports about one conversation.
+
+    Attributes:
+        conversation_id: The conversation.
+        message_count: Raw messages stored (excluded ones included, summaries not).
+        last_seq: The highest sequence number assigned.
+        updated_at: Creation time of the newest stored message (``None`` if it has none).
+    """
+
+    conversation_id: str
+    message_count: int
+    last_seq: int
+    updated_at: datetime | None
 
 
 @runtime_checkable
@@ -159,6 +179,10 @@ class MessageStore(Protocol):
 
     async def delete(self, conversation_id: str) -> bool:
         """Delete the conversation and everything derived from it; ``False`` if it did not exist."""
+        ...
+
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Stored (unexpired) conversations, most recently active first; at most ``limit``."""
         ...
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..errors import StorageClosedError
 from ..messages import Message
-from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary
 from .codec import encode_body
 
 __all__ = ["InMemoryMessageStore"]
@@ -193,6 +193,20 @@ class InMemoryMessageStore:
             del self._conversations[conversation_id]
             return True
 
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        self._check()
+        infos: list[ConversationInfo] = []
+        for conversation_id in list(self._conversations):
+            conversation = self._get(conversation_id)
+            if conversation is None:
+                continue
+            newest = conversation.log[-1].message.created_at if conversation.log else None
+            infos.append(
+                ConversationInfo(conversation_id, len(conversation.log), conversation.last_seq, newest)
+            )
+        infos.sort(key=_activity, reverse=True)
+        return infos if limit is None else infos[: max(limit, 0)]
+
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
         self._check()
         async with self._lock:
@@ -204,6 +218,10 @@ class InMemoryMessageStore:
 
     async def aclose(self) -> None:
         self._closed = True
+
+
+def _activity(info: ConversationInfo) -> float:
+    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
 
 
 def _view_key(entry: _Entry) -> tuple[int, int, int]:

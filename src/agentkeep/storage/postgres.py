@@ -77,8 +77,16 @@ from ..errors import (
 )
 from ..history import HistoryOptions
 from ..messages import Message
-from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
-from .codec import FORMAT_VERSION, decode_id, decode_message, encode_body, encode_id, encode_time
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary
+from .codec import (
+    FORMAT_VERSION,
+    decode_id,
+    decode_message,
+    decode_time,
+    encode_body,
+    encode_id,
+    encode_time,
+)
 from .history import StorageHistoryProvider
 
 __all__ = [
@@ -220,6 +228,15 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     "view_all": f"""{_VIEW_HEAD} (
             SELECT {_VIEW_MESSAGE} AND seq > %(after)s UNION ALL SELECT {_VIEW_SUMMARY} AND seq > %(after)s
         ) AS e ON true""",
+    # -- listing: one primary-key probe (newest seq first) per live conversation
+    "list": f"""SELECT c.conversation_id, c.message_count, c.last_seq, m.time, m.seq
+        FROM {{conversations}} AS c
+        LEFT JOIN LATERAL (
+            SELECT seq, time FROM {{messages}} WHERE conversation = c.key ORDER BY seq DESC LIMIT 1
+        ) AS m ON true
+        WHERE {_LIVE}
+        ORDER BY m.time DESC NULLS LAST, c.key
+        LIMIT %s""",
     # -- compaction, deletion, expiry
     "lock_live": f"""SELECT key, last_seq FROM {{conversations}}
         WHERE conversation_id = %s AND {_LIVE} FOR UPDATE""",
@@ -726,6 +743,35 @@ class PostgresMessageStore:
             await cur.execute(q["compacted"], (last_seq, key))
             [(epoch,)] = await cur.fetchall()
         return int(epoch)
+
+    # -- listing --------------------------------------------------------------------------------
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (the newest message's time); at most
+        ``limit``.
+
+        One pass over the live rows of ``conversations`` plus, per conversation, one backward
+        primary-key probe for its newest message: no message is scanned.
+        """
+        self.database.check_open()
+        if limit is not None and limit <= 0:
+            return []
+        query = self._q["list"]
+
+        async def operation(conn: PostgresConnection) -> list[Any]:
+            return await self.database.fetch(conn, query, (limit,))
+
+        infos: list[ConversationInfo] = []
+        for conversation_id, message_count, last_seq, time, seq in await self.database.run(
+            operation, retry=True
+        ):
+            try:
+                when = None if time is None else decode_time(time)
+            except (OverflowError, *_DECODE_ERRORS) as exc:
+                raise CorruptRecordError(
+                    f"bad time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
+                ) from exc
+            infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
+        return infos
 
     # -- deletion and retention -----------------------------------------------------------------
     async def delete(self, conversation_id: str) -> bool:

@@ -10,7 +10,8 @@ What lives here:
   :class:`RedisMessageStore` (the reference edition's constructor names).
 
 **Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
-hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer one). A
+hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
+and upgrades layout 1, see below). A
 conversation id is percent-encoded (ids longer than 100 characters once encoded are replaced by
 ``#`` + their SHA-256), so no id can collide with another or reach outside its keys. The five keys
 of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
@@ -28,6 +29,28 @@ of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
   replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
   (MessagePack).
 
+Two keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layout 2):
+
+* ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
+  creation time of their newest message (microseconds since the epoch; the score orders, the
+  reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
+  expiry to 0 remove it.
+* ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
+  their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
+  conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
+  ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
+  both sets up to 16 conversations whose deadline passed more than a second ago, so conversations
+  that expire leave the index as fast as new ones come, without anyone listing.
+
+A listing skips (and removes from both sets) ids whose meta key is gone, whatever the reason
+(expiry not yet purged, keys removed by hand or evicted). Layout 1 had neither key:
+:meth:`RedisMessageStore.setup` upgrades such a prefix once by finding its meta keys with
+``SCAN`` and indexing them, then records layout 2 (which agentkeep versions that do not maintain
+the index refuse). A conversation whose id was replaced by its hash in its keys cannot be named
+that way; it is listed again from its next append. The two keys are outside the conversations'
+hash tags, so the scripts that maintain them touch keys of two cluster slots: like its client
+(``redis.asyncio.Redis``), the store works with one server (or primary), not Redis Cluster.
+
 **Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
 server lost its script cache). Redis runs a script to completion before any other command, so
 appends from any number of clients and processes serialize: each gets contiguous seqs, the
@@ -41,9 +64,17 @@ anchors (both small) and reads only those. Nothing on a turn scans the conversat
 compaction looks the given ids up by scanning the log from the first message that is not yet
 excluded until all are found (an id that is not stored makes it scan the whole log).
 
-**Retention.** ``ttl`` becomes a ``PEXPIRE`` of all five keys in every append (and compactions
-give keys they create the conversation's remaining time); ``max_messages`` is an ``LTRIM`` in the
-append script. ``delete`` removes the five keys. Needs Redis 6.0.6 or later (``LPOS``).
+**Cost of listing.** ``list_conversations(limit=n)`` reads the index newest first in batches
+of up to 200 ids (``ZREVRANGE``, O(log C + n) for C indexed conversations) and runs one script per
+batch that reads, per conversation, its meta hash, its newest log entry (``LINDEX``; walking back
+over trailing summary placeholders) and, only after a ``max_messages`` trim, its summary fields
+(to count the raw messages): O(n) for a limited listing, independent of the conversations'
+lengths. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of the expiry set.
+
+**Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
+five keys in every append (and compactions give keys they create the conversation's deadline);
+``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
+index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ... TYPE`` for the upgrade).
 
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
 ``timeout``; one immediate retry on a dropped connection, none on a timeout) raise
@@ -54,10 +85,12 @@ credentials; an entry that does not decode raises :class:`~agentkeep.errors.Corr
 from __future__ import annotations
 
 import hashlib
+import re
 from bisect import bisect_right
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any, Final, NamedTuple, Unpack, cast
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import msgspec
 
@@ -84,8 +117,8 @@ from ..history import HistoryOptions
 from ..messages import Message
 from . import _redis_lua as _lua
 from ._redis_lua import RedisScript
-from .base import HistoryView, StoredMessage, Summary
-from .codec import FORMAT_VERSION, decode_message, encode_body, encode_id, encode_time
+from .base import ConversationInfo, HistoryView, StoredMessage, Summary
+from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_time
 from .history import StorageHistoryProvider
 
 __all__ = [
@@ -97,10 +130,13 @@ __all__ = [
     "escape_key_part",
 ]
 
-LAYOUT_VERSION: Final = 1
-"""Version of the key layout described in the module docs."""
+LAYOUT_VERSION: Final = 2
+"""Version of the key layout described in the module docs (2: with the listing index)."""
 
 _MAX_KEY_PART: Final = 100
+_ESCAPED_PART: Final = re.compile(r"[A-Za-z0-9_.~%-]*")
+_LIST_BATCH: Final = 200  # conversations looked at per listing script
+_REINDEX_BATCH: Final = 100  # conversations indexed per script when upgrading from layout 1
 _replaces_decoder = msgspec.msgpack.Decoder(list[str])
 
 
@@ -304,6 +340,27 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a ``SCAN MATCH`` pattern."""
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+
+
+def _activity(info: ConversationInfo) -> float:
+    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
+
+
+def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
+    """The time of the newest message from its 8 stored bytes (``None``: no message)."""
+    if not seq:
+        return None
+    try:
+        if len(data) != 8:
+            raise ValueError("truncated record")
+        return decode_time(int.from_bytes(data, "big", signed=True))
+    except (ValueError, OverflowError) as exc:
+        raise _corrupt(conversation_id, seq, exc) from exc
+
+
 # -- the store ------------------------------------------------------------------------------------
 
 
@@ -381,10 +438,25 @@ class RedisMessageStore:
         """The key holding the layout and record format versions."""
         return f"{self.key_prefix}:__layout__"
 
+    @property
+    def index_key(self) -> str:
+        """The sorted set of conversation ids by their newest message's time (the listing)."""
+        return f"{self.key_prefix}:__index__"
+
+    @property
+    def expiry_key(self) -> str:
+        """The sorted set of the ids of conversations with a TTL, by deadline (ms)."""
+        return f"{self.key_prefix}:__expiry__"
+
     def conversation_keys(self, conversation_id: str) -> ConversationKeys:
         """The keys of ``conversation_id``."""
         base = f"{self.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
         return ConversationKeys(base + "m", base + "l", base + "x", base + "s", base + "i")
+
+    def _indexed_keys(self, conversation_id: str) -> list[str]:
+        """The keys of a script that also keeps the listing index: the conversation's, then the
+        index and the expiry set."""
+        return [*self.conversation_keys(conversation_id), self.index_key, self.expiry_key]
 
     async def setup(self) -> None:
         """Record the layout version, or check the recorded one; idempotent.
@@ -394,6 +466,7 @@ class RedisMessageStore:
         """
         self.connection.check_open()
         found = await self.connection.run(_lua.SETUP, [self.layout_key], [LAYOUT_VERSION, FORMAT_VERSION])
+        versions: list[int] = []
         for name, value, known in zip(
             ("key layout", "record format"), found, (LAYOUT_VERSION, FORMAT_VERSION), strict=True
         ):
@@ -401,14 +474,62 @@ class RedisMessageStore:
                 version = int(value)
             except (TypeError, ValueError):
                 version = None
-            if version is None or version > known:
+            if version is None or version > known or version < 1:
                 shown = value.decode(errors="replace") if isinstance(value, bytes) else value
                 raise SchemaVersionError(
                     f"redis keys under {self.key_prefix!r} use {name} version {shown!r}; this "
                     f"agentkeep reads up to version {known}",
                     backend=self.backend,
                 )
+            versions.append(version)
+        if versions[0] < LAYOUT_VERSION:
+            await self._upgrade(versions[0])
         self._checked = True
+
+    async def _upgrade(self, layout: int) -> None:
+        """Bring keys written with an older key layout to this one, then record it.
+
+        Layout 1 had no listing index: every conversation's meta key is found with one ``SCAN``
+        of the server's keys (once per prefix) and indexed. Conversations whose escaped id was
+        replaced by a hash cannot be named from their keys: they are indexed by their next append.
+        """
+        if layout < 2:
+            pattern = f"{_glob_escape(self.key_prefix)}:{{*}}:m"
+            cursor = 0
+            while True:
+                reply = await self.connection.execute(
+                    "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, "TYPE", "hash"
+                )
+                cursor = int(reply[0])
+                names = [
+                    name
+                    for name in map(self._conversation_of_meta_key, cast(list[bytes], reply[1]))
+                    if name is not None
+                ]
+                for start in range(0, len(names), _REINDEX_BATCH):
+                    batch = names[start : start + _REINDEX_BATCH]
+                    keys = [self.index_key, self.expiry_key]
+                    for conversation_id in batch:
+                        conversation = self.conversation_keys(conversation_id)
+                        keys += [conversation.meta, conversation.log]
+                    await self.connection.run(_lua.REINDEX, keys, batch)
+                if cursor == 0:
+                    break
+        await self.connection.run(_lua.UPGRADE, [self.layout_key], [layout, LAYOUT_VERSION])
+
+    def _conversation_of_meta_key(self, key: bytes) -> str | None:
+        """The conversation id whose meta key is ``key``, if it can be told from the key."""
+        head = f"{self.key_prefix}:{{".encode()
+        if not key.startswith(head) or not key.endswith(b"}:m"):
+            return None
+        try:
+            part = key[len(head) : -3].decode("ascii")
+            if not _ESCAPED_PART.fullmatch(part):
+                return None  # a hashed id, or a key of another prefix that starts like this one
+            conversation_id = unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        return conversation_id if escape_key_part(conversation_id) == part else None
 
     async def _ready(self) -> None:
         self.connection.check_open()
@@ -427,11 +548,12 @@ class RedisMessageStore:
         await self._ready()
         first = await self.connection.run(
             _lua.APPEND,
-            self.conversation_keys(conversation_id),
+            self._indexed_keys(conversation_id),
             [
                 self.max_messages or 0,
                 _ms(self.ttl) if self.ttl is not None else 0,
                 _needle(messages[0].message_id or ""),
+                conversation_id,
                 *entries,
             ],
         )
@@ -489,7 +611,7 @@ class RedisMessageStore:
                 does not exist (nothing is recorded).
         """
         self.connection.check_open()
-        args: list[bytes | int] = []
+        args: list[bytes | str | int] = [conversation_id]
         needles = [n for n in map(_known_needle, excluded) if n is not None]
         args += [len(needles), *needles, len(summaries)]
         for summary in summaries:
@@ -501,7 +623,7 @@ class RedisMessageStore:
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]
         await self._ready()
-        status, value = await self.connection.run(_lua.COMPACT, self.conversation_keys(conversation_id), args)
+        status, value = await self.connection.run(_lua.COMPACT, self._indexed_keys(conversation_id), args)
         if status == -1:
             raise ValueError(f"conversation {conversation_id!r} does not exist")
         if status == -2:
@@ -512,15 +634,67 @@ class RedisMessageStore:
         return int(value)
 
     async def delete(self, conversation_id: str) -> bool:
-        """Delete the conversation's keys; ``False`` if it did not exist."""
+        """Delete the conversation's keys and index entries; ``False`` if it did not exist."""
         await self._ready()
-        return bool(await self.connection.run(_lua.DELETE, self.conversation_keys(conversation_id), []))
+        return bool(
+            await self.connection.run(_lua.DELETE, self._indexed_keys(conversation_id), [conversation_id])
+        )
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
         """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
         await self._ready()
         millis = -1 if ttl is None else max(0, round(ttl * 1000))
-        return bool(await self.connection.run(_lua.EXPIRE, self.conversation_keys(conversation_id), [millis]))
+        return bool(
+            await self.connection.run(
+                _lua.EXPIRE, self._indexed_keys(conversation_id), [millis, conversation_id]
+            )
+        )
+
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (the newest message's time); at most
+        ``limit``.
+
+        Reads the index newest first, a batch at a time (``ZREVRANGE``), and one script per batch
+        reads each conversation's meta hash, its newest log entry and (after a trim) its summary
+        fields. Conversations that expired or vanished are dropped from the index on the way.
+        """
+        await self._ready()
+        if limit is not None and limit <= 0:
+            return []
+        infos: list[ConversationInfo] = []
+        seen: set[str] = set()
+        start = 0
+        while limit is None or len(infos) < limit:
+            size = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit - len(infos))
+            members = cast(
+                list[bytes],
+                await self.connection.execute("ZREVRANGE", self.index_key, start, start + size - 1),
+            )
+            if not members:
+                break
+            names = [member.decode() for member in members]
+            keys = [self.index_key, self.expiry_key]
+            for conversation_id in names:
+                conversation = self.conversation_keys(conversation_id)
+                keys += [conversation.meta, conversation.log, conversation.summaries]
+            replies = cast(list[Any], await self.connection.run(_lua.LIST, keys, names))
+            gone = 0
+            for conversation_id, reply in zip(names, replies, strict=True):
+                if not isinstance(reply, bytes):
+                    gone += 1  # expired or deleted since: no longer in the index
+                    continue
+                if conversation_id in seen:
+                    continue  # in an earlier batch too: the index changed in between
+                seen.add(conversation_id)
+                last_seq, count, seq, stamp = reply.split(b" ", 3)
+                updated_at = _stamp(conversation_id, int(seq), stamp)
+                infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
+            if len(members) < size:
+                break
+            start += size - gone
+        # conversations appended to while the index was read keep the order of what is returned
+        infos.sort(key=_activity, reverse=True)
+        return infos if limit is None else infos[:limit]
 
     async def aclose(self) -> None:
         """Close the client if the store created it; idempotent."""

@@ -71,8 +71,8 @@ import msgspec
 from ..errors import CorruptRecordError, SchemaVersionError, StorageClosedError, StorageUnavailableError
 from ..history import HistoryOptions
 from ..messages import Message
-from .base import DEDUP_WINDOW, HistoryView, StoredMessage, Summary
-from .codec import FORMAT_VERSION, decode_message, encode_body, encode_id, encode_time
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary
+from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_time
 from .history import StorageHistoryProvider
 
 __all__ = [
@@ -586,6 +586,18 @@ class SQLiteMessageStore:
         """The compacted view in view order; reads only rows above the view floor."""
         return await self.database.run(partial(_read_view, conversation_id, last, after))
 
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (the newest message's time); at most
+        ``limit``.
+
+        One read of the conversations table plus, per live conversation, one probe of its newest
+        message row (the top of its position range): no message is scanned.
+        """
+        self.database.check_open()
+        if limit is not None and limit <= 0:
+            return []
+        return await self.database.run(partial(_list_conversations, limit))
+
     def __repr__(self) -> str:
         return f"SQLiteMessageStore({str(self.path)!r})"
 
@@ -666,6 +678,40 @@ def _purge_expired(db: sqlite3.Connection) -> int:
         for key in keys:
             _remove(db, key)
         return len(keys)
+
+
+# The newest message of each live conversation is the top of its position range (a rowid range
+# probe, newest first); conversations are ordered by its time, those without messages last.
+_LIST_CONVERSATIONS: Final = """
+    SELECT conversation_id, message_count, last_seq, updated_at, updated_seq FROM (
+        SELECT c.key, c.conversation_id, c.message_count, c.last_seq, m.time AS updated_at,
+            m.position & 4294967295 AS updated_seq
+        FROM agentkeep_conversations AS c
+        LEFT JOIN agentkeep_messages AS m ON m.position = (
+            SELECT position FROM agentkeep_messages
+            WHERE position > c.key << 32 AND position <= (c.key << 32) + 4294967295
+            ORDER BY position DESC LIMIT 1
+        )
+        WHERE c.expires_at IS NULL OR c.expires_at > ?
+    )
+    ORDER BY updated_at IS NULL, updated_at DESC, key
+    LIMIT ?
+"""
+
+
+def _list_conversations(limit: int | None, db: sqlite3.Connection) -> list[ConversationInfo]:
+    with _read_transaction(db):
+        rows = db.execute(_LIST_CONVERSATIONS, (_now_us(), -1 if limit is None else limit)).fetchall()
+    infos: list[ConversationInfo] = []
+    for conversation_id, message_count, last_seq, updated_at, updated_seq in rows:
+        try:
+            when = None if updated_at is None else decode_time(updated_at)
+        except _DECODE_ERRORS as exc:
+            raise CorruptRecordError(
+                f"bad time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=updated_seq
+            ) from exc
+        infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
+    return infos
 
 
 _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
