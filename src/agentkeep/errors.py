@@ -9,6 +9,8 @@ the whole family in one clause and the specific kinds where they can act on them
     ├── StateTypeError              a state-bag value that cannot be read as the requested type
     ├── ProviderConfigurationError  providers that clash (same source id or state key)
     ├── SessionModeError            local and service-managed history mixed on one run
+    ├── CLIError                    a command-line request that cannot be done (bad store URL,
+    │                               missing session, unreadable file): one "error:" line, exit 1
     ├── ToolError                   a tool definition or invocation that cannot work
     │   └── ToolArgumentError       arguments that do not match the tool's parameters
     ├── ChatClientError             a chat client that failed or answered nonsense
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgentkeepError",
+    "CLIError",
     "ChatClientError",
     "ChatRequestError",
     "ConflictError",
@@ -129,6 +132,13 @@ class ChatRequestError(ChatClientError):
 
 class ScriptExhaustedError(ChatClientError):
     """A :class:`~agentkeep.testing.ScriptedChatClient` was called more often than it has replies."""
+
+
+class CLIError(AgentkeepError):
+    """A command of the ``agentkeep`` tool cannot do what it was asked.
+
+    The CLI prints it as one ``error: ...`` line and exits with status 1.
+    """
 
 
 class StorageError(AgentkeepError):

@@ -1,0 +1,73 @@
+"""The ``agentkeep`` command-line tool: chat with persistent sessions, inspect and move them.
+
+::
+
+    agentkeep chat [--session ID] [--model PATH | --base-url URL [--api-model NAME]] [--store URL]
+                   [-m MESSAGE] [--instructions TEXT] [--max-tokens N] [--history-limit N]
+    agentkeep sessions list   [--store URL] [--limit N]
+    agentkeep sessions show   ID [--store URL] [--raw] [--last N]
+    agentkeep sessions export ID [--store URL] [--format json|markdown] [-o FILE]
+    agentkeep sessions import FILE [--store URL] [--session ID] [--force]
+    agentkeep sessions delete ID [--store URL]
+
+Where things live: :mod:`._app` (the typer commands, thin), :mod:`._chat` (the model client and
+the chat loop), :mod:`._stores` (``--store`` URLs to message stores) and :mod:`._transfer`
+(reading, exporting and importing conversations). The functions re-exported here are the
+commands' logic, usable (and tested) without a subprocess. See ``docs/cli.md``.
+"""
+
+from ._app import app, main
+from ._chat import (
+    DEFAULT_INSTRUCTIONS,
+    ChatSession,
+    ChatSettings,
+    TurnResult,
+    make_client,
+    new_session_id,
+    run_chat,
+)
+from ._stores import CLIError, StoreLocation, describe_store, open_store, parse_store_url, redact_url
+from ._transfer import (
+    EXPORT_FORMAT,
+    EXPORT_VERSION,
+    ConversationExport,
+    content_lines,
+    conversation_exists,
+    export_conversation,
+    import_conversation,
+    parse_export,
+    read_conversation,
+    read_entries,
+    read_export_file,
+    render_markdown,
+)
+
+__all__ = [
+    "DEFAULT_INSTRUCTIONS",
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "CLIError",
+    "ChatSession",
+    "ChatSettings",
+    "ConversationExport",
+    "StoreLocation",
+    "TurnResult",
+    "app",
+    "content_lines",
+    "conversation_exists",
+    "describe_store",
+    "export_conversation",
+    "import_conversation",
+    "main",
+    "make_client",
+    "new_session_id",
+    "open_store",
+    "parse_export",
+    "parse_store_url",
+    "read_conversation",
+    "read_entries",
+    "read_export_file",
+    "redact_url",
+    "render_markdown",
+    "run_chat",
+]

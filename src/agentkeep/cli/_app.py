@@ -1,0 +1,350 @@
+"""The typer application: ``agentkeep chat`` and ``agentkeep sessions ...``.
+
+Commands are thin: they parse options, call the functions of :mod:`._chat`, :mod:`._stores` and
+:mod:`._transfer`, and print. Every command reports an expected failure (an agentkeep error, an
+OS error, a missing optional dependency) as one ``error: ...`` line on standard error and exits
+with status 1; usage mistakes exit with status 2 (typer's own handling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Generator
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import AgentkeepError
+from ..storage.base import MessageStore, StoredMessage
+from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
+from ._stores import STORE_URL_HELP, CLIError, describe_store, open_store
+from ._transfer import (
+    content_lines,
+    export_conversation,
+    import_conversation,
+    read_conversation,
+    read_entries,
+    read_export_file,
+    render_markdown,
+)
+
+__all__ = ["app", "main"]
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="agentkeep",
+    help="Chat with persistent sessions, and inspect, export and import stored sessions.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+sessions_app = typer.Typer(
+    help="List, show, export, import and delete stored sessions.", no_args_is_help=True
+)
+app.add_typer(sessions_app, name="sessions")
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        envvar="AGENTKEEP_STORE",
+        help=f"Where sessions live: {STORE_URL_HELP} (default: the SQLite file in the user's data folder).",
+        show_default=False,
+    ),
+]
+
+
+class ExportFormat(StrEnum):
+    """The formats of ``sessions export``."""
+
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+_ROLE_STYLES = {
+    "user": "bold green",
+    "assistant": "bold cyan",
+    "system": "bold magenta",
+    "tool": "bold yellow",
+}
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        text = f"{exc.strerror}: {exc.filename}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+@contextlib.contextmanager
+def _reported() -> Generator[None]:
+    """Turn expected failures into one ``error:`` line and exit status 1 (130 for Ctrl-C)."""
+    try:
+        yield
+    except BrokenPipeError:  # the reader left (`agentkeep sessions export ID | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
+        raise typer.Exit(1) from None
+    except (AgentkeepError, OSError, ImportError) as exc:
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        raise typer.Exit(130) from None
+
+
+def _with_store(url: str | None, job: Callable[[MessageStore], Awaitable[T]]) -> T:
+    """Open the store, run ``job`` on it and close it, all in one event loop."""
+
+    async def run() -> T:
+        store = open_store(url)
+        try:
+            await store.setup()
+            return await job(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
+
+
+# -- chat ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def chat(
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", metavar="ID", help="Continue this session (default: a new one)."),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model",
+            metavar="PATH",
+            help="A local GGUF model file (default: the packaged SmolLM2-135M-Instruct).",
+            show_default=False,
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(
+            "--base-url", metavar="URL", help="Use an OpenAI-compatible server instead of a local model."
+        ),
+    ] = None,
+    api_model: Annotated[
+        str | None, typer.Option("--api-model", metavar="NAME", help="The model to ask the server for.")
+    ] = None,
+    store: StoreOption = None,
+    message: Annotated[
+        str | None,
+        typer.Option(
+            "--message", "-m", metavar="TEXT", help="Send one message, print the reply and exit ('-': stdin)."
+        ),
+    ] = None,
+    instructions: Annotated[
+        str, typer.Option("--instructions", metavar="TEXT", help="System instructions for the model.")
+    ] = DEFAULT_INSTRUCTIONS,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, metavar="N", help="Upper bound on tokens per reply.")
+    ] = None,
+    history_limit: Annotated[
+        int,
+        typer.Option(
+            "--history-limit", min=1, metavar="N", help="Send at most the N newest stored messages."
+        ),
+    ] = 50,
+) -> None:
+    """Chat with a model; the session's history is stored and a later chat continues it."""
+    settings = ChatSettings(
+        session_id=session,
+        store_url=store,
+        model_path=model,
+        base_url=base_url,
+        api_model=api_model,
+        message=message,
+        instructions=instructions or None,
+        max_tokens=max_tokens,
+        history_limit=history_limit,
+    )
+    with _reported():
+        run_chat(settings, err=_stderr())
+
+
+# -- sessions -----------------------------------------------------------------------------------------
+
+
+@sessions_app.command("list")
+def list_sessions(
+    store: StoreOption = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, metavar="N", help="Show at most N sessions.")
+    ] = None,
+) -> None:
+    """List stored sessions, most recently active first."""
+    with _reported():
+
+        async def job(message_store: MessageStore) -> tuple[str, list[tuple[str, int, int, str]]]:
+            infos = await message_store.list_conversations(limit=limit)
+            rows = [
+                (
+                    info.conversation_id,
+                    info.message_count,
+                    info.last_seq,
+                    info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-",
+                )
+                for info in infos
+            ]
+            return describe_store(message_store), rows
+
+        where, rows = _with_store(store, job)
+    console = _stdout()
+    if not rows:
+        console.print(Text(f"no sessions in {where}"))
+        return
+    table = Table(title=Text(f"sessions in {where}"), title_justify="left")
+    table.add_column("session", no_wrap=True, min_width=max(len(row[0]) for row in rows))
+    table.add_column("messages", justify="right")
+    table.add_column("last seq", justify="right")
+    table.add_column("last active", no_wrap=True)
+    for session_id, count, last_seq, updated in rows:
+        table.add_row(Text(session_id), str(count), str(last_seq), updated)
+    console.print(table)
+
+
+def _entry_text(entry: StoredMessage, *, raw: bool = False) -> Text:
+    message = entry.message
+    text = Text(f"[{entry.seq}] ", style="dim")
+    if entry.is_summary:
+        text.append(f"summary of {len(entry.replaces)} messages", style="bold blue")
+        text.append(f" ({message.role})", style="dim")
+    else:
+        text.append(message.role, style=_ROLE_STYLES.get(message.role, "bold"))
+        if message.author_name:
+            text.append(f" ({message.author_name})", style="dim")
+    if raw and entry.excluded:
+        text.append(" (excluded)", style="dim red")
+    lines = [line for part in content_lines(message) for line in part.splitlines() or [""]] or [""]
+    text.append(": " + lines[0])
+    for line in lines[1:]:
+        text.append("\n    " + line)
+    return text
+
+
+@sessions_app.command("show")
+def show_session(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session.")],
+    store: StoreOption = None,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="The raw log (excluded messages too) instead of the compacted view.")
+    ] = False,
+    last: Annotated[
+        int | None, typer.Option("--last", min=1, metavar="N", help="Only the N newest messages.")
+    ] = None,
+) -> None:
+    """Print a session's history (the compacted view the model sees), with roles."""
+    with _reported():
+
+        async def job(message_store: MessageStore) -> tuple[str, list[StoredMessage]]:
+            entries = await read_entries(message_store, session_id, last=last, raw=raw)
+            return describe_store(message_store), entries
+
+        where, entries = _with_store(store, job)
+    console = _stdout()
+    shown = f"the last {len(entries)}" if last is not None else str(len(entries))
+    console.print(Text(f"session {session_id} · {shown} messages · {where}", style="bold"))
+    for entry in entries:
+        console.print(_entry_text(entry, raw=raw))
+
+
+@sessions_app.command("export")
+def export_session(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session.")],
+    store: StoreOption = None,
+    export_format: Annotated[
+        ExportFormat,
+        typer.Option("--format", "-f", help="json: lossless, re-importable; markdown: readable."),
+    ] = ExportFormat.JSON,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (default: standard output)."),
+    ] = None,
+) -> None:
+    """Export a session as JSON (lossless) or as a Markdown transcript."""
+    with _reported():
+
+        async def job(message_store: MessageStore) -> str:
+            if export_format is ExportFormat.MARKDOWN:
+                view = await read_conversation(message_store, session_id)
+                return render_markdown(session_id, view.entries)
+            return (await export_conversation(message_store, session_id)).to_json()
+
+        document = _with_store(store, job)
+        if output is None or str(output) == "-":
+            sys.stdout.write(document)
+            sys.stdout.flush()
+        else:
+            output.write_text(document, encoding="utf-8")
+            _stderr().print(Text(f"exported session {session_id} to {output}"))
+
+
+@sessions_app.command("import")
+def import_session(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A JSON export ('-': standard input).")],
+    store: StoreOption = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", metavar="ID", help="Import under this id (default: the file's)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing session of that id.")] = False,
+) -> None:
+    """Import a JSON export as a new session (refuses an existing one unless --force)."""
+    with _reported():
+        export = read_export_file(file)
+
+        async def job(message_store: MessageStore) -> str:
+            return await import_conversation(message_store, export, conversation_id=session, force=force)
+
+        target = _with_store(store, job)
+        _stdout().print(Text(f"imported {len(export.messages)} messages as session {target}"))
+
+
+@sessions_app.command("delete")
+def delete_session(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session.")],
+    store: StoreOption = None,
+) -> None:
+    """Delete a session and everything stored for it."""
+    with _reported():
+
+        async def job(message_store: MessageStore) -> str:
+            if not await message_store.delete(session_id):
+                raise CLIError(f"no session {session_id!r} in {describe_store(message_store)}")
+            return describe_store(message_store)
+
+        where = _with_store(store, job)
+        _stdout().print(Text(f"deleted session {session_id} from {where}"))
+
+
+def main() -> None:
+    """The ``agentkeep`` console script."""
+    app(prog_name="agentkeep")

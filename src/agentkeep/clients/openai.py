@@ -1,0 +1,608 @@
+"""OpenAI-compatible chat clients, on the official ``openai`` SDK (extra ``[openai]``).
+
+Two clients live here, both on :class:`openai.AsyncOpenAI`:
+
+* :class:`OpenAIChatClient` speaks the Chat Completions API (``POST /v1/chat/completions``), which
+  every OpenAI-compatible server offers (OpenAI, llama.cpp's server, vLLM, Ollama, LM Studio,
+  ...). The agent holds the history and sends the whole conversation on every call.
+* :class:`OpenAIResponsesClient` speaks the Responses API (``POST /v1/responses``) with
+  **service-managed history**: the service keeps the conversation, the response id (or the
+  conversation id) becomes ``session.service_session_id``, and later calls send only the new
+  messages with ``previous_response_id``. ``options["store"] = False`` makes it stateless.
+
+Both map agentkeep :class:`~agentkeep.messages.Message` objects to the wire format and back
+(text, images and files, tool calls and their results), stream, report token usage, parse
+structured output (``response_format``) into :attr:`ChatResponse.value`, and turn the SDK's
+errors into agentkeep errors with the HTTP status and a one-line message that never shows the
+API key::
+
+    openai error                                agentkeep error
+    APIConnectionError, APITimeoutError         ModelUnavailableError (status_code None)
+    HTTP 408, 429 and 5xx                       ModelUnavailableError (status_code set)
+    other 4xx (400, 401, 403, 404, 422, ...)    ChatRequestError (status_code set)
+    anything else the SDK raises                ChatClientError
+
+Transient failures (refused connections, timeouts, 408 / 409 / 429 / 5xx answers) are retried by
+the SDK with exponential backoff, ``max_retries`` times, before they surface.
+
+Configuration comes from the arguments or the environment: ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY`` and ``OPENAI_MODEL``. A local server needs no real key: when a base URL is
+set and no key is given, the key ``"not-needed"`` is sent.
+
+The mapping to and from the wire format (pure functions) lives in :mod:`._openai_wire`; this
+module holds the clients, their configuration and lifecycle, and the error mapping.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+
+from ..contents import (
+    Content,
+    FunctionCallContent,
+    TextContent,
+    TextReasoningContent,
+    UnknownContent,
+    UsageContent,
+    UsageDetails,
+)
+from ..errors import ChatClientError, ChatRequestError, ModelUnavailableError
+from ..messages import Message
+from ..tools import FunctionTool
+from ._openai_wire import (
+    PartialCall,
+    chat_usage,
+    one_line,
+    output_format,
+    parse_arguments,
+    reasoning_of,
+    responses_usage,
+    server_message,
+    stream_error,
+    to_chat_messages,
+    to_response_items,
+)
+from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI, OpenAIError
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
+
+__all__ = ["OpenAIChatClient", "OpenAIResponsesClient", "to_chat_messages", "to_response_items"]
+
+T = TypeVar("T")
+
+_NOT_NEEDED = "not-needed"
+_USERINFO = re.compile(r"//[^/@]*@")
+_KEY_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=]{6,}"),
+)
+
+
+def _import_openai() -> Any:
+    try:
+        import openai
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
+        raise ImportError(
+            "the OpenAI clients need the openai package: pip install 'agentkeep[openai]'"
+        ) from exc
+    return openai
+
+
+# -- the clients --------------------------------------------------------------------------------
+
+
+class _OpenAIClientBase(BaseChatClient):
+    """Configuration, lifecycle and error mapping shared by both clients."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: AsyncOpenAI | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        openai = _import_openai()
+        self.model: str | None = model or os.environ.get("OPENAI_MODEL") or None
+        self.timeout = timeout
+        self.max_retries = max_retries
+        if client is not None:
+            self._client: AsyncOpenAI = client
+            self._owns_client = False
+        else:
+            base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            api_key = api_key or os.environ.get("OPENAI_API_KEY") or (_NOT_NEEDED if base_url else None)
+            if api_key is None:
+                raise ChatRequestError(
+                    "no API key: pass api_key= or set OPENAI_API_KEY "
+                    "(a local server needs none: pass its base_url= or set OPENAI_BASE_URL)"
+                )
+            self._client = openai.AsyncOpenAI(
+                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
+            )
+            self._owns_client = True
+        self._closed = False
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL (e.g. ``http://127.0.0.1:8080/v1``)."""
+        return str(self._client.base_url).rstrip("/")
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The underlying :class:`openai.AsyncOpenAI` client."""
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it (an injected one is left open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _model_for(self, options: ChatOptions) -> str:
+        if self._closed:
+            raise ChatClientError(f"{type(self).__name__} is closed")
+        model = options.get("model") or self.model
+        if not model:
+            raise ChatRequestError("no model name: pass model= (or options['model']) or set OPENAI_MODEL")
+        return model
+
+    def _redact(self, text: str) -> str:
+        key = self._client.api_key
+        if len(key) >= 4 and key != _NOT_NEEDED:
+            text = text.replace(key, "***")
+        for pattern in _KEY_PATTERNS:
+            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "sk-") + "***", text)
+        return text
+
+    def _error(self, exc: OpenAIError) -> ChatClientError:
+        """The agentkeep error for an SDK error: typed, with the status and a one-line message."""
+        import openai
+
+        where = _USERINFO.sub("//", self.base_url)  # no user:password@ in messages
+        if isinstance(exc, openai.APITimeoutError):
+            within = f" within {self.timeout:g}s" if self._owns_client else ""
+            return ModelUnavailableError(f"{where}: no answer{within} (timed out)")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            reason = one_line(str(cause)) if cause is not None and str(cause) else "connection failed"
+            return ModelUnavailableError(self._redact(f"cannot reach {where}: {reason}"))
+        if isinstance(exc, openai.APIStatusError):
+            status: int = exc.status_code
+            detail = server_message(exc.body) or exc.response.reason_phrase or "no details"
+            text = self._redact(f"{where} answered HTTP {status}: {one_line(detail)}")
+            if status in (408, 429) or status >= 500:
+                return ModelUnavailableError(text, status_code=status)
+            return ChatRequestError(text, status_code=status)
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        return ChatClientError(self._redact(f"{where}: {one_line(str(message))}"))
+
+    async def _call(self, request: Callable[[], Awaitable[T]]) -> T:
+        import openai
+
+        try:
+            return await request()
+        except openai.OpenAIError as exc:
+            raise self._error(exc) from exc
+
+    def _tool_choice(self, options: ChatOptions, tools: Sequence[FunctionTool]) -> Any:
+        choice: Any = options.get("tool_choice") or "auto"
+        if choice == "required" and len(tools) == 1:
+            # The same request, in the form servers without "required" (llama.cpp's) understand.
+            return {"type": "function", "function": {"name": tools[0].name}}
+        return choice
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+
+class OpenAIChatClient(_OpenAIClientBase):
+    """A chat client for any server that speaks the OpenAI Chat Completions API.
+
+    The agent keeps the history (locally, in history providers); every call sends the whole
+    conversation, with the instructions as a leading system message.
+
+    Args:
+        model: Model name (default: ``OPENAI_MODEL``); ``options["model"]`` overrides it per call.
+        base_url: The API's base URL, e.g. ``http://127.0.0.1:8080/v1`` (default:
+            ``OPENAI_BASE_URL``, else OpenAI's).
+        api_key: The API key (default: ``OPENAI_API_KEY``; ``"not-needed"`` when a base URL is
+            set and no key is).
+        client: An :class:`openai.AsyncOpenAI` to use instead of creating one; it is not closed by
+            :meth:`aclose`.
+        timeout: Seconds to wait for the server on each request.
+        max_retries: Retries (with exponential backoff) for refused connections, timeouts and
+            408 / 409 / 429 / 5xx answers.
+
+    Raises:
+        ChatRequestError: No API key and no base URL.
+
+    Example:
+        ```python
+        async with OpenAIChatClient("gpt-4o-mini") as client:
+            agent = client.as_agent("You are terse.")
+            print(await agent.run("Hello"))
+        ```
+    """
+
+    def _request(self, messages: Sequence[Message], options: ChatOptions) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self._model_for(options),
+            "messages": to_chat_messages(messages, instructions=options.get("instructions")),
+        }
+        tools = options.get("tools") or []
+        if tools:
+            request["tools"] = [tool.schema() for tool in tools]
+            request["tool_choice"] = self._tool_choice(options, tools)
+        for key in ("temperature", "top_p", "max_tokens", "stop", "seed", "user"):
+            value = options.get(key)
+            if value is not None:
+                request[key] = value
+        output = output_format(options.get("response_format"))
+        if output is not None:
+            request["response_format"] = output.for_chat()
+        extra = options.get("additional_properties")
+        if extra:
+            request["extra_body"] = dict(extra)
+        return request
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        """Answer ``messages`` with one Chat Completions call.
+
+        Raises:
+            ModelUnavailableError: The server cannot be reached, timed out or answered 5xx / 429.
+            ChatRequestError: The server refused the request (4xx), or no model name is set.
+            ChatClientError: The answer cannot be used (no choices, structured output that does
+                not fit ``response_format``).
+        """
+        request = self._request(messages, options)
+        completion: ChatCompletion = await self._call(
+            lambda: self._client.chat.completions.create(stream=False, **request)
+        )
+        response = self._from_completion(completion)
+        output = output_format(options.get("response_format"))
+        if output is not None and not response.messages[0].function_calls:
+            response.value = output.parse(response.text)
+        return response
+
+    def _from_completion(self, completion: ChatCompletion) -> ChatResponse:
+        if not completion.choices:
+            raise ChatClientError(f"{self.base_url} answered with no choices")
+        choice = completion.choices[0]
+        message = choice.message
+        contents: list[Content] = []
+        reasoning = reasoning_of(message)
+        if reasoning:
+            contents.append(TextReasoningContent(reasoning))
+        if message.content:
+            contents.append(TextContent(message.content))
+        refusal = getattr(message, "refusal", None)
+        if isinstance(refusal, str) and refusal:
+            contents.append(TextContent(refusal, additional_properties={"refusal": True}))
+        for call in message.tool_calls or []:
+            function = getattr(call, "function", None)
+            if function is None:  # a custom (non-function) tool call
+                contents.append(UnknownContent(call.model_dump(mode="json")))
+                continue
+            contents.append(FunctionCallContent(call.id, function.name, parse_arguments(function.arguments)))
+        if not contents:
+            contents.append(TextContent(""))
+        return ChatResponse(
+            [Message("assistant", contents)],
+            usage=chat_usage(completion.usage),
+            response_id=completion.id,
+            finish_reason=choice.finish_reason,
+            model=completion.model,
+        )
+
+    async def get_streaming_response(
+        self, messages: Sequence[Message], *, options: ChatOptions
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        """Stream the answer: text deltas as they come, whole tool calls and usage at the end.
+
+        Tool-call argument deltas are assembled and yielded as complete
+        :class:`~agentkeep.contents.FunctionCallContent` objects in the last update, with the
+        usage (asked for with ``stream_options={"include_usage": True}``; servers that ignore it
+        report none) and the finish reason.
+
+        Raises:
+            ModelUnavailableError: As :meth:`get_response`, also when the stream breaks off.
+            ChatRequestError: As :meth:`get_response`.
+        """
+        import openai
+
+        request = self._request(messages, options)
+        stream = await self._call(
+            lambda: self._client.chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **request
+            )
+        )
+        calls: dict[int, PartialCall] = {}
+        usage: UsageDetails | None = None
+        finish_reason: str | None = None
+        response_id: str | None = None
+        model: str | None = None
+        async with stream:
+            try:
+                async for chunk in stream:
+                    response_id = chunk.id or response_id
+                    model = chunk.model or model
+                    if chunk.usage is not None:
+                        usage = chat_usage(chunk.usage)
+                    for choice in chunk.choices:
+                        if choice.index != 0:
+                            continue
+                        finish_reason = choice.finish_reason or finish_reason
+                        delta = choice.delta
+                        contents: list[Content] = []
+                        reasoning = reasoning_of(delta)
+                        if reasoning:
+                            contents.append(TextReasoningContent(reasoning))
+                        if delta.content:
+                            contents.append(TextContent(delta.content))
+                        for piece in delta.tool_calls or []:
+                            partial = calls.setdefault(piece.index, PartialCall())
+                            partial.call_id = partial.call_id or piece.id or ""
+                            if piece.function is not None:
+                                # Some servers repeat the name in every delta: it is not a fragment.
+                                partial.name = partial.name or piece.function.name or ""
+                                if piece.function.arguments:
+                                    partial.arguments.append(piece.function.arguments)
+                        if contents:
+                            yield ChatResponseUpdate(contents, response_id=response_id, model=model)
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from exc
+        final: list[Content] = [
+            FunctionCallContent(
+                call.call_id or f"call_{index}", call.name, parse_arguments("".join(call.arguments))
+            )
+            for index, call in sorted(calls.items())
+        ]
+        if usage is not None:
+            final.append(UsageContent(usage))
+        yield ChatResponseUpdate(final, response_id=response_id, finish_reason=finish_reason, model=model)
+
+
+class OpenAIResponsesClient(_OpenAIClientBase):
+    """A chat client for the OpenAI Responses API, with service-managed conversations.
+
+    The service keeps the history: each answer's id (or, for a conversation created with the
+    Conversations API, the ``conv_...`` id) is returned as :attr:`ChatResponse.conversation_id`,
+    which an agent stores as ``session.service_session_id``. A call with
+    ``options["conversation_id"]`` sends only the new messages, with ``previous_response_id``
+    (or ``conversation`` for a ``conv_...`` id). Tool calls travel as ``function_call`` items and
+    their results as ``function_call_output`` items. ``options["store"] = False`` asks the
+    service to keep nothing: the client then behaves like a stateless one and the agent keeps the
+    history.
+
+    Instructions are sent on every call (the Responses API does not carry them over from a
+    previous response). ``stop`` and ``seed`` have no Responses equivalent and are ignored.
+
+    Args:
+        model: Model name (default: ``OPENAI_MODEL``); ``options["model"]`` overrides it per call.
+        base_url: The API's base URL (default: ``OPENAI_BASE_URL``, else OpenAI's).
+        api_key: The API key (default: ``OPENAI_API_KEY``; ``"not-needed"`` when a base URL is
+            set and no key is).
+        client: An :class:`openai.AsyncOpenAI` to use instead of creating one; it is not closed by
+            :meth:`aclose`.
+        timeout: Seconds to wait for the server on each request.
+        max_retries: Retries (with exponential backoff) for refused connections, timeouts and
+            408 / 409 / 429 / 5xx answers.
+
+    Raises:
+        ChatRequestError: No API key and no base URL.
+
+    Example:
+        ```python
+        client = OpenAIResponsesClient("gpt-4o-mini")
+        agent = client.as_agent("You are terse.")
+        session = agent.create_session()
+        await agent.run("My name is Ada.", session=session)
+        saved = session.service_session_id  # the service holds the conversation
+        resumed = agent.get_session(service_session_id=saved)
+        print(await agent.run("What is my name?", session=resumed))
+        ```
+    """
+
+    stores_by_default = True
+
+    def _request(self, messages: Sequence[Message], options: ChatOptions) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self._model_for(options), "input": to_response_items(messages)}
+        instructions = options.get("instructions")
+        if instructions:
+            request["instructions"] = instructions
+        conversation_id = options.get("conversation_id")
+        if conversation_id:
+            key = "conversation" if conversation_id.startswith("conv_") else "previous_response_id"
+            request[key] = conversation_id
+        if options.get("store") is False:
+            request["store"] = False
+        tools = options.get("tools") or []
+        if tools:
+            request["tools"] = [
+                {
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    "strict": False,
+                }
+                for tool in tools
+            ]
+            choice = self._tool_choice(options, tools)
+            if isinstance(choice, Mapping):  # chat form {"type": "function", "function": {"name"}}
+                function = cast("Mapping[str, Any]", choice).get("function")
+                if isinstance(function, Mapping):
+                    choice = {"type": "function", "name": cast("Mapping[str, Any]", function)["name"]}
+            request["tool_choice"] = choice
+        for key, wire in (
+            ("temperature", "temperature"),
+            ("top_p", "top_p"),
+            ("max_tokens", "max_output_tokens"),
+            ("user", "user"),
+            ("metadata", "metadata"),
+        ):
+            value = options.get(key)
+            if value is not None:
+                request[wire] = value
+        output = output_format(options.get("response_format"))
+        if output is not None:
+            request["text"] = output.for_responses()
+        extra = options.get("additional_properties")
+        if extra:
+            request["extra_body"] = dict(extra)
+        return request
+
+    def _conversation_id(self, response: Response, options: ChatOptions) -> str | None:
+        conversation = getattr(response, "conversation", None)
+        conversation_id: Any = getattr(conversation, "id", None)
+        if isinstance(conversation_id, str) and conversation_id:
+            return conversation_id
+        if options.get("store") is False:
+            return options.get("conversation_id")  # nothing new was kept: the conversation stays
+        return response.id
+
+    def _from_response(self, response: Response, options: ChatOptions) -> ChatResponse:
+        if response.status == "failed":
+            error = response.error
+            raise stream_error(
+                error.code if error is not None else None,
+                error.message if error is not None else "the response failed",
+                f"{self.base_url}: response {response.id} failed",
+            )
+        contents: list[Content] = []
+        for item in response.output:
+            if item.type == "message":
+                for part in item.content:
+                    if part.type == "output_text":
+                        contents.append(TextContent(part.text))
+                    else:
+                        contents.append(TextContent(part.refusal, additional_properties={"refusal": True}))
+            elif item.type == "function_call":
+                contents.append(FunctionCallContent(item.call_id, item.name, parse_arguments(item.arguments)))
+            elif item.type == "reasoning":
+                text = "".join(s.text for s in item.summary)
+                if text:
+                    contents.append(TextReasoningContent(text))
+            else:  # built-in tools agentkeep did not ask for: kept, not dropped
+                contents.append(UnknownContent(item.model_dump(mode="json")))
+        if not contents:
+            contents.append(TextContent(""))
+        return ChatResponse(
+            [Message("assistant", contents)],
+            usage=responses_usage(response.usage),
+            conversation_id=self._conversation_id(response, options),
+            response_id=response.id,
+            finish_reason=_finish_reason(response, contents),
+            model=str(response.model),
+        )
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        """Answer ``messages`` with one Responses API call.
+
+        Raises:
+            ModelUnavailableError: The server cannot be reached, timed out or answered 5xx / 429.
+            ChatRequestError: The server refused the request (4xx: unknown model, unknown
+                ``previous_response_id``, ...), or no model name is set.
+            ChatClientError: The response failed, or its structured output does not fit.
+        """
+        request = self._request(messages, options)
+        response: Response = await self._call(lambda: self._client.responses.create(stream=False, **request))
+        result = self._from_response(response, options)
+        output = output_format(options.get("response_format"))
+        if output is not None and not result.messages[0].function_calls:
+            result.value = output.parse(result.text)
+        return result
+
+    async def get_streaming_response(
+        self, messages: Sequence[Message], *, options: ChatOptions
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        """Stream the answer from the Responses event stream.
+
+        Text (and reasoning) deltas are yielded as they come; tool calls arrive whole
+        (``response.output_item.done``); the last update carries the usage, the finish reason and
+        the conversation id from ``response.completed``.
+
+        Raises:
+            ModelUnavailableError: As :meth:`get_response`, also when the stream breaks off
+                before the response completes.
+            ChatRequestError: As :meth:`get_response`, also for an ``error`` event with a code.
+            ChatClientError: The response failed.
+        """
+        import openai
+
+        request = self._request(messages, options)
+        stream = await self._call(lambda: self._client.responses.create(stream=True, **request))
+        calls: list[Content] = []
+        final: Response | None = None
+        response_id: str | None = None
+        async with stream:
+            try:
+                async for event in stream:
+                    if event.type == "response.created":
+                        response_id = event.response.id
+                    elif event.type == "response.output_text.delta":
+                        yield ChatResponseUpdate([TextContent(event.delta)], response_id=response_id)
+                    elif event.type in (
+                        "response.reasoning_summary_text.delta",
+                        "response.reasoning_text.delta",
+                    ):
+                        delta: str = getattr(event, "delta", "")
+                        yield ChatResponseUpdate([TextReasoningContent(delta)], response_id=response_id)
+                    elif event.type == "response.output_item.done":
+                        item = event.item
+                        if item.type == "function_call":
+                            calls.append(
+                                FunctionCallContent(item.call_id, item.name, parse_arguments(item.arguments))
+                            )
+                    elif event.type in ("response.completed", "response.incomplete", "response.failed"):
+                        final = getattr(event, "response", None)
+                    elif event.type == "error":
+                        raise stream_error(event.code, event.message, f"{self.base_url}: stream error")
+            except openai.OpenAIError as exc:
+                raise self._error(exc) from exc
+        if final is None:
+            raise ModelUnavailableError(f"{self.base_url}: the stream ended before the response completed")
+        result = self._from_response(final, options)  # raises for a failed response
+        if not calls:
+            calls = [c for c in result.messages[0].contents if isinstance(c, FunctionCallContent)]
+        contents: list[Content] = list(calls)
+        if result.usage is not None:
+            contents.append(UsageContent(result.usage))
+        yield ChatResponseUpdate(
+            contents,
+            conversation_id=result.conversation_id,
+            response_id=final.id,
+            finish_reason=result.finish_reason,
+            model=result.model,
+        )
+
+
+def _finish_reason(response: Response, contents: Sequence[Content]) -> str:
+    if response.status == "incomplete":
+        details = response.incomplete_details
+        reason = details.reason if details is not None else None
+        return "length" if reason in (None, "max_output_tokens") else str(reason)
+    return "tool_calls" if any(isinstance(c, FunctionCallContent) for c in contents) else "stop"
