@@ -1,0 +1,54 @@
+"""History compaction: the structured view of a message list and the measures strategies use.
+
+What lives where:
+
+* :mod:`~agentkeep.compaction.groups`: :class:`MessageIndex` (groups, turns and included counts
+  over a message list, updated incrementally), :class:`MessageGroup`, :class:`MessageGroupKind`,
+  and the summary mark (:data:`SUMMARY_PROPERTY`, :func:`is_summary_message`,
+  :func:`summarized_message_ids`).
+* :mod:`~agentkeep.compaction.triggers`: :data:`CompactionTrigger` and the
+  :class:`CompactionTriggers` factories (``tokens_exceed``, ``turns_exceed``, ...).
+* :mod:`~agentkeep.compaction.tokenizers`: the :class:`Tokenizer` protocol,
+  :class:`CharacterEstimatorTokenizer`, the exact :class:`OpenAITokenizer` (optional
+  ``bpe-openai`` package) and :func:`count_message_tokens`.
+
+Compaction strategies, the compaction provider and the harness agent build on these and are
+added separately.
+"""
+
+from __future__ import annotations
+
+from .groups import (
+    SUMMARY_PROPERTY,
+    MessageGroup,
+    MessageGroupKind,
+    MessageIndex,
+    is_summary_message,
+    summarized_message_ids,
+)
+from .tokenizers import (
+    MESSAGE_OVERHEAD_TOKENS,
+    CharacterEstimatorTokenizer,
+    OpenAITokenizer,
+    Tokenizer,
+    count_message_tokens,
+    message_token_text,
+)
+from .triggers import CompactionTrigger, CompactionTriggers
+
+__all__ = [
+    "MESSAGE_OVERHEAD_TOKENS",
+    "SUMMARY_PROPERTY",
+    "CharacterEstimatorTokenizer",
+    "CompactionTrigger",
+    "CompactionTriggers",
+    "MessageGroup",
+    "MessageGroupKind",
+    "MessageIndex",
+    "OpenAITokenizer",
+    "Tokenizer",
+    "count_message_tokens",
+    "is_summary_message",
+    "message_token_text",
+    "summarized_message_ids",
+]

@@ -1,0 +1,547 @@
+"""Message groups: the atomic units compaction keeps or removes, and the index that maintains them.
+
+A :class:`MessageIndex` is a structured view of a flat message list. It puts every message in
+exactly one :class:`MessageGroup` and every group after the first user message in a *turn*:
+
+* ``system``: one system message (each system message is its own group; strategies keep them).
+* ``user``: one user message; it starts a new turn.
+* ``assistant_text``: one assistant message without tool calls.
+* ``tool_call``: an assistant message with function calls plus every message carrying a result
+  for one of those calls, kept together because sending a call without its result (or the reverse)
+  is an API error. Results join the group by call id, also when other messages come between.
+  Reasoning-only assistant messages (all contents are reasoning) directly before the call message
+  join the group too. A message whose results answer calls of several groups merges those groups.
+  Results that answer no known call, and tool-role messages without results, form a ``tool_call``
+  group of their own.
+* ``summary``: a message marked as a summary (see :data:`SUMMARY_PROPERTY`), whatever its role.
+
+Rules are applied in that order of precedence: the summary mark, then the system role, then
+function calls/results, then the role.
+
+**Turns.** A turn is a user message and everything up to the next user message; turn ``k`` is the
+``k``-th user message (from 0). Groups before the first user message have no turn (``None``).
+A tool-call group belongs to the turn of its first message.
+
+**Incremental and O(1).** :meth:`MessageIndex.append` groups and counts only the new messages;
+old messages are never regrouped or recounted (their token counts are cached). A tool-call group
+whose results arrive in a later append is completed then. The included (non-excluded) message,
+group, turn, token and tool-call-group counts are kept up to date as groups are excluded and
+included, so triggers (:mod:`agentkeep.compaction.triggers`) read them in O(1).
+"""
+
+# MessageIndex maintains its groups' private state: the two classes are one unit.
+# pyright: reportPrivateUsage=false
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from enum import StrEnum
+from typing import Any, Final, cast
+
+from ..contents import FunctionCallContent, FunctionResultContent, TextReasoningContent
+from ..messages import Message
+from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
+
+__all__ = [
+    "SUMMARY_PROPERTY",
+    "MessageGroup",
+    "MessageGroupKind",
+    "MessageIndex",
+    "is_summary_message",
+    "summarized_message_ids",
+]
+
+SUMMARY_PROPERTY: Final[str] = "agentkeep.summary"
+"""The ``additional_properties`` key that marks a message as a summary.
+
+Its value is the list of ``message_id`` strings the summary replaces, e.g.
+``Message("assistant", "Earlier: ...", additional_properties={"agentkeep.summary": ["id1", "id2"]})``.
+A message carrying the key (with a list value) forms a ``summary`` group.
+"""
+
+
+def is_summary_message(message: Message) -> bool:
+    """Whether ``message`` is marked as a summary (:data:`SUMMARY_PROPERTY` holds a list)."""
+    props = message.additional_properties
+    return props is not None and isinstance(props.get(SUMMARY_PROPERTY), list)
+
+
+def summarized_message_ids(message: Message) -> list[str]:
+    """The ids of the messages the summary ``message`` replaces (``[]`` if it is no summary)."""
+    props = message.additional_properties
+    ids = props.get(SUMMARY_PROPERTY) if props is not None else None
+    if not isinstance(ids, list):
+        return []
+    return [item for item in cast("list[Any]", ids) if isinstance(item, str)]
+
+
+class MessageGroupKind(StrEnum):
+    """What a :class:`MessageGroup` holds."""
+
+    SYSTEM = "system"
+    """A system message; compaction always keeps it."""
+    USER = "user"
+    """A user message; it starts a turn."""
+    ASSISTANT_TEXT = "assistant_text"
+    """An assistant message without tool calls."""
+    TOOL_CALL = "tool_call"
+    """An assistant message with tool calls and all of their results (atomic)."""
+    SUMMARY = "summary"
+    """A summary made by summarization, replacing older messages."""
+
+
+class MessageGroup:
+    """Messages that compaction keeps or removes together. Made and updated by a :class:`MessageIndex`.
+
+    Counts and the excluded flag are read-only here: change them through the index
+    (:meth:`MessageIndex.exclude`, :meth:`MessageIndex.include`) so its totals stay right.
+    """
+
+    __slots__ = (
+        "_byte_count",
+        "_call_ids",
+        "_excluded",
+        "_index",
+        "_indices",
+        "_kind",
+        "_pending",
+        "_token_count",
+        "_turn",
+    )
+
+    def __init__(self, index: MessageIndex, kind: MessageGroupKind, turn: int | None) -> None:
+        self._index = index
+        self._kind = kind
+        self._turn = turn
+        self._indices: list[int] = []
+        self._token_count = 0
+        self._byte_count = 0
+        self._excluded = False
+        self._call_ids: list[str] | None = None  # made on the first call: most groups have none
+        self._pending: set[str] | None = None
+
+    @property
+    def kind(self) -> MessageGroupKind:
+        """What the group holds."""
+        return self._kind
+
+    @property
+    def indices(self) -> Sequence[int]:
+        """Positions of the group's messages in :attr:`MessageIndex.messages`, ascending."""
+        return self._indices
+
+    @property
+    def messages(self) -> list[Message]:
+        """The group's messages, in their original order."""
+        messages = self._index.messages
+        return [messages[i] for i in self._indices]
+
+    @property
+    def first_index(self) -> int:
+        """Position of the group's first message (groups are ordered by it)."""
+        return self._indices[0]
+
+    @property
+    def message_count(self) -> int:
+        """Number of messages in the group."""
+        return len(self._indices)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of the group's messages (see :func:`~agentkeep.compaction.count_message_tokens`)."""
+        return self._token_count
+
+    @property
+    def byte_count(self) -> int:
+        """UTF-8 bytes of the group's counted text (see :func:`~agentkeep.compaction.message_token_text`)."""
+        return self._byte_count
+
+    @property
+    def excluded(self) -> bool:
+        """Whether compaction has excluded the group from what is sent to the model."""
+        return self._excluded
+
+    @property
+    def turn(self) -> int | None:
+        """The turn the group starts in (0-based), ``None`` before the first user message."""
+        return self._turn
+
+    @property
+    def call_ids(self) -> Sequence[str]:
+        """Ids of the function calls made in the group (``tool_call`` groups only)."""
+        return self._call_ids or ()
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether every function call in the group has a result (always true for other kinds)."""
+        return not self._pending
+
+    def __repr__(self) -> str:
+        flag = ", excluded" if self._excluded else ""
+        return (
+            f"MessageGroup({self._kind.value}, indices={self._indices}, turn={self._turn}, "
+            f"tokens={self._token_count}{flag})"
+        )
+
+
+class MessageIndex:
+    """Groups, turns and counts over a message list, updated incrementally as messages are appended.
+
+    Args:
+        messages: The initial messages (kept by reference, in order).
+        tokenizer: Counts each message's tokens once; default :class:`CharacterEstimatorTokenizer`.
+
+    Example:
+        >>> index = MessageIndex([Message("user", "hi"), Message("assistant", "hello")])
+        >>> [g.kind.value for g in index.groups]
+        ['user', 'assistant_text']
+    """
+
+    __slots__ = (
+        "_bytes",
+        "_calls",
+        "_group_of",
+        "_groups",
+        "_included_bytes",
+        "_included_groups",
+        "_included_messages",
+        "_included_tokens",
+        "_included_tool_groups",
+        "_included_turns",
+        "_messages",
+        "_reasoning_tail",
+        "_tokenizer",
+        "_tokens",
+        "_total_bytes",
+        "_total_tokens",
+        "_turn_live",
+    )
+
+    def __init__(self, messages: Iterable[Message] = (), *, tokenizer: Tokenizer | None = None) -> None:
+        self._tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
+        self._messages: list[Message] = []
+        self._tokens: list[int] = []
+        self._bytes: list[int] = []
+        self._group_of: list[MessageGroup] = []
+        self._groups: list[MessageGroup] = []
+        self._calls: dict[str, MessageGroup] = {}
+        self._reasoning_tail: list[MessageGroup] = []
+        self._turn_live: list[int] = []  # per turn: included non-system groups
+        self._total_tokens = 0
+        self._total_bytes = 0
+        self._included_messages = 0
+        self._included_groups = 0
+        self._included_turns = 0
+        self._included_tokens = 0
+        self._included_bytes = 0
+        self._included_tool_groups = 0
+        self.append(messages)
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer that counted the messages."""
+        return self._tokenizer
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """Every message, excluded or not, in original order."""
+        return self._messages
+
+    @property
+    def groups(self) -> Sequence[MessageGroup]:
+        """Every group, ordered by its first message."""
+        return self._groups
+
+    def group_of(self, position: int) -> MessageGroup:
+        """The group holding the message at ``position``."""
+        return self._group_of[position]
+
+    def message_token_count(self, position: int) -> int:
+        """The cached token count of the message at ``position``."""
+        return self._tokens[position]
+
+    def included_messages(self) -> list[Message]:
+        """The projection sent to the model: every message in original order, minus excluded groups."""
+        return [m for m, g in zip(self._messages, self._group_of, strict=True) if not g._excluded]
+
+    @property
+    def message_count(self) -> int:
+        """All messages."""
+        return len(self._messages)
+
+    @property
+    def group_count(self) -> int:
+        """All groups."""
+        return len(self._groups)
+
+    @property
+    def turn_count(self) -> int:
+        """All turns (user messages that are not summaries)."""
+        return len(self._turn_live)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of all messages."""
+        return self._total_tokens
+
+    @property
+    def byte_count(self) -> int:
+        """Counted UTF-8 bytes of all messages."""
+        return self._total_bytes
+
+    @property
+    def included_message_count(self) -> int:
+        """Messages in non-excluded groups."""
+        return self._included_messages
+
+    @property
+    def included_group_count(self) -> int:
+        """Non-excluded groups."""
+        return self._included_groups
+
+    @property
+    def included_turn_count(self) -> int:
+        """Turns that still have a non-excluded group other than a system message."""
+        return self._included_turns
+
+    @property
+    def included_token_count(self) -> int:
+        """Tokens of the messages in non-excluded groups."""
+        return self._included_tokens
+
+    @property
+    def included_byte_count(self) -> int:
+        """Counted bytes of the messages in non-excluded groups."""
+        return self._included_bytes
+
+    @property
+    def included_tool_call_group_count(self) -> int:
+        """Non-excluded ``tool_call`` groups."""
+        return self._included_tool_groups
+
+    # -- excluding ----------------------------------------------------------------------------
+    def exclude(self, group: MessageGroup) -> None:
+        """Leave ``group`` out of :meth:`included_messages` and the included counts (idempotent).
+
+        Raises:
+            ValueError: ``group`` belongs to another index, or was merged into another group.
+        """
+        self._check_owned(group)
+        if not group._excluded:
+            self._leave(group)
+            group._excluded = True
+
+    def include(self, group: MessageGroup) -> None:
+        """Undo :meth:`exclude` (idempotent).
+
+        Raises:
+            ValueError: ``group`` belongs to another index, or was merged into another group.
+        """
+        self._check_owned(group)
+        if group._excluded:
+            group._excluded = False
+            self._enter(group)
+
+    def _check_owned(self, group: MessageGroup) -> None:
+        indices = group._indices
+        if group._index is not self or not indices or self._group_of[indices[0]] is not group:
+            raise ValueError(f"{group!r} is not a group of this index")
+
+    # -- appending ----------------------------------------------------------------------------
+    def append(self, messages: Iterable[Message]) -> None:
+        """Add ``messages`` at the end, grouping and counting only them.
+
+        A pending tool-call group takes the results that arrive now; a reasoning-only message at
+        the end of the previous append joins the tool-call group that now follows it.
+        """
+        tokenizer = self._tokenizer
+        for message in messages:
+            text = message_token_text(message)
+            tokens = tokenizer.count_tokens(text) + MESSAGE_OVERHEAD_TOKENS
+            size = len(text.encode("utf-8"))
+            position = len(self._messages)
+            self._messages.append(message)
+            self._tokens.append(tokens)
+            self._bytes.append(size)
+            self._total_tokens += tokens
+            self._total_bytes += size
+            self._place(message, position, tokens, size)
+
+    def _place(self, message: Message, position: int, tokens: int, size: int) -> None:
+        reasoning_tail = self._reasoning_tail
+        self._reasoning_tail = []
+        if is_summary_message(message):
+            self._add_to(self._new_group(MessageGroupKind.SUMMARY), position, tokens, size)
+            return
+        role = message.role
+        if role == "system":
+            self._add_to(self._new_group(MessageGroupKind.SYSTEM), position, tokens, size)
+            return
+        calls: list[FunctionCallContent] = []
+        results: list[FunctionResultContent] = []
+        reasoning_only = bool(message.contents)
+        for content in message.contents:
+            if isinstance(content, FunctionCallContent):
+                calls.append(content)
+            elif isinstance(content, FunctionResultContent):
+                results.append(content)
+            if not isinstance(content, TextReasoningContent):
+                reasoning_only = False
+        if calls or results:
+            self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
+        elif role == "user":
+            self._turn_live.append(0)
+            self._add_to(self._new_group(MessageGroupKind.USER), position, tokens, size)
+        elif role == "assistant":
+            group = self._new_group(MessageGroupKind.ASSISTANT_TEXT)
+            self._add_to(group, position, tokens, size)
+            if reasoning_only:
+                reasoning_tail.append(group)
+                self._reasoning_tail = reasoning_tail
+        else:  # a tool-role message without results: tool output all the same
+            self._add_to(self._new_group(MessageGroupKind.TOOL_CALL), position, tokens, size)
+
+    def _place_tool_message(
+        self,
+        calls: list[FunctionCallContent],
+        results: list[FunctionResultContent],
+        reasoning_tail: list[MessageGroup],
+        position: int,
+        tokens: int,
+        size: int,
+    ) -> None:
+        targets: list[MessageGroup] = []
+        for result in results:
+            owner = self._calls.get(result.call_id)
+            if owner is not None and all(owner is not t for t in targets):
+                targets.append(owner)
+        if targets:
+            group = self._merge(targets) if len(targets) > 1 else targets[0]
+        elif calls and reasoning_tail:
+            group = self._absorb(reasoning_tail)
+        else:
+            group = self._new_group(MessageGroupKind.TOOL_CALL)
+        self._add_to(group, position, tokens, size)
+        if calls:
+            call_ids: list[str] = group._call_ids if group._call_ids is not None else []
+            pending: set[str] = group._pending if group._pending is not None else set()
+            group._call_ids, group._pending = call_ids, pending
+            for call in calls:
+                self._calls[call.call_id] = group
+                call_ids.append(call.call_id)
+                pending.add(call.call_id)
+        if group._pending:
+            for result in results:
+                group._pending.discard(result.call_id)
+
+    def _new_group(self, kind: MessageGroupKind) -> MessageGroup:
+        turn = len(self._turn_live) - 1
+        group = MessageGroup(self, kind, turn if turn >= 0 else None)
+        self._groups.append(group)
+        self._enter(group)
+        return group
+
+    def _add_to(self, group: MessageGroup, position: int, tokens: int, size: int) -> None:
+        group._indices.append(position)
+        group._token_count += tokens
+        group._byte_count += size
+        self._group_of.append(group)
+        if not group._excluded:
+            self._included_messages += 1
+            self._included_tokens += tokens
+            self._included_bytes += size
+
+    def _absorb(self, reasoning_tail: list[MessageGroup]) -> MessageGroup:
+        """Turn the reasoning-only groups at the end of the list into the start of a tool-call group.
+
+        They are the last groups (any other message ends the tail), so this is O(len(tail)). An
+        exclusion of those provisional groups is dropped: the tool-call group starts included.
+        """
+        first = reasoning_tail[0]
+        group = MessageGroup(self, MessageGroupKind.TOOL_CALL, first._turn)
+        for old in reasoning_tail:
+            self._leave(old)
+            old._excluded = True  # contributes nothing any more
+            self._groups.pop()
+            for i in old._indices:
+                group._indices.append(i)
+                self._group_of[i] = group
+            group._token_count += old._token_count
+            group._byte_count += old._byte_count
+        self._groups.append(group)
+        self._enter(group)
+        return group
+
+    def _merge(self, targets: list[MessageGroup]) -> MessageGroup:
+        """Merge tool-call groups that one result message ties together into the earliest of them.
+
+        Rare (parallel calls normally share one assistant message), so removing the later groups
+        from the middle of the list may cost O(groups). The merged group keeps the earliest
+        group's excluded flag.
+        """
+        targets.sort(key=lambda g: g._indices[0])
+        keep = targets[0]
+        self._leave(keep)
+        indices = keep._indices
+        for other in targets[1:]:
+            self._leave(other)
+            other._excluded = True
+            self._groups.remove(other)
+            for i in other._indices:
+                self._group_of[i] = keep
+            indices.extend(other._indices)
+            keep._token_count += other._token_count
+            keep._byte_count += other._byte_count
+            if other._call_ids:
+                for call_id in other._call_ids:
+                    if self._calls.get(call_id) is other:
+                        self._calls[call_id] = keep
+                keep._call_ids = [*(keep._call_ids or ()), *other._call_ids]
+            if other._pending:
+                keep._pending = other._pending.union(keep._pending or ())
+            other._indices = []
+        indices.sort()
+        self._enter(keep)
+        return keep
+
+    # -- included totals ----------------------------------------------------------------------
+    def _enter(self, group: MessageGroup) -> None:
+        """Add an included ``group`` to the included totals."""
+        if group._excluded:
+            return
+        self._included_groups += 1
+        self._included_messages += len(group._indices)
+        self._included_tokens += group._token_count
+        self._included_bytes += group._byte_count
+        kind = group._kind
+        if kind is MessageGroupKind.TOOL_CALL:
+            self._included_tool_groups += 1
+        turn = group._turn
+        if turn is not None and kind is not MessageGroupKind.SYSTEM:
+            self._turn_live[turn] += 1
+            if self._turn_live[turn] == 1:
+                self._included_turns += 1
+
+    def _leave(self, group: MessageGroup) -> None:
+        """Take an included ``group`` out of the included totals."""
+        if group._excluded:
+            return
+        self._included_groups -= 1
+        self._included_messages -= len(group._indices)
+        self._included_tokens -= group._token_count
+        self._included_bytes -= group._byte_count
+        kind = group._kind
+        if kind is MessageGroupKind.TOOL_CALL:
+            self._included_tool_groups -= 1
+        turn = group._turn
+        if turn is not None and kind is not MessageGroupKind.SYSTEM:
+            self._turn_live[turn] -= 1
+            if self._turn_live[turn] == 0:
+                self._included_turns -= 1
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageIndex(messages={len(self._messages)}, groups={len(self._groups)}, "
+            f"turns={len(self._turn_live)}, included_tokens={self._included_tokens})"
+        )

@@ -1,0 +1,110 @@
+"""Tokenizers: the protocol, the character estimator, the offline OpenAI BPE tokenizer, message counts."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from agentkeep import Content, Message
+from agentkeep.clients.local import ModelTokenizer
+from agentkeep.compaction import (
+    MESSAGE_OVERHEAD_TOKENS,
+    CharacterEstimatorTokenizer,
+    OpenAITokenizer,
+    Tokenizer,
+    count_message_tokens,
+    message_token_text,
+)
+
+
+@pytest.mark.parametrize(("text", "tokens"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100)])
+def test_character_estimator_rounds_up_a_quarter_of_the_length(text: str, tokens: int) -> None:
+    assert CharacterEstimatorTokenizer().count_tokens(text) == tokens
+
+
+def test_character_estimator_takes_another_ratio() -> None:
+    tokenizer = CharacterEstimatorTokenizer(chars_per_token=3)
+    assert tokenizer.chars_per_token == 3
+    assert tokenizer.count_tokens("abcdefg") == 3
+    assert repr(tokenizer) == "CharacterEstimatorTokenizer(chars_per_token=3)"
+    with pytest.raises(ValueError, match="positive"):
+        CharacterEstimatorTokenizer(chars_per_token=0)
+
+
+def test_builtin_tokenizers_meet_the_protocol() -> None:
+    # Structural checks only: the local model's tokenizer is checked without loading the model.
+    model_tokenizer: type[Tokenizer] = ModelTokenizer
+    estimator: Tokenizer = CharacterEstimatorTokenizer()
+    assert issubclass(model_tokenizer, Tokenizer)
+    assert isinstance(estimator, Tokenizer)
+    assert issubclass(OpenAITokenizer, Tokenizer)
+
+
+def test_message_text_covers_text_reasoning_calls_results_and_errors() -> None:
+    message = Message(
+        "assistant",
+        [
+            Content.from_text_reasoning("think"),
+            Content.from_text("answer"),
+            Content.from_function_call("c1", "get_weather", arguments={"city": "Paris"}),
+            Content.from_function_call("c2", "raw", arguments='{"q": 1}'),
+            Content.from_function_call("c3", "no_args"),
+            Content.from_function_result("c1", result={"sky": "sunny", "temp": 18}),
+            Content.from_function_result("c2", exception=ValueError("bad")),
+            Content.from_error("rate limited"),
+            Content.from_data(b"\x00" * 100, "image/png"),
+            Content.from_uri("https://example.com/a.png"),
+        ],
+    )
+    assert message_token_text(message) == "\n".join(
+        [
+            "think",
+            "answer",
+            'get_weather {"city":"Paris"}',
+            'raw {"q": 1}',
+            "no_args",
+            '{"sky":"sunny","temp":18}',
+            "ValueError: bad",
+            "rate limited",
+        ]
+    )
+
+
+def test_message_text_survives_results_that_are_not_json() -> None:
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    message = Message("tool", [Content.from_function_result("c1", result={"value": Opaque()})])
+    assert message_token_text(message) == '{"value":"opaque"}'
+
+
+def test_count_message_tokens_adds_the_per_message_overhead() -> None:
+    tokenizer = CharacterEstimatorTokenizer()
+    assert (
+        count_message_tokens(Message("user", "abcdefgh"), tokenizer=tokenizer) == 2 + MESSAGE_OVERHEAD_TOKENS
+    )
+    assert count_message_tokens(Message("user"), tokenizer=tokenizer) == MESSAGE_OVERHEAD_TOKENS
+
+
+def test_openai_tokenizer_counts_like_tiktoken() -> None:
+    pytest.importorskip("bpe_openai")
+    o200k = OpenAITokenizer()
+    cl100k = OpenAITokenizer("cl100k_base")
+    assert o200k.encoding_name == "o200k_base"
+    assert repr(cl100k) == "OpenAITokenizer('cl100k_base')"
+    # Reference counts from tiktoken's encode_ordinary.
+    assert cl100k.count_tokens("hello world") == 2
+    assert cl100k.count_tokens("Hello, world!") == 4
+    assert o200k.count_tokens("Hello, world! Smoke tests keep releases honest.") == 10
+    assert o200k.count_tokens("") == 0
+    assert o200k.count_tokens("<|endoftext|> hi") > 1  # special-token text counts as ordinary text
+    assert OpenAITokenizer(model="gpt-4o").encoding_name == "o200k_base"
+    assert isinstance(o200k, Tokenizer)
+
+
+def test_openai_tokenizer_names_the_package_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "bpe_openai", None)
+    with pytest.raises(ImportError, match=r"agentkeep\[tokenizers\]"):
+        OpenAITokenizer()
