@@ -12,8 +12,12 @@ What lives where:
   :class:`CharacterEstimatorTokenizer`, the exact :class:`OpenAITokenizer` (optional
   ``bpe-openai`` package) and :func:`count_message_tokens`.
 
-Compaction strategies, the compaction provider and the harness agent build on these and are
-added separately.
+* :mod:`~agentkeep.compaction.strategies`: the :class:`CompactionStrategy` protocol, the
+  strategies that need no model (truncation, sliding windows, tool-result collapsing, selective
+  tool-call removal, pipeline, token budget) and :func:`apply_compaction`.
+
+Summarization, the compaction provider and the harness agent build on these and are added
+separately.
 """
 
 from __future__ import annotations
@@ -25,6 +29,20 @@ from .groups import (
     MessageIndex,
     is_summary_message,
     summarized_message_ids,
+)
+from .strategies import (
+    CompactionStrategy,
+    PipelineCompactionStrategy,
+    SelectiveToolCallCompactionStrategy,
+    SlidingWindowCompactionStrategy,
+    SlidingWindowStrategy,
+    TokenBudgetComposedStrategy,
+    ToolResultCompactionStrategy,
+    TruncationStrategy,
+    apply_compaction,
+    logical_groups,
+    project,
+    tool_group_summary_text,
 )
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -40,15 +58,27 @@ __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
     "SUMMARY_PROPERTY",
     "CharacterEstimatorTokenizer",
+    "CompactionStrategy",
     "CompactionTrigger",
     "CompactionTriggers",
     "MessageGroup",
     "MessageGroupKind",
     "MessageIndex",
     "OpenAITokenizer",
+    "PipelineCompactionStrategy",
+    "SelectiveToolCallCompactionStrategy",
+    "SlidingWindowCompactionStrategy",
+    "SlidingWindowStrategy",
+    "TokenBudgetComposedStrategy",
     "Tokenizer",
+    "ToolResultCompactionStrategy",
+    "TruncationStrategy",
+    "apply_compaction",
     "count_message_tokens",
     "is_summary_message",
+    "logical_groups",
     "message_token_text",
+    "project",
     "summarized_message_ids",
+    "tool_group_summary_text",
 ]

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any, Final, cast
 
-from ..contents import FunctionCallContent, FunctionResultContent, TextReasoningContent
+from ..contents import FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
 from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
 
@@ -113,7 +113,10 @@ class MessageGroup:
         self._index = index
         self._kind = kind
         self._turn = turn
-        self._indices: list[int] = []
+        # A one-message group that cannot grow holds its position as a bare int until a list is
+        # asked for: a list per group nearly doubles the objects a cold build hands the garbage
+        # collector, whose passes over a 100k-message heap cost as much as the build itself.
+        self._indices: list[int] | int = []
         self._token_count = 0
         self._byte_count = 0
         self._excluded = False
@@ -128,23 +131,25 @@ class MessageGroup:
     @property
     def indices(self) -> Sequence[int]:
         """Positions of the group's messages in :attr:`MessageIndex.messages`, ascending."""
-        return self._indices
+        return self._index_list()
 
     @property
     def messages(self) -> list[Message]:
         """The group's messages, in their original order."""
         messages = self._index.messages
-        return [messages[i] for i in self._indices]
+        return [messages[i] for i in self._index_list()]
 
     @property
     def first_index(self) -> int:
         """Position of the group's first message (groups are ordered by it)."""
-        return self._indices[0]
+        indices = self._indices
+        return indices if isinstance(indices, int) else indices[0]
 
     @property
     def message_count(self) -> int:
         """Number of messages in the group."""
-        return len(self._indices)
+        indices = self._indices
+        return 1 if isinstance(indices, int) else len(indices)
 
     @property
     def token_count(self) -> int:
@@ -176,10 +181,17 @@ class MessageGroup:
         """Whether every function call in the group has a result (always true for other kinds)."""
         return not self._pending
 
+    def _index_list(self) -> list[int]:
+        """The positions as a list, made once (and then kept and updated) for a bare-int group."""
+        indices = self._indices
+        if isinstance(indices, int):
+            indices = self._indices = [indices]
+        return indices
+
     def __repr__(self) -> str:
         flag = ", excluded" if self._excluded else ""
         return (
-            f"MessageGroup({self._kind.value}, indices={self._indices}, turn={self._turn}, "
+            f"MessageGroup({self._kind.value}, indices={self._index_list()}, turn={self._turn}, "
             f"tokens={self._token_count}{flag})"
         )
 
@@ -345,7 +357,7 @@ class MessageIndex:
 
     def _check_owned(self, group: MessageGroup) -> None:
         indices = group._indices
-        if group._index is not self or not indices or self._group_of[indices[0]] is not group:
+        if group._index is not self or indices == [] or self._group_of[group.first_index] is not group:
             raise ValueError(f"{group!r} is not a group of this index")
 
     # -- appending ----------------------------------------------------------------------------
@@ -355,52 +367,157 @@ class MessageIndex:
         A pending tool-call group takes the results that arrive now; a reasoning-only message at
         the end of the previous append joins the tool-call group that now follows it.
         """
+        # This loop is the whole cold build (a 100k-message history goes through it at once), so it
+        # is written for speed: per-message helpers are inlined, state lives in locals, and the
+        # common case (a message that forms a group of its own) creates its group directly.
+        # Additive totals are collected in locals and added once at the end (in ``finally``, so
+        # they stay exact if the tokenizer raises): the rare paths (tool-call messages, absorbing,
+        # merging) add and subtract on ``self`` meanwhile, and sums commute. The per-turn counts
+        # are not sums (a turn is included when its count leaves 0), so they are kept up to date.
         tokenizer = self._tokenizer
-        for message in messages:
-            text = message_token_text(message)
-            tokens = tokenizer.count_tokens(text) + MESSAGE_OVERHEAD_TOKENS
-            size = len(text.encode("utf-8"))
-            position = len(self._messages)
-            self._messages.append(message)
-            self._tokens.append(tokens)
-            self._bytes.append(size)
-            self._total_tokens += tokens
-            self._total_bytes += size
-            self._place(message, position, tokens, size)
+        count_tokens = tokenizer.count_tokens
+        # The default estimator is ceil(len / chars_per_token): computed here instead of a method
+        # call per message. Only for the exact class; a subclass may count differently.
+        per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
+        overhead = MESSAGE_OVERHEAD_TOKENS
+        all_messages = self._messages
+        token_list = self._tokens
+        byte_list = self._bytes
+        group_of = self._group_of
+        groups = self._groups
+        turn_live = self._turn_live
+        calls_by_id = self._calls
+        call_ids: list[str] | None = None  # the calls of a new tool-call group, else None
+        new_group = MessageGroup.__new__
+        summary_kind = MessageGroupKind.SUMMARY
+        system_kind = MessageGroupKind.SYSTEM
+        user_kind = MessageGroupKind.USER
+        text_kind = MessageGroupKind.ASSISTANT_TEXT
+        tool_kind = MessageGroupKind.TOOL_CALL
+        turn: int | None = len(turn_live) - 1 if turn_live else None
+        total_tokens = total_bytes = 0
+        new_groups = new_messages = new_tokens = new_bytes = new_tool_groups = 0
+        try:
+            for message in messages:
+                # -- counting (as message_token_text, with its one-text fast path inlined) --
+                contents = message.contents
+                plain = len(contents) == 1 and type(contents[0]) is TextContent
+                text = cast(TextContent, contents[0]).text if plain else message_token_text(message)
+                tokens = (-(-len(text) // per_token) if per_token else count_tokens(text)) + overhead
+                # ASCII text is one byte per character: skip building the encoded copy.
+                size = len(text) if text.isascii() else len(text.encode("utf-8"))
+                position = len(all_messages)
+                all_messages.append(message)
+                token_list.append(tokens)
+                byte_list.append(size)
+                total_tokens += tokens
+                total_bytes += size
 
-    def _place(self, message: Message, position: int, tokens: int, size: int) -> None:
-        reasoning_tail = self._reasoning_tail
-        self._reasoning_tail = []
-        if is_summary_message(message):
-            self._add_to(self._new_group(MessageGroupKind.SUMMARY), position, tokens, size)
-            return
-        role = message.role
-        if role == "system":
-            self._add_to(self._new_group(MessageGroupKind.SYSTEM), position, tokens, size)
-            return
-        calls: list[FunctionCallContent] = []
-        results: list[FunctionResultContent] = []
-        reasoning_only = bool(message.contents)
-        for content in message.contents:
-            if isinstance(content, FunctionCallContent):
-                calls.append(content)
-            elif isinstance(content, FunctionResultContent):
-                results.append(content)
-            if not isinstance(content, TextReasoningContent):
-                reasoning_only = False
-        if calls or results:
-            self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
-        elif role == "user":
-            self._turn_live.append(0)
-            self._add_to(self._new_group(MessageGroupKind.USER), position, tokens, size)
-        elif role == "assistant":
-            group = self._new_group(MessageGroupKind.ASSISTANT_TEXT)
-            self._add_to(group, position, tokens, size)
-            if reasoning_only:
-                reasoning_tail.append(group)
-                self._reasoning_tail = reasoning_tail
-        else:  # a tool-role message without results: tool output all the same
-            self._add_to(self._new_group(MessageGroupKind.TOOL_CALL), position, tokens, size)
+                # -- grouping (precedence: summary mark, system role, calls/results, role) --
+                reasoning_tail = self._reasoning_tail
+                if reasoning_tail:
+                    self._reasoning_tail = []
+                props = message.additional_properties
+                role = message.role
+                provisional = False
+                if props is not None and isinstance(props.get(SUMMARY_PROPERTY), list):
+                    kind = summary_kind
+                elif role == "system":
+                    kind = system_kind
+                elif plain:  # one text content: neither calls, results nor reasoning
+                    kind = user_kind if role == "user" else text_kind if role == "assistant" else tool_kind
+                else:
+                    # One pass over the contents classifies calls, results and reasoning-only.
+                    calls: list[FunctionCallContent] = []
+                    results: list[FunctionResultContent] = []
+                    reasoning_only = bool(contents)
+                    for content in contents:
+                        if isinstance(content, FunctionCallContent):
+                            calls.append(content)
+                            reasoning_only = False
+                        elif isinstance(content, FunctionResultContent):
+                            results.append(content)
+                            reasoning_only = False
+                        elif reasoning_only and not isinstance(content, TextReasoningContent):
+                            reasoning_only = False
+                    if calls and not results and not reasoning_tail:
+                        # The usual call message: a new tool-call group, made below.
+                        call_ids = [c.call_id for c in calls]
+                        kind = tool_kind
+                    elif results and not calls and len(results) == 1:
+                        # The usual result message: it joins the group of its call, if known.
+                        owner = calls_by_id.get(results[0].call_id)
+                        if owner is None:
+                            self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
+                            continue
+                        owner._index_list().append(position)
+                        owner._token_count += tokens
+                        owner._byte_count += size
+                        group_of.append(owner)
+                        if not owner._excluded:
+                            new_messages += 1
+                            new_tokens += tokens
+                            new_bytes += size
+                        if owner._pending:
+                            owner._pending.discard(results[0].call_id)
+                        continue
+                    elif calls or results:
+                        self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
+                        continue
+                    else:
+                        kind = (
+                            user_kind if role == "user" else text_kind if role == "assistant" else tool_kind
+                        )
+                    # A reasoning-only assistant group is provisional: a tool-call message that
+                    # follows absorbs it (see _absorb).
+                    provisional = reasoning_only and kind is text_kind
+
+                # -- a new group of this one message (the common case), made and counted inline --
+                if kind is user_kind:
+                    turn = len(turn_live)
+                    turn_live.append(0)
+                group = new_group(MessageGroup)
+                group._index = self
+                group._kind = kind
+                group._turn = turn
+                # Tool-call groups grow as results arrive; other kinds never do.
+                group._indices = [position] if kind is tool_kind else position
+                group._token_count = tokens
+                group._byte_count = size
+                group._excluded = False
+                if call_ids is None:
+                    group._call_ids = None
+                    group._pending = None
+                else:
+                    group._call_ids = call_ids
+                    group._pending = set(call_ids)
+                    for call_id in call_ids:
+                        calls_by_id[call_id] = group
+                    call_ids = None
+                groups.append(group)
+                group_of.append(group)
+                new_groups += 1
+                new_messages += 1
+                new_tokens += tokens
+                new_bytes += size
+                if kind is tool_kind:
+                    new_tool_groups += 1
+                if turn is not None and kind is not system_kind:
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        self._included_turns += 1
+                if provisional:
+                    reasoning_tail.append(group)
+                    self._reasoning_tail = reasoning_tail
+        finally:
+            self._total_tokens += total_tokens
+            self._total_bytes += total_bytes
+            self._included_groups += new_groups
+            self._included_messages += new_messages
+            self._included_tokens += new_tokens
+            self._included_bytes += new_bytes
+            self._included_tool_groups += new_tool_groups
 
     def _place_tool_message(
         self,
@@ -443,7 +560,7 @@ class MessageIndex:
         return group
 
     def _add_to(self, group: MessageGroup, position: int, tokens: int, size: int) -> None:
-        group._indices.append(position)
+        group._index_list().append(position)
         group._token_count += tokens
         group._byte_count += size
         self._group_of.append(group)
@@ -464,8 +581,8 @@ class MessageIndex:
             self._leave(old)
             old._excluded = True  # contributes nothing any more
             self._groups.pop()
-            for i in old._indices:
-                group._indices.append(i)
+            for i in old._index_list():
+                group._index_list().append(i)
                 self._group_of[i] = group
             group._token_count += old._token_count
             group._byte_count += old._byte_count
@@ -480,17 +597,17 @@ class MessageIndex:
         from the middle of the list may cost O(groups). The merged group keeps the earliest
         group's excluded flag.
         """
-        targets.sort(key=lambda g: g._indices[0])
+        targets.sort(key=lambda g: g.first_index)
         keep = targets[0]
         self._leave(keep)
-        indices = keep._indices
+        indices = keep._index_list()
         for other in targets[1:]:
             self._leave(other)
             other._excluded = True
             self._groups.remove(other)
-            for i in other._indices:
+            for i in other._index_list():
                 self._group_of[i] = keep
-            indices.extend(other._indices)
+            indices.extend(other._index_list())
             keep._token_count += other._token_count
             keep._byte_count += other._byte_count
             if other._call_ids:
@@ -511,7 +628,7 @@ class MessageIndex:
         if group._excluded:
             return
         self._included_groups += 1
-        self._included_messages += len(group._indices)
+        self._included_messages += group.message_count
         self._included_tokens += group._token_count
         self._included_bytes += group._byte_count
         kind = group._kind
@@ -528,7 +645,7 @@ class MessageIndex:
         if group._excluded:
             return
         self._included_groups -= 1
-        self._included_messages -= len(group._indices)
+        self._included_messages -= group.message_count
         self._included_tokens -= group._token_count
         self._included_bytes -= group._byte_count
         kind = group._kind

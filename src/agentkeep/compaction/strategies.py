@@ -1,0 +1,767 @@
+"""Compaction strategies that need no model: they exclude or collapse old message groups.
+
+A :class:`CompactionStrategy` works on a :class:`~agentkeep.compaction.MessageIndex` in place and
+returns whether it changed anything. Every strategy here has
+
+* a **trigger** (:data:`~agentkeep.compaction.CompactionTrigger`): when it is false the strategy
+  does nothing;
+* a **target**: checked before each step; the strategy stops as soon as it holds. By default it
+  is the trigger's inverse;
+* a **minimum_preserved** floor: the newest ``minimum_preserved`` non-system groups are never
+  touched (at least one: the newest non-system group is always kept).
+
+System groups are never excluded (except by :class:`TruncationStrategy` with
+``preserve_system=False``), and a tool-call group is always excluded or collapsed as a whole.
+
+**Summaries in place.** The index is append-only: it has no way to put a message at a position.
+:class:`ToolResultCompactionStrategy` therefore *appends* its summary message (marked with
+:data:`~agentkeep.compaction.SUMMARY_PROPERTY`, listing the ``message_id`` of every message it
+replaces) and excludes the original group. :func:`project` (used by :func:`apply_compaction`)
+puts each such summary where the first message it replaces was, and the strategies order groups
+the same way ("logical order"), so a summary counts as old as what it replaced.
+
+Names and defaults follow the Python edition of the reference (seed 002):
+:class:`TruncationStrategy`, :class:`SlidingWindowStrategy`, :class:`ToolResultCompactionStrategy`,
+:class:`SelectiveToolCallCompactionStrategy`, :class:`PipelineCompactionStrategy`,
+:class:`TokenBudgetComposedStrategy`; plus the turn-based .NET-style
+:class:`SlidingWindowCompactionStrategy`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..messages import Message, new_message_id
+from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind, MessageIndex, summarized_message_ids
+from .tokenizers import Tokenizer, count_message_tokens
+from .triggers import CompactionTrigger, CompactionTriggers
+
+__all__ = [
+    "CompactionStrategy",
+    "PipelineCompactionStrategy",
+    "SelectiveToolCallCompactionStrategy",
+    "SlidingWindowCompactionStrategy",
+    "SlidingWindowStrategy",
+    "TokenBudgetComposedStrategy",
+    "ToolResultCompactionStrategy",
+    "TruncationStrategy",
+    "apply_compaction",
+    "logical_groups",
+    "project",
+    "tool_group_summary_text",
+]
+
+_SYSTEM = MessageGroupKind.SYSTEM
+_TOOL_CALL = MessageGroupKind.TOOL_CALL
+_SUMMARY = MessageGroupKind.SUMMARY
+
+_RESULT_PREVIEW_CHARS = 80
+"""How many characters of each tool result a collapsed tool-call summary keeps."""
+
+
+@runtime_checkable
+class CompactionStrategy(Protocol):
+    """Anything that compacts a :class:`MessageIndex` in place.
+
+    Implementations exclude groups (:meth:`MessageIndex.exclude`) and may append summary messages;
+    they never remove or reorder messages.
+    """
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Compact ``index`` in place.
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether anything changed (a group excluded or a summary added).
+        """
+        ...
+
+
+# -- logical order and projection ----------------------------------------------------------------
+
+
+def _anchors(index: MessageIndex) -> dict[int, int]:
+    """Positions where appended summaries belong: summary first position -> first replaced position."""
+    summaries = [g for g in index.groups if g.kind is _SUMMARY]
+    if not summaries:
+        return {}
+    where: dict[str, int] = {}
+    for position, message in enumerate(index.messages):
+        if message.message_id is not None:
+            where.setdefault(message.message_id, position)
+    anchors: dict[int, int] = {}
+    for group in summaries:
+        first = group.first_index
+        replaced = [where[i] for i in summarized_message_ids(index.messages[first]) if i in where]
+        if replaced and min(replaced) < first:
+            anchors[first] = min(replaced)
+    return anchors
+
+
+def logical_groups(index: MessageIndex) -> list[MessageGroup]:
+    """Every group of ``index`` in logical order: by first message, a summary where it replaces.
+
+    A summary that lists earlier messages (by ``message_id``) sorts just before the first of them;
+    any other group sorts by its first message.
+
+    Args:
+        index: The index to order.
+
+    Returns:
+        The groups, oldest first.
+    """
+    anchors = _anchors(index)
+    groups = list(index.groups)
+    if anchors:
+        groups.sort(key=lambda g: (anchors.get(g.first_index, g.first_index), g.first_index))
+    return groups
+
+
+def project(index: MessageIndex) -> list[Message]:
+    """The messages to send: original order minus excluded groups, each summary in place.
+
+    Args:
+        index: A compacted index.
+
+    Returns:
+        The included messages; an appended summary stands where the first message it replaces was.
+    """
+    anchors = _anchors(index)
+    if not anchors:
+        return index.included_messages()
+    keyed: list[tuple[int, int, Message]] = []
+    for position, message in enumerate(index.messages):
+        group = index.group_of(position)
+        if not group.excluded:
+            keyed.append((anchors.get(group.first_index, position), position, message))
+    keyed.sort(key=lambda item: (item[0], item[1]))
+    return [message for _, _, message in keyed]
+
+
+# -- shared machinery ----------------------------------------------------------------------------
+
+
+def _inverse(trigger: CompactionTrigger) -> CompactionTrigger:
+    def target(index: MessageIndex) -> bool:
+        return not trigger(index)
+
+    return target
+
+
+def _check_floor(name: str, value: int) -> int:
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, not {value}")
+    return value
+
+
+def _unprotected(groups: Sequence[MessageGroup], minimum_preserved: int) -> list[MessageGroup]:
+    """The included non-system groups of ``groups`` (logical order) minus the newest protected ones."""
+    live = [g for g in groups if not g.excluded and g.kind is not _SYSTEM]
+    keep = max(1, minimum_preserved)
+    return live[:-keep] if len(live) > keep else []
+
+
+class _TokenMeter:
+    """Included tokens as counted by ``tokenizer``: the index's own count when it is the same one."""
+
+    __slots__ = ("_counts", "_index", "_tokenizer")
+
+    def __init__(self, index: MessageIndex, tokenizer: Tokenizer | None) -> None:
+        self._index = index
+        self._tokenizer = tokenizer if tokenizer is not None and tokenizer is not index.tokenizer else None
+        self._counts: dict[int, int] = {}
+
+    def _message_tokens(self, position: int) -> int:
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            return self._index.message_token_count(position)
+        count = self._counts.get(position)
+        if count is None:
+            count = count_message_tokens(self._index.messages[position], tokenizer=tokenizer)
+            self._counts[position] = count
+        return count
+
+    def __call__(self) -> int:
+        """Tokens of the included messages now."""
+        index = self._index
+        if self._tokenizer is None:
+            return index.included_token_count
+        return sum(
+            self._message_tokens(p) for p in range(index.message_count) if not index.group_of(p).excluded
+        )
+
+    def group(self, group: MessageGroup) -> int:
+        """Tokens of ``group``."""
+        if self._tokenizer is None:
+            return group.token_count
+        return sum(self._message_tokens(p) for p in group.indices)
+
+
+class _StepStrategy:
+    """Base of strategies that walk candidate groups oldest first, checking the target before each step."""
+
+    def __init__(
+        self,
+        *,
+        trigger: CompactionTrigger,
+        target: CompactionTrigger | None,
+        minimum_preserved: int,
+    ) -> None:
+        self.trigger: CompactionTrigger = trigger
+        self.target: CompactionTrigger = target if target is not None else _inverse(trigger)
+        self.minimum_preserved: int = _check_floor("minimum_preserved", minimum_preserved)
+
+    def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
+        return _unprotected(logical_groups(index), self.minimum_preserved)
+
+    def _step(self, index: MessageIndex, group: MessageGroup) -> None:
+        index.exclude(group)
+
+    def _done(self, index: MessageIndex) -> bool:
+        return self.target(index)
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Compact ``index`` in place if the trigger fires; stop once the target holds.
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether anything changed.
+        """
+        if not self.trigger(index):
+            return False
+        changed = False
+        for group in self._candidates(index):
+            if self._done(index):
+                break
+            self._step(index, group)
+            changed = True
+        return changed
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
+
+
+# -- truncation and sliding windows --------------------------------------------------------------
+
+
+class TruncationStrategy(_StepStrategy):
+    """Exclude the oldest groups once history exceeds ``max_n``, until it is at most ``compact_to``.
+
+    The measure is tokens when a ``tokenizer`` is given, messages otherwise. Tool-call groups go
+    as a whole, so the result may be a little under ``compact_to``.
+
+    Args:
+        max_n: Compaction starts when the measure exceeds this.
+        compact_to: Compaction stops once the measure is at most this.
+        tokenizer: Count tokens with it (measure = tokens); ``None`` measures messages.
+        preserve_system: Keep system messages (default); ``False`` lets them go oldest-first too.
+        trigger: Replaces the ``max_n`` trigger.
+        target: Replaces the ``compact_to`` target.
+        minimum_preserved: The newest non-system groups that are always kept (at least 1).
+
+    Raises:
+        ValueError: ``compact_to`` is greater than ``max_n``, or a count is negative.
+
+    Example:
+        >>> truncation = TruncationStrategy(
+        ...     max_n=32_000, compact_to=16_000, tokenizer=CharacterEstimatorTokenizer()
+        ... )
+    """
+
+    def __init__(
+        self,
+        max_n: int,
+        compact_to: int,
+        tokenizer: Tokenizer | None = None,
+        preserve_system: bool = True,
+        *,
+        trigger: CompactionTrigger | None = None,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        _check_floor("max_n", max_n)
+        _check_floor("compact_to", compact_to)
+        if compact_to > max_n:
+            raise ValueError(f"compact_to ({compact_to}) must not exceed max_n ({max_n})")
+        self.max_n = max_n
+        self.compact_to = compact_to
+        self.tokenizer = tokenizer
+        self.preserve_system = preserve_system
+        self._custom_target = target
+        super().__init__(
+            trigger=trigger if trigger is not None else self._over_max,
+            target=target if target is not None else self._at_most_compact_to,
+            minimum_preserved=minimum_preserved,
+        )
+
+    def _measure(self, index: MessageIndex) -> int:
+        if self.tokenizer is None:
+            return index.included_message_count
+        return _TokenMeter(index, self.tokenizer)()
+
+    def _over_max(self, index: MessageIndex) -> bool:
+        return self._measure(index) > self.max_n
+
+    def _at_most_compact_to(self, index: MessageIndex) -> bool:
+        return self._measure(index) <= self.compact_to
+
+    def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
+        groups = logical_groups(index)
+        open_groups = _unprotected(groups, self.minimum_preserved)
+        if self.preserve_system or not open_groups:
+            return open_groups
+        last = open_groups[-1]  # system groups up to the protected tail may go too
+        stop = next(i for i, g in enumerate(groups) if g is last)
+        return [g for g in groups[: stop + 1] if not g.excluded]
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Exclude the oldest groups while the measure is above ``compact_to`` (see the class).
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether anything changed.
+        """
+        if self._custom_target is not None or self.tokenizer is None:
+            return await super().compact(index)
+        # Token measure with the default target: keep a running total instead of recounting.
+        meter = _TokenMeter(index, self.tokenizer)
+        total = meter()
+        if not self.trigger(index):
+            return False
+        changed = False
+        for group in self._candidates(index):
+            if total <= self.compact_to:
+                break
+            total -= meter.group(group)
+            index.exclude(group)
+            changed = True
+        return changed
+
+    def __repr__(self) -> str:
+        return (
+            f"TruncationStrategy(max_n={self.max_n}, compact_to={self.compact_to}, "
+            f"tokenizer={self.tokenizer!r}, preserve_system={self.preserve_system})"
+        )
+
+
+class SlidingWindowStrategy(_StepStrategy):
+    """Keep only the newest ``keep_last_groups`` non-system groups; exclude every older one.
+
+    Args:
+        keep_last_groups: How many of the newest non-system groups to keep (at least 1 is kept).
+        preserve_system: Keep system messages; only ``True`` is supported.
+        trigger: When to run (default: always).
+        target: When to stop early (default: the trigger's inverse, i.e. never with ``always``).
+        minimum_preserved: A floor on the kept groups (default 1).
+
+    Raises:
+        ValueError: A count is negative, or ``preserve_system`` is false.
+
+    Example:
+        >>> sliding_window = SlidingWindowStrategy(keep_last_groups=20)
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_last_groups: int,
+        preserve_system: bool = True,
+        trigger: CompactionTrigger | None = None,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        if not preserve_system:
+            raise ValueError("SlidingWindowStrategy always preserves system messages")
+        self.keep_last_groups = _check_floor("keep_last_groups", keep_last_groups)
+        self.preserve_system = preserve_system
+        super().__init__(
+            trigger=trigger if trigger is not None else CompactionTriggers.always,
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
+
+    def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
+        return _unprotected(logical_groups(index), max(self.keep_last_groups, self.minimum_preserved))
+
+    def __repr__(self) -> str:
+        return f"SlidingWindowStrategy(keep_last_groups={self.keep_last_groups}, trigger={self.trigger!r})"
+
+
+class SlidingWindowCompactionStrategy(_StepStrategy):
+    """Drop the oldest whole turns (a user message and what follows it) until the target holds.
+
+    Groups before the first user message go first; the target is re-checked only at turn
+    boundaries, so a turn is never left half excluded.
+
+    Args:
+        trigger: When to run (default ``CompactionTriggers.turns_exceed(4)``: keep the last 4 turns).
+        target: When to stop (default: the trigger's inverse).
+        minimum_preserved: The newest non-system groups that are always kept (default 1).
+
+    Example:
+        >>> sliding_window = SlidingWindowCompactionStrategy(trigger=CompactionTriggers.turns_exceed(4))
+    """
+
+    def __init__(
+        self,
+        trigger: CompactionTrigger | None = None,
+        *,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        super().__init__(
+            trigger=trigger if trigger is not None else CompactionTriggers.turns_exceed(4),
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Exclude the oldest turns while the target does not hold.
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether anything changed.
+        """
+        if not self.trigger(index):
+            return False
+        changed = False
+        anchors = _anchors(index)
+        current: object = object()  # no turn matches it
+        for group in self._candidates(index):
+            turn = _logical_turn(index, group, anchors)
+            if turn != current:
+                if self.target(index):
+                    break
+                current = turn
+            index.exclude(group)
+            changed = True
+        return changed
+
+
+def _logical_turn(index: MessageIndex, group: MessageGroup, anchors: dict[int, int]) -> int | None:
+    """The turn of a group; a summary belongs to the turn of the first message it replaces."""
+    anchor = anchors.get(group.first_index) if group.kind is _SUMMARY else None
+    return index.group_of(anchor).turn if anchor is not None else group.turn
+
+
+# -- tool-call strategies ------------------------------------------------------------------------
+
+
+def _tool_candidates(
+    index: MessageIndex, keep_last_tool_call_groups: int, minimum_preserved: int
+) -> list[MessageGroup]:
+    open_groups = _unprotected(logical_groups(index), minimum_preserved)
+    tools = [g for g in open_groups if g.kind is _TOOL_CALL]
+    all_tools = [g for g in index.groups if g.kind is _TOOL_CALL and not g.excluded]
+    kept = all_tools[len(all_tools) - keep_last_tool_call_groups :] if keep_last_tool_call_groups else []
+    newest = {id(g) for g in kept}
+    return [g for g in tools if id(g) not in newest]
+
+
+def _preview(value: Any) -> str:
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (TypeError, ValueError):
+            text = str(value)
+    text = " ".join(text.split())
+    if len(text) > _RESULT_PREVIEW_CHARS:
+        text = text[: _RESULT_PREVIEW_CHARS - 1] + "…"
+    return text
+
+
+def tool_group_summary_text(messages: Sequence[Message]) -> str:
+    """The short text a collapsed tool-call group becomes, e.g. ``[Tool results: get_weather: sunny]``.
+
+    Args:
+        messages: The group's messages.
+
+    Returns:
+        ``[Tool results: name: result; ...]`` with each result shortened, or ``[Tool calls: ...]``
+        when no result is present.
+    """
+    names: dict[str, str] = {}
+    order: list[str] = []
+    for message in messages:
+        for call in message.function_calls:
+            names[call.call_id] = call.name
+            order.append(call.name)
+    parts: list[str] = []
+    for message in messages:
+        for result in message.function_results:
+            name = names.get(result.call_id, result.call_id)
+            outcome = f"error: {result.exception}" if result.exception else _preview(result.result)
+            parts.append(f"{name}: {_preview(outcome)}")
+    if parts:
+        return f"[Tool results: {'; '.join(parts)}]"
+    return f"[Tool calls: {', '.join(order) or 'unknown'}]"
+
+
+class ToolResultCompactionStrategy(_StepStrategy):
+    """Collapse older tool-call groups into one short summary message each.
+
+    ``[Tool results: get_weather: sunny, 18°C]`` replaces an assistant call and its results; user
+    messages and plain assistant replies are untouched. The newest ``keep_last_tool_call_groups``
+    tool-call groups stay as they are. Replaced messages without a ``message_id`` get one (as they
+    would on entering a session), because the summary lists the ids it replaces.
+
+    Args:
+        keep_last_tool_call_groups: How many of the newest tool-call groups to leave intact.
+        trigger: When to run (default: always).
+        target: When to stop early (default: the trigger's inverse).
+        minimum_preserved: The newest non-system groups that are always kept (default 1).
+
+    Raises:
+        ValueError: A count is negative.
+
+    Example:
+        >>> tool_result = ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_last_tool_call_groups: int = 1,
+        trigger: CompactionTrigger | None = None,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        self.keep_last_tool_call_groups = _check_floor(
+            "keep_last_tool_call_groups", keep_last_tool_call_groups
+        )
+        super().__init__(
+            trigger=trigger if trigger is not None else CompactionTriggers.always,
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
+
+    def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
+        groups = _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
+        return [g for g in groups if g.is_complete]
+
+    def _step(self, index: MessageIndex, group: MessageGroup) -> None:
+        messages = group.messages
+        for message in messages:
+            if message.message_id is None:
+                message.message_id = new_message_id()
+        ids = [m.message_id for m in messages if m.message_id is not None]
+        summary = Message(
+            "assistant",
+            tool_group_summary_text(messages),
+            additional_properties={SUMMARY_PROPERTY: ids},
+        )
+        index.exclude(group)
+        index.append([summary])
+
+    def __repr__(self) -> str:
+        return (
+            f"ToolResultCompactionStrategy(keep_last_tool_call_groups={self.keep_last_tool_call_groups}, "
+            f"trigger={self.trigger!r})"
+        )
+
+
+class SelectiveToolCallCompactionStrategy(_StepStrategy):
+    """Exclude older tool-call groups entirely, keeping the newest ``keep_last_tool_call_groups``.
+
+    User messages and plain assistant replies are untouched.
+
+    Args:
+        keep_last_tool_call_groups: How many of the newest tool-call groups to keep.
+        trigger: When to run (default: always).
+        target: When to stop early (default: the trigger's inverse).
+        minimum_preserved: The newest non-system groups that are always kept (default 1).
+
+    Raises:
+        ValueError: A count is negative.
+
+    Example:
+        >>> selective_tool = SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_last_tool_call_groups: int = 1,
+        trigger: CompactionTrigger | None = None,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        self.keep_last_tool_call_groups = _check_floor(
+            "keep_last_tool_call_groups", keep_last_tool_call_groups
+        )
+        super().__init__(
+            trigger=trigger if trigger is not None else CompactionTriggers.always,
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
+
+    def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
+        return _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
+
+    def __repr__(self) -> str:
+        return (
+            f"SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups="
+            f"{self.keep_last_tool_call_groups}, trigger={self.trigger!r})"
+        )
+
+
+# -- composition ---------------------------------------------------------------------------------
+
+
+class PipelineCompactionStrategy:
+    """Run strategies in order, each on the result of the previous one; put the gentlest first.
+
+    Each child evaluates its own trigger; the pipeline's own trigger defaults to always.
+
+    Args:
+        *strategies: The children, gentlest first.
+        trigger: When to run the pipeline at all (default: always).
+
+    Example:
+        >>> pipeline = PipelineCompactionStrategy(
+        ...     ToolResultCompactionStrategy(trigger=CompactionTriggers.tokens_exceed(0x200)),
+        ...     SlidingWindowCompactionStrategy(trigger=CompactionTriggers.turns_exceed(4)),
+        ... )
+    """
+
+    def __init__(self, *strategies: CompactionStrategy, trigger: CompactionTrigger | None = None) -> None:
+        self.strategies: tuple[CompactionStrategy, ...] = strategies
+        self.trigger: CompactionTrigger = trigger if trigger is not None else CompactionTriggers.always
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Run every child in order.
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether any child changed anything.
+        """
+        if not self.trigger(index):
+            return False
+        changed = False
+        for strategy in self.strategies:
+            changed = await strategy.compact(index) or changed
+        return changed
+
+    def __repr__(self) -> str:
+        return f"PipelineCompactionStrategy({', '.join(map(repr, self.strategies))})"
+
+
+class TokenBudgetComposedStrategy:
+    """Run strategies in order until history fits ``token_budget``, then drop oldest groups if needed.
+
+    Nothing runs while the included tokens are within the budget. With ``early_stop`` (default)
+    the remaining children are skipped as soon as the budget holds. If the children are not
+    enough, the oldest non-system groups are excluded (never the newest ``minimum_preserved``).
+
+    Args:
+        token_budget: The most tokens the compacted history may hold.
+        tokenizer: Counts tokens (the index's own counts are used when it is the index's tokenizer).
+        strategies: The children, gentlest first.
+        early_stop: Stop after the first child that brings history within the budget.
+        minimum_preserved: The newest non-system groups the fallback always keeps (default 1).
+
+    Raises:
+        ValueError: A count is negative.
+    """
+
+    def __init__(
+        self,
+        token_budget: int,
+        tokenizer: Tokenizer,
+        strategies: Sequence[CompactionStrategy],
+        early_stop: bool = True,
+        *,
+        minimum_preserved: int = 1,
+    ) -> None:
+        self.token_budget = _check_floor("token_budget", token_budget)
+        self.tokenizer = tokenizer
+        self.strategies: tuple[CompactionStrategy, ...] = tuple(strategies)
+        self.early_stop = early_stop
+        self.minimum_preserved = _check_floor("minimum_preserved", minimum_preserved)
+
+    def trigger(self, index: MessageIndex) -> bool:
+        """Whether the included tokens exceed the budget."""
+        return _TokenMeter(index, self.tokenizer)() > self.token_budget
+
+    async def compact(self, index: MessageIndex) -> bool:
+        """Run the children, then the oldest-first fallback, until within the budget.
+
+        Args:
+            index: The history to compact.
+
+        Returns:
+            Whether anything changed.
+        """
+        if not self.trigger(index):
+            return False
+        changed = False
+        for strategy in self.strategies:
+            changed = await strategy.compact(index) or changed
+            if self.early_stop and not self.trigger(index):
+                return changed
+        meter = _TokenMeter(index, self.tokenizer)
+        total = meter()
+        for group in _unprotected(logical_groups(index), self.minimum_preserved):
+            if total <= self.token_budget:
+                break
+            total -= meter.group(group)
+            index.exclude(group)
+            changed = True
+        return changed
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenBudgetComposedStrategy(token_budget={self.token_budget}, tokenizer={self.tokenizer!r}, "
+            f"strategies={list(self.strategies)!r}, early_stop={self.early_stop})"
+        )
+
+
+# -- ad hoc use ----------------------------------------------------------------------------------
+
+
+async def apply_compaction(
+    messages: Iterable[Message],
+    *,
+    strategy: CompactionStrategy,
+    tokenizer: Tokenizer | None = None,
+) -> list[Message]:
+    """Compact a message list outside any session and return the result.
+
+    Args:
+        messages: The history (not modified, except that messages a summary replaces get a
+            ``message_id`` if they had none).
+        strategy: The strategy to apply.
+        tokenizer: Counts tokens for the index; default the strategy's ``tokenizer`` attribute if it
+            has one, else :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`.
+
+    Returns:
+        The compacted history: original order minus excluded groups, with summaries in place.
+
+    Example:
+        >>> compacted = await apply_compaction(  # doctest: +SKIP
+        ...     messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000)
+        ... )
+    """
+    chosen = tokenizer if tokenizer is not None else _strategy_tokenizer(strategy)
+    index = MessageIndex(messages, tokenizer=chosen)
+    await strategy.compact(index)
+    return project(index)
+
+
+def _strategy_tokenizer(strategy: object) -> Tokenizer | None:
+    found: object = getattr(strategy, "tokenizer", None)
+    return found if isinstance(found, Tokenizer) else None
