@@ -509,7 +509,34 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
     return f"[Tool calls: {', '.join(order) or 'unknown'}]"
 
 
-class ToolResultCompactionStrategy(_StepStrategy):
+class _ToolGroupStrategy(_StepStrategy):
+    """Shared set-up of the strategies that work on older tool-call groups."""
+
+    def __init__(
+        self,
+        *,
+        keep_last_tool_call_groups: int = 1,
+        trigger: CompactionTrigger | None = None,
+        target: CompactionTrigger | None = None,
+        minimum_preserved: int = 1,
+    ) -> None:
+        self.keep_last_tool_call_groups = _check_floor(
+            "keep_last_tool_call_groups", keep_last_tool_call_groups
+        )
+        super().__init__(
+            trigger=trigger if trigger is not None else CompactionTriggers.always,
+            target=target,
+            minimum_preserved=minimum_preserved,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(keep_last_tool_call_groups={self.keep_last_tool_call_groups}, "
+            f"trigger={self.trigger!r})"
+        )
+
+
+class ToolResultCompactionStrategy(_ToolGroupStrategy):
     """Collapse older tool-call groups into one short summary message each.
 
     ``[Tool results: get_weather: sunny, 18°C]`` replaces an assistant call and its results; user
@@ -530,23 +557,6 @@ class ToolResultCompactionStrategy(_StepStrategy):
         >>> tool_result = ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
     """
 
-    def __init__(
-        self,
-        *,
-        keep_last_tool_call_groups: int = 1,
-        trigger: CompactionTrigger | None = None,
-        target: CompactionTrigger | None = None,
-        minimum_preserved: int = 1,
-    ) -> None:
-        self.keep_last_tool_call_groups = _check_floor(
-            "keep_last_tool_call_groups", keep_last_tool_call_groups
-        )
-        super().__init__(
-            trigger=trigger if trigger is not None else CompactionTriggers.always,
-            target=target,
-            minimum_preserved=minimum_preserved,
-        )
-
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         groups = _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
         return [g for g in groups if g.is_complete]
@@ -565,14 +575,8 @@ class ToolResultCompactionStrategy(_StepStrategy):
         index.exclude(group)
         index.append([summary])
 
-    def __repr__(self) -> str:
-        return (
-            f"ToolResultCompactionStrategy(keep_last_tool_call_groups={self.keep_last_tool_call_groups}, "
-            f"trigger={self.trigger!r})"
-        )
 
-
-class SelectiveToolCallCompactionStrategy(_StepStrategy):
+class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
     """Exclude older tool-call groups entirely, keeping the newest ``keep_last_tool_call_groups``.
 
     User messages and plain assistant replies are untouched.
@@ -590,31 +594,8 @@ class SelectiveToolCallCompactionStrategy(_StepStrategy):
         >>> selective_tool = SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)
     """
 
-    def __init__(
-        self,
-        *,
-        keep_last_tool_call_groups: int = 1,
-        trigger: CompactionTrigger | None = None,
-        target: CompactionTrigger | None = None,
-        minimum_preserved: int = 1,
-    ) -> None:
-        self.keep_last_tool_call_groups = _check_floor(
-            "keep_last_tool_call_groups", keep_last_tool_call_groups
-        )
-        super().__init__(
-            trigger=trigger if trigger is not None else CompactionTriggers.always,
-            target=target,
-            minimum_preserved=minimum_preserved,
-        )
-
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         return _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
-
-    def __repr__(self) -> str:
-        return (
-            f"SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups="
-            f"{self.keep_last_tool_call_groups}, trigger={self.trigger!r})"
-        )
 
 
 # -- composition ---------------------------------------------------------------------------------
