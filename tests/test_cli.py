@@ -194,24 +194,19 @@ def _drain(fd: int, buffer: bytearray, timeout: float = 30.0) -> None:
         buffer.extend(chunk)
 
 
-def test_interactive_chat_in_a_terminal_then_again(env: dict[str, str], store_url: str) -> None:
-    session_id = "pty-session"
+def _chat_in_a_terminal(arguments: list[str], env: dict[str, str], line: bytes, leave: bytes) -> str:
+    """Run ``agentkeep chat`` under a pseudo-terminal: type ``line``, then ``leave``; the screen."""
     master, slave = pty.openpty()
     process = subprocess.Popen(
-        [*CLI, "chat", "--session", session_id, "--store", store_url, "--max-tokens", MAX_TOKENS],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**env, "TERM": "xterm"},
-        close_fds=True,
+        [*CLI, "chat", *arguments], stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True
     )
     os.close(slave)
     screen = bytearray()
     try:
         _read_until(master, b"you> ", screen, count=1)
-        os.write(master, b"My favourite colour is teal.\n")
+        os.write(master, line)
         _read_until(master, b"you> ", screen, count=2)
-        os.write(master, b"/quit\n")
+        os.write(master, leave)
         _drain(master, screen)
         assert process.wait(timeout=30) == 0, screen.decode(errors="replace")
     finally:
@@ -219,7 +214,17 @@ def test_interactive_chat_in_a_terminal_then_again(env: dict[str, str], store_ur
             process.kill()
             process.wait(timeout=10)
         os.close(master)
-    text = screen.decode(errors="replace")
+    return screen.decode(errors="replace")
+
+
+def test_interactive_chat_in_a_terminal_then_again(env: dict[str, str], store_url: str) -> None:
+    session_id = "pty-session"
+    text = _chat_in_a_terminal(
+        ["--session", session_id, "--store", store_url, "--max-tokens", MAX_TOKENS],
+        {**env, "TERM": "xterm"},
+        b"My favourite colour is teal.\n",
+        b"/quit\n",
+    )
     assert "assistant> " in text
     assert "Traceback" not in text
     assert f"session {session_id} saved" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
@@ -232,41 +237,12 @@ def test_interactive_chat_in_a_terminal_then_again(env: dict[str, str], store_ur
 
 
 def test_interactive_chat_survives_a_failed_turn(env: dict[str, str], store_url: str) -> None:
-    master, slave = pty.openpty()
-    process = subprocess.Popen(
-        [
-            *CLI,
-            "chat",
-            "-s",
-            "down",
-            "--store",
-            store_url,
-            "--base-url",
-            closed_port_url(),
-            "--api-model",
-            "m",
-        ],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        env={**env, "TERM": "dumb"},
-        close_fds=True,
+    text = _chat_in_a_terminal(
+        ["-s", "down", "--store", store_url, "--base-url", closed_port_url(), "--api-model", "m"],
+        {**env, "TERM": "dumb"},
+        b"hello?\n",
+        b"\x04",  # Ctrl-D leaves
     )
-    os.close(slave)
-    screen = bytearray()
-    try:
-        _read_until(master, b"you> ", screen, count=1)
-        os.write(master, b"hello?\n")
-        _read_until(master, b"you> ", screen, count=2)
-        os.write(master, b"\x04")  # Ctrl-D leaves
-        _drain(master, screen)
-        assert process.wait(timeout=30) == 0, screen.decode(errors="replace")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        os.close(master)
-    text = screen.decode(errors="replace")
     assert "error: cannot reach" in text
     assert "this turn was not stored" in text
     assert "Traceback" not in text

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -28,35 +27,10 @@ from agentkeep.compaction import (
     project,
     summarized_message_ids,
 )
+from tests.compaction.messages import assistant, call, reasoning, result, system, user
 
 K = MessageGroupKind
 _ids = itertools.count()
-
-
-def user(text: str = "question") -> Message:
-    return Message("user", text)
-
-
-def assistant(text: str = "answer") -> Message:
-    return Message("assistant", text)
-
-
-def system(text: str = "be brief") -> Message:
-    return Message("system", text)
-
-
-def reasoning(text: str = "thinking") -> Message:
-    return Message("assistant", [Content.from_text_reasoning(text)])
-
-
-def call(*call_ids: str, name: str = "get_weather") -> Message:
-    return Message(
-        "assistant", [Content.from_function_call(c, name, arguments={"city": "Paris"}) for c in call_ids]
-    )
-
-
-def result(*call_ids: str, value: Any = "sunny, 18°C") -> Message:
-    return Message("tool", [Content.from_function_result(c, result=value) for c in call_ids])
 
 
 def texts(messages: list[Message]) -> list[str]:
