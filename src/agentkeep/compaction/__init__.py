@@ -40,7 +40,6 @@ from .strategies import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
     apply_compaction,
-    logical_groups,
     project,
     tool_group_summary_text,
 )
@@ -76,7 +75,6 @@ __all__ = [
     "apply_compaction",
     "count_message_tokens",
     "is_summary_message",
-    "logical_groups",
     "message_token_text",
     "project",
     "summarized_message_ids",

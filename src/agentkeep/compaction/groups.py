@@ -34,13 +34,20 @@ included, so triggers (:mod:`agentkeep.compaction.triggers`) read them in O(1).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
 from enum import StrEnum
 from typing import Any, Final, cast
 
 from ..contents import FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
-from ..messages import Message
-from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
+from ..messages import Message, new_message_id
+from .tokenizers import (
+    MESSAGE_OVERHEAD_TOKENS,
+    CharacterEstimatorTokenizer,
+    Tokenizer,
+    count_message_tokens,
+    message_token_text,
+)
 
 __all__ = [
     "SUMMARY_PROPERTY",
@@ -75,6 +82,10 @@ def summarized_message_ids(message: Message) -> list[str]:
     return [item for item in cast("list[Any]", ids) if isinstance(item, str)]
 
 
+def _order_key(group: MessageGroup) -> int:
+    return group._order
+
+
 class MessageGroupKind(StrEnum):
     """What a :class:`MessageGroup` holds."""
 
@@ -104,15 +115,17 @@ class MessageGroup:
         "_index",
         "_indices",
         "_kind",
+        "_order",
         "_pending",
         "_token_count",
         "_turn",
     )
 
-    def __init__(self, index: MessageIndex, kind: MessageGroupKind, turn: int | None) -> None:
+    def __init__(self, index: MessageIndex, kind: MessageGroupKind, turn: int | None, order: int = 0) -> None:
         self._index = index
         self._kind = kind
         self._turn = turn
+        self._order = order  # logical position: first message, or the anchor of an inserted summary
         # A one-message group that cannot grow holds its position as a bare int until a list is
         # asked for: a list per group nearly doubles the objects a cold build hands the garbage
         # collector, whose passes over a 100k-message heap cost as much as the build itself.
@@ -144,6 +157,12 @@ class MessageGroup:
         """Position of the group's first message (groups are ordered by it)."""
         indices = self._indices
         return indices if isinstance(indices, int) else indices[0]
+
+    @property
+    def order(self) -> int:
+        """Logical position: the first message's position, or for a summary put in by
+        :meth:`MessageIndex.replace`, that of the first message it replaces. Groups sort by it."""
+        return self._order
 
     @property
     def message_count(self) -> int:
@@ -210,20 +229,26 @@ class MessageIndex:
     """
 
     __slots__ = (
+        "_anchor_of",
         "_bytes",
         "_calls",
         "_group_of",
         "_groups",
+        "_head",
         "_included_bytes",
         "_included_groups",
         "_included_messages",
         "_included_tokens",
         "_included_tool_groups",
         "_included_turns",
+        "_inserted",
+        "_journal",
         "_messages",
         "_reasoning_tail",
         "_tokenizer",
         "_tokens",
+        "_tool_groups",
+        "_tool_head",
         "_total_bytes",
         "_total_tokens",
         "_turn_live",
@@ -239,6 +264,16 @@ class MessageIndex:
         self._calls: dict[str, MessageGroup] = {}
         self._reasoning_tail: list[MessageGroup] = []
         self._turn_live: list[int] = []  # per turn: included non-system groups
+        self._tool_groups: list[MessageGroup] = []  # tool-call groups, oldest first
+        # Cursors: every group before them (in _groups / _tool_groups) is excluded. They only move
+        # forward while groups are excluded, so strategies skip what earlier turns removed.
+        self._head = 0
+        self._tool_head = 0
+        # Summaries put in by replace(): anchor position -> their positions, and back.
+        self._inserted: dict[int, list[int]] = {}
+        self._anchor_of: dict[int, int] = {}
+        # Since track_changes(): the groups excluded, and the summaries replace() made.
+        self._journal: tuple[list[MessageGroup], list[MessageGroup]] | None = None
         self._total_tokens = 0
         self._total_bytes = 0
         self._included_messages = 0
@@ -262,7 +297,11 @@ class MessageIndex:
 
     @property
     def groups(self) -> Sequence[MessageGroup]:
-        """Every group, ordered by its first message."""
+        """The groups in logical order (by :attr:`MessageGroup.order`, i.e. by first message).
+
+        A summary put in by :meth:`replace` stands where the first group it replaced stood; the
+        replaced groups are no longer listed (:meth:`group_of` still finds them, excluded).
+        """
         return self._groups
 
     def group_of(self, position: int) -> MessageGroup:
@@ -274,8 +313,26 @@ class MessageIndex:
         return self._tokens[position]
 
     def included_messages(self) -> list[Message]:
-        """The projection sent to the model: every message in original order, minus excluded groups."""
-        return [m for m, g in zip(self._messages, self._group_of, strict=True) if not g._excluded]
+        """The projection sent to the model: the messages of included groups in original order, each
+        summary put in by :meth:`replace` standing where the first message it replaces was."""
+        if not self._inserted:
+            return [m for m, g in zip(self._messages, self._group_of, strict=True) if not g._excluded]
+        out: list[Message] = []
+        messages, group_of = self._messages, self._group_of
+        inserted, anchor_of = self._inserted, self._anchor_of
+        for position, (message, group) in enumerate(zip(messages, group_of, strict=True)):
+            if position in anchor_of:
+                continue  # emitted at its anchor
+            summaries = inserted.get(position)
+            if summaries is not None:
+                out.extend(messages[s] for s in summaries if not group_of[s]._excluded)
+            if not group._excluded:
+                out.append(message)
+        return out
+
+    def is_inserted(self, position: int) -> bool:
+        """Whether the message at ``position`` is a summary put in by :meth:`replace`."""
+        return position in self._anchor_of
 
     @property
     def message_count(self) -> int:
@@ -343,17 +400,191 @@ class MessageIndex:
         if not group._excluded:
             self._leave(group)
             group._excluded = True
+            if self._journal is not None:
+                self._journal[0].append(group)
 
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
 
         Raises:
-            ValueError: ``group`` belongs to another index, or was merged into another group.
+            ValueError: ``group`` belongs to another index, was merged into another group, or was
+                replaced by a summary.
         """
         self._check_owned(group)
         if group._excluded:
+            groups = self._groups
+            slot = bisect_left(groups, group._order, key=_order_key)
+            if slot >= len(groups) or groups[slot] is not group:
+                raise ValueError(f"{group!r} was replaced by a summary; include the summary's groups instead")
             group._excluded = False
             self._enter(group)
+            self._head = self._tool_head = 0  # the group may lie before a cursor
+
+    # -- replacing ----------------------------------------------------------------------------
+    def replace(self, groups: Sequence[MessageGroup], summary: Message) -> MessageGroup:
+        """Exclude ``groups`` and put ``summary`` in their place, as one ``summary`` group.
+
+        The summary takes the logical place (and turn) of the oldest of ``groups``: it sorts there
+        in :attr:`groups` and stands there in :meth:`included_messages`, while its message is
+        appended to :attr:`messages` like any other (positions never change). ``summary`` is marked
+        with :data:`SUMMARY_PROPERTY` listing the ``message_id`` of every replaced message (in
+        original order); a replaced message without an id gets one. Cost: the summary's token
+        count, a binary search and one list insert.
+
+        Args:
+            groups: Included groups of this index to replace (any order).
+            summary: The message that stands for them (changed in place: the mark is added).
+
+        Returns:
+            The new summary group.
+
+        Raises:
+            ValueError: ``groups`` is empty, or holds a group of another index or an excluded one.
+        """
+        if not groups:
+            raise ValueError("replace() needs at least one group")
+        for group in groups:
+            self._check_owned(group)
+            if group._excluded:
+                raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
+        ordered = sorted(groups, key=_order_key)
+        if self._reasoning_tail and any(g in self._reasoning_tail for g in ordered):
+            self._reasoning_tail = []  # replaced reasoning no longer joins a following call
+        replaced: list[int] = sorted(i for g in ordered for i in g._index_list())
+        ids: list[str] = []
+        for position in replaced:
+            message = self._messages[position]
+            if message.message_id is None:
+                message.message_id = new_message_id()
+            ids.append(message.message_id)
+        summary.additional_properties = {**(summary.additional_properties or {}), SUMMARY_PROPERTY: ids}
+        first = ordered[0]
+        slot = bisect_left(self._groups, first._order, key=_order_key)
+        for group in ordered:
+            self.exclude(group)
+        position = len(self._messages)
+        tokens = count_message_tokens(summary, tokenizer=self._tokenizer)
+        size = len(message_token_text(summary).encode("utf-8"))
+        self._messages.append(summary)
+        self._tokens.append(tokens)
+        self._bytes.append(size)
+        self._total_tokens += tokens
+        self._total_bytes += size
+        group = MessageGroup(self, MessageGroupKind.SUMMARY, first._turn, first._order)
+        group._indices = position
+        group._token_count = tokens
+        group._byte_count = size
+        self._group_of.append(group)
+        # The summary takes the first group's slot (O(1)); the others leave the list.
+        self._groups[slot] = group
+        if len(ordered) > 1:
+            gone = {id(g) for g in ordered[1:]}
+            self._groups[slot + 1 :] = [g for g in self._groups[slot + 1 :] if id(g) not in gone]
+        self._head = min(self._head, slot)
+        self._inserted.setdefault(first._order, []).append(position)
+        self._anchor_of[position] = first._order
+        self._enter(group)
+        if self._journal is not None:
+            self._journal[1].append(group)
+        return group
+
+    # -- recording ----------------------------------------------------------------------------
+    def track_changes(self) -> None:
+        """Start recording what compaction does, for :meth:`changes` (restarts a recording)."""
+        self._journal = ([], [])
+
+    def changes(self) -> tuple[list[str], list[tuple[Message, list[str]]]]:
+        """What compaction did since :meth:`track_changes`, in the form storage records it.
+
+        Cost: the groups excluded or replaced since then, not the history.
+
+        Returns:
+            ``(excluded, summaries)``: the ``message_id`` of every message that was included and is
+            now excluded (summaries made and dropped again within the recording are left out), and
+            each summary made since that is still included, with the ids it replaces.
+
+        Raises:
+            ValueError: :meth:`track_changes` was not called.
+        """
+        journal = self._journal
+        if journal is None:
+            raise ValueError("call track_changes() before changes()")
+        left, made = journal
+        made_ids = {id(g) for g in made}
+        excluded: list[str] = []
+        seen: set[int] = set()
+        for group in left:
+            if id(group) in seen or id(group) in made_ids or not group._excluded:
+                continue  # a summary made and dropped again was never stored
+            seen.add(id(group))
+            for position in group._index_list():
+                message_id = self._messages[position].message_id
+                if message_id is not None:
+                    excluded.append(message_id)
+        summaries: list[tuple[Message, list[str]]] = []
+        for group in made:
+            if not group._excluded:
+                message = self._messages[group.first_index]
+                summaries.append((message, summarized_message_ids(message)))
+        return excluded, summaries
+
+    # -- walking ------------------------------------------------------------------------------
+    def oldest_included(
+        self, *, tool_calls_only: bool = False, include_system: bool = False
+    ) -> Iterator[MessageGroup]:
+        """Included non-system groups oldest first (logical order), starting past the excluded prefix.
+
+        The walk tolerates what strategies do meanwhile: excluding the group just yielded, or
+        :meth:`replace` putting a summary in its place (the summary is not yielded). Cost: the
+        groups yielded plus the excluded ones skipped, and those are skipped once: the cursor
+        stays past them for later walks.
+
+        Args:
+            tool_calls_only: Walk only the ``tool_call`` groups.
+            include_system: Yield system groups too (this walk starts at the first group).
+        """
+        groups = self._tool_groups if tool_calls_only else self._groups
+        i = 0 if include_system else self._tool_head if tool_calls_only else self._head
+        prefix = not include_system  # inside the excluded (or system) prefix: move the cursor along
+        system = MessageGroupKind.SYSTEM
+        while i < len(groups):
+            group = groups[i]
+            if group._excluded or (group._kind is system and not include_system):
+                i += 1
+                if prefix:
+                    self._set_head(tool_calls_only, i)
+                continue
+            prefix = False
+            yield group
+            if i < len(groups) and groups[i] is not group:  # a summary went in before it
+                while i < len(groups) and groups[i] is not group:
+                    i += 1
+            i += 1
+
+    def _set_head(self, tool_calls_only: bool, value: int) -> None:
+        if tool_calls_only:
+            self._tool_head = max(self._tool_head, value)
+        else:
+            self._head = max(self._head, value)
+
+    def newest_included(self, count: int, *, tool_calls_only: bool = False) -> list[MessageGroup]:
+        """The newest ``count`` included non-system groups (or tool-call groups), newest first.
+
+        Cost: ``count`` plus the excluded and system groups passed on the way.
+        """
+        groups = self._tool_groups if tool_calls_only else self._groups
+        found: list[MessageGroup] = []
+        if count <= 0:
+            return found
+        system = MessageGroupKind.SYSTEM
+        for i in range(len(groups) - 1, -1, -1):
+            group = groups[i]
+            if group._excluded or group._kind is system:
+                continue
+            found.append(group)
+            if len(found) == count:
+                break
+        return found
 
     def _check_owned(self, group: MessageGroup) -> None:
         indices = group._indices
@@ -387,6 +618,7 @@ class MessageIndex:
         groups = self._groups
         turn_live = self._turn_live
         calls_by_id = self._calls
+        tool_groups = self._tool_groups
         call_ids: list[str] | None = None  # the calls of a new tool-call group, else None
         new_group = MessageGroup.__new__
         summary_kind = MessageGroupKind.SUMMARY
@@ -480,6 +712,7 @@ class MessageIndex:
                 group._index = self
                 group._kind = kind
                 group._turn = turn
+                group._order = position
                 # Tool-call groups grow as results arrive; other kinds never do.
                 group._indices = [position] if kind is tool_kind else position
                 group._token_count = tokens
@@ -502,6 +735,7 @@ class MessageIndex:
                 new_bytes += size
                 if kind is tool_kind:
                     new_tool_groups += 1
+                    tool_groups.append(group)
                 if turn is not None and kind is not system_kind:
                     live = turn_live[turn] + 1
                     turn_live[turn] = live
@@ -538,7 +772,7 @@ class MessageIndex:
         elif calls and reasoning_tail:
             group = self._absorb(reasoning_tail)
         else:
-            group = self._new_group(MessageGroupKind.TOOL_CALL)
+            group = self._new_group(MessageGroupKind.TOOL_CALL, position)
         self._add_to(group, position, tokens, size)
         if calls:
             call_ids: list[str] = group._call_ids if group._call_ids is not None else []
@@ -552,10 +786,12 @@ class MessageIndex:
             for result in results:
                 group._pending.discard(result.call_id)
 
-    def _new_group(self, kind: MessageGroupKind) -> MessageGroup:
+    def _new_group(self, kind: MessageGroupKind, position: int) -> MessageGroup:
         turn = len(self._turn_live) - 1
-        group = MessageGroup(self, kind, turn if turn >= 0 else None)
+        group = MessageGroup(self, kind, turn if turn >= 0 else None, position)
         self._groups.append(group)
+        if kind is MessageGroupKind.TOOL_CALL:
+            self._tool_groups.append(group)
         self._enter(group)
         return group
 
@@ -576,7 +812,7 @@ class MessageIndex:
         exclusion of those provisional groups is dropped: the tool-call group starts included.
         """
         first = reasoning_tail[0]
-        group = MessageGroup(self, MessageGroupKind.TOOL_CALL, first._turn)
+        group = MessageGroup(self, MessageGroupKind.TOOL_CALL, first._turn, first._order)
         for old in reasoning_tail:
             self._leave(old)
             old._excluded = True  # contributes nothing any more
@@ -587,6 +823,8 @@ class MessageIndex:
             group._token_count += old._token_count
             group._byte_count += old._byte_count
         self._groups.append(group)
+        self._tool_groups.append(group)
+        self._head = min(self._head, len(self._groups) - 1)
         self._enter(group)
         return group
 
@@ -605,6 +843,7 @@ class MessageIndex:
             self._leave(other)
             other._excluded = True
             self._groups.remove(other)
+            self._tool_groups.remove(other)
             for i in other._index_list():
                 self._group_of[i] = keep
             indices.extend(other._index_list())
@@ -619,6 +858,7 @@ class MessageIndex:
                 keep._pending = other._pending.union(keep._pending or ())
             other._indices = []
         indices.sort()
+        self._head = self._tool_head = 0  # removals shifted the lists under the cursors
         self._enter(keep)
         return keep
 

@@ -13,12 +13,15 @@ returns whether it changed anything. Every strategy here has
 System groups are never excluded (except by :class:`TruncationStrategy` with
 ``preserve_system=False``), and a tool-call group is always excluded or collapsed as a whole.
 
-**Summaries in place.** The index is append-only: it has no way to put a message at a position.
-:class:`ToolResultCompactionStrategy` therefore *appends* its summary message (marked with
-:data:`~agentkeep.compaction.SUMMARY_PROPERTY`, listing the ``message_id`` of every message it
-replaces) and excludes the original group. :func:`project` (used by :func:`apply_compaction`)
-puts each such summary where the first message it replaces was, and the strategies order groups
-the same way ("logical order"), so a summary counts as old as what it replaced.
+**Summaries in place.** :class:`ToolResultCompactionStrategy` replaces a tool-call group with a
+summary message through :meth:`~agentkeep.compaction.MessageIndex.replace`: the summary (marked
+with :data:`~agentkeep.compaction.SUMMARY_PROPERTY`, listing the ``message_id`` of every message
+it replaces) takes the place of the group, so it counts as old as what it replaced and
+:func:`project` puts it there.
+
+**Incremental.** Strategies walk groups lazily from the index's cursors (past the groups earlier
+calls excluded) and stop as soon as the target holds; triggers and targets read O(1) totals. So
+compacting again after a turn was appended costs about what that turn added, not the history.
 
 Names and defaults follow the Python edition of the reference (seed 002):
 :class:`TruncationStrategy`, :class:`SlidingWindowStrategy`, :class:`ToolResultCompactionStrategy`,
@@ -30,11 +33,11 @@ Names and defaults follow the Python edition of the reference (seed 002):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import Message, new_message_id
-from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind, MessageIndex, summarized_message_ids
+from ..messages import Message
+from .groups import MessageGroup, MessageGroupKind, MessageIndex
 from .tokenizers import Tokenizer, count_message_tokens
 from .triggers import CompactionTrigger, CompactionTriggers
 
@@ -48,14 +51,11 @@ __all__ = [
     "ToolResultCompactionStrategy",
     "TruncationStrategy",
     "apply_compaction",
-    "logical_groups",
     "project",
     "tool_group_summary_text",
 ]
 
-_SYSTEM = MessageGroupKind.SYSTEM
 _TOOL_CALL = MessageGroupKind.TOOL_CALL
-_SUMMARY = MessageGroupKind.SUMMARY
 
 _RESULT_PREVIEW_CHARS = 80
 """How many characters of each tool result a collapsed tool-call summary keeps."""
@@ -81,68 +81,21 @@ class CompactionStrategy(Protocol):
         ...
 
 
-# -- logical order and projection ----------------------------------------------------------------
-
-
-def _anchors(index: MessageIndex) -> dict[int, int]:
-    """Positions where appended summaries belong: summary first position -> first replaced position."""
-    summaries = [g for g in index.groups if g.kind is _SUMMARY]
-    if not summaries:
-        return {}
-    where: dict[str, int] = {}
-    for position, message in enumerate(index.messages):
-        if message.message_id is not None:
-            where.setdefault(message.message_id, position)
-    anchors: dict[int, int] = {}
-    for group in summaries:
-        first = group.first_index
-        replaced = [where[i] for i in summarized_message_ids(index.messages[first]) if i in where]
-        if replaced and min(replaced) < first:
-            anchors[first] = min(replaced)
-    return anchors
-
-
-def logical_groups(index: MessageIndex) -> list[MessageGroup]:
-    """Every group of ``index`` in logical order: by first message, a summary where it replaces.
-
-    A summary that lists earlier messages (by ``message_id``) sorts just before the first of them;
-    any other group sorts by its first message.
-
-    Args:
-        index: The index to order.
-
-    Returns:
-        The groups, oldest first.
-    """
-    anchors = _anchors(index)
-    groups = list(index.groups)
-    if anchors:
-        groups.sort(key=lambda g: (anchors.get(g.first_index, g.first_index), g.first_index))
-    return groups
+# -- projection and shared machinery -------------------------------------------------------------
 
 
 def project(index: MessageIndex) -> list[Message]:
     """The messages to send: original order minus excluded groups, each summary in place.
 
+    Same as :meth:`MessageIndex.included_messages`.
+
     Args:
         index: A compacted index.
 
     Returns:
-        The included messages; an appended summary stands where the first message it replaces was.
+        The included messages; a summary stands where the first message it replaces was.
     """
-    anchors = _anchors(index)
-    if not anchors:
-        return index.included_messages()
-    keyed: list[tuple[int, int, Message]] = []
-    for position, message in enumerate(index.messages):
-        group = index.group_of(position)
-        if not group.excluded:
-            keyed.append((anchors.get(group.first_index, position), position, message))
-    keyed.sort(key=lambda item: (item[0], item[1]))
-    return [message for _, _, message in keyed]
-
-
-# -- shared machinery ----------------------------------------------------------------------------
+    return index.included_messages()
 
 
 def _inverse(trigger: CompactionTrigger) -> CompactionTrigger:
@@ -158,11 +111,28 @@ def _check_floor(name: str, value: int) -> int:
     return value
 
 
-def _unprotected(groups: Sequence[MessageGroup], minimum_preserved: int) -> list[MessageGroup]:
-    """The included non-system groups of ``groups`` (logical order) minus the newest protected ones."""
-    live = [g for g in groups if not g.excluded and g.kind is not _SYSTEM]
-    keep = max(1, minimum_preserved)
-    return live[:-keep] if len(live) > keep else []
+def _boundary(index: MessageIndex, keep: int) -> MessageGroup | None:
+    """The oldest of the newest ``max(1, keep)`` included non-system groups; ``None`` if there are
+    no more groups than that (nothing may go)."""
+    keep = max(1, keep)
+    newest = index.newest_included(keep + 1)
+    return newest[keep - 1] if len(newest) > keep else None
+
+
+def _unprotected(
+    index: MessageIndex, minimum_preserved: int, *, include_system: bool = False
+) -> Iterator[MessageGroup]:
+    """Included non-system groups oldest first, up to the newest ``minimum_preserved`` (at least 1).
+
+    Lazy: a strategy that stops early pays only for the groups it looked at.
+    """
+    boundary = _boundary(index, minimum_preserved)
+    if boundary is None:
+        return
+    for group in index.oldest_included(include_system=include_system):
+        if group is boundary or group.order >= boundary.order:
+            return
+        yield group
 
 
 class _TokenMeter:
@@ -216,7 +186,7 @@ class _StepStrategy:
         self.minimum_preserved: int = _check_floor("minimum_preserved", minimum_preserved)
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
-        return _unprotected(logical_groups(index), self.minimum_preserved)
+        return _unprotected(index, self.minimum_preserved)
 
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
         index.exclude(group)
@@ -312,13 +282,8 @@ class TruncationStrategy(_StepStrategy):
         return self._measure(index) <= self.compact_to
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
-        groups = logical_groups(index)
-        open_groups = _unprotected(groups, self.minimum_preserved)
-        if self.preserve_system or not open_groups:
-            return open_groups
-        last = open_groups[-1]  # system groups up to the protected tail may go too
-        stop = next(i for i, g in enumerate(groups) if g is last)
-        return [g for g in groups[: stop + 1] if not g.excluded]
+        # Without preserve_system, system groups older than the protected tail may go too.
+        return _unprotected(index, self.minimum_preserved, include_system=not self.preserve_system)
 
     async def compact(self, index: MessageIndex) -> bool:
         """Exclude the oldest groups while the measure is above ``compact_to`` (see the class).
@@ -389,7 +354,7 @@ class SlidingWindowStrategy(_StepStrategy):
         )
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
-        return _unprotected(logical_groups(index), max(self.keep_last_groups, self.minimum_preserved))
+        return _unprotected(index, max(self.keep_last_groups, self.minimum_preserved))
 
     def __repr__(self) -> str:
         return f"SlidingWindowStrategy(keep_last_groups={self.keep_last_groups}, trigger={self.trigger!r})"
@@ -435,10 +400,9 @@ class SlidingWindowCompactionStrategy(_StepStrategy):
         if not self.trigger(index):
             return False
         changed = False
-        anchors = _anchors(index)
         current: object = object()  # no turn matches it
         for group in self._candidates(index):
-            turn = _logical_turn(index, group, anchors)
+            turn = group.turn  # a summary has the turn of the first group it replaced
             if turn != current:
                 if self.target(index):
                     break
@@ -448,24 +412,26 @@ class SlidingWindowCompactionStrategy(_StepStrategy):
         return changed
 
 
-def _logical_turn(index: MessageIndex, group: MessageGroup, anchors: dict[int, int]) -> int | None:
-    """The turn of a group; a summary belongs to the turn of the first message it replaces."""
-    anchor = anchors.get(group.first_index) if group.kind is _SUMMARY else None
-    return index.group_of(anchor).turn if anchor is not None else group.turn
-
-
 # -- tool-call strategies ------------------------------------------------------------------------
 
 
 def _tool_candidates(
     index: MessageIndex, keep_last_tool_call_groups: int, minimum_preserved: int
-) -> list[MessageGroup]:
-    open_groups = _unprotected(logical_groups(index), minimum_preserved)
-    tools = [g for g in open_groups if g.kind is _TOOL_CALL]
-    all_tools = [g for g in index.groups if g.kind is _TOOL_CALL and not g.excluded]
-    kept = all_tools[len(all_tools) - keep_last_tool_call_groups :] if keep_last_tool_call_groups else []
-    newest = {id(g) for g in kept}
-    return [g for g in tools if id(g) not in newest]
+) -> Iterator[MessageGroup]:
+    """Included tool-call groups oldest first, short of the newest kept ones and the protected tail."""
+    boundary = _boundary(index, minimum_preserved)
+    if boundary is None:
+        return
+    stop = boundary.order
+    if keep_last_tool_call_groups:
+        kept = index.newest_included(keep_last_tool_call_groups, tool_calls_only=True)
+        if len(kept) < keep_last_tool_call_groups:
+            return  # no more tool-call groups than are kept
+        stop = min(stop, kept[-1].order)
+    for group in index.oldest_included(tool_calls_only=True):
+        if group.order >= stop:
+            return
+        yield group
 
 
 def _preview(value: Any) -> str:
@@ -559,21 +525,10 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         groups = _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
-        return [g for g in groups if g.is_complete]
+        return (g for g in groups if g.is_complete)
 
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
-        messages = group.messages
-        for message in messages:
-            if message.message_id is None:
-                message.message_id = new_message_id()
-        ids = [m.message_id for m in messages if m.message_id is not None]
-        summary = Message(
-            "assistant",
-            tool_group_summary_text(messages),
-            additional_properties={SUMMARY_PROPERTY: ids},
-        )
-        index.exclude(group)
-        index.append([summary])
+        index.replace([group], Message("assistant", tool_group_summary_text(group.messages)))
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
@@ -696,7 +651,7 @@ class TokenBudgetComposedStrategy:
                 return changed
         meter = _TokenMeter(index, self.tokenizer)
         total = meter()
-        for group in _unprotected(logical_groups(index), self.minimum_preserved):
+        for group in _unprotected(index, self.minimum_preserved):
             if total <= self.token_budget:
                 break
             total -= meter.group(group)
