@@ -17,6 +17,12 @@ messages are sent, with the conversation id.
 history providers store after *each* model call of the tool loop, so local history mirrors what a
 service would hold even if the run stops right after a tool call. Combining it with a
 service-managed conversation raises :class:`~agentkeep.errors.SessionModeError`.
+
+**Compaction.** ``compaction_strategy=`` (per agent, or per ``run``) compacts what is sent before
+every model call; stored history is untouched. A :class:`~agentkeep.compaction.CompactionProvider`
+among the context providers compacts per run and records the result in stored history (its
+``"after_run"`` phase runs after the history providers stored the run). Neither runs on a
+service-managed conversation.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from typing import Any, Literal, TypeVar, cast, overload
 import msgspec
 
 from .clients.base import ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, merge_updates
+from .compaction.provider import CompactionProvider
+from .compaction.strategies import CompactionStrategy
+from .compaction.tokenizers import Tokenizer
 from .contents import Content, FunctionCallContent, FunctionResultContent, UsageContent, UsageDetails
 from .errors import (
     ProviderConfigurationError,
@@ -62,6 +71,7 @@ class _RunPlan:
     conversation_id: str | None
     options: dict[str, Any]
     tools: list[FunctionTool] = field(default_factory=list[FunctionTool])
+    compaction: CompactionProvider | None = None  # compacts each model call's request
 
 
 @dataclass(slots=True)
@@ -91,11 +101,19 @@ class Agent:
         default_options: :class:`~agentkeep.clients.base.ChatOptions` for every run.
         max_tool_iterations: Model calls that may request tools per run; then one final call
             without tools.
+        compaction_strategy: Compacts the request before every model call (history, input and
+            the tool loop's messages); stored history is untouched. See
+            :mod:`agentkeep.compaction`.
+        tokenizer: Counts tokens for ``compaction_strategy`` (default: the strategy's own, else
+            :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`).
 
     Raises:
-        ProviderConfigurationError: Two providers share a ``source_id`` or a state key, or more
-            than one history provider loads messages.
+        ProviderConfigurationError: Two providers share a ``source_id`` or a state key, more
+            than one history provider loads messages, or more than one compaction runs per
+            model call.
     """
+
+    COMPACTION_SOURCE_ID = "agentkeep.compaction"
 
     def __init__(
         self,
@@ -109,6 +127,8 @@ class Agent:
         require_per_service_call_history_persistence: bool = False,
         default_options: Mapping[str, Any] | None = None,
         max_tool_iterations: int = 10,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
         id: str | None = None,
     ) -> None:
         self.id = id or str(uuid.uuid4())
@@ -129,6 +149,9 @@ class Agent:
         if max_tool_iterations < 0:
             raise ValueError("max_tool_iterations must be >= 0")
         self.max_tool_iterations = max_tool_iterations
+        self.compaction_strategy = compaction_strategy
+        self.tokenizer = tokenizer
+        self._compaction = self._model_call_compaction(compaction_strategy, tokenizer)
         self._default_history = InMemoryHistoryProvider()
         self._check_providers()
 
@@ -138,6 +161,14 @@ class Agent:
             raise ProviderConfigurationError(
                 f"history providers {loading[0]!r} and {loading[1]!r} both load messages, so every "
                 "request would carry the history twice; give the others load_messages=False"
+            )
+        per_call = [
+            p for p in self.context_providers if isinstance(p, CompactionProvider) and p.phase == "model_call"
+        ]
+        if len(per_call) + (self._compaction is not None) > 1:
+            raise ProviderConfigurationError(
+                "more than one compaction runs before each model call (compaction_strategy= and "
+                "CompactionProvider(phase='model_call')); combine them in a PipelineCompactionStrategy"
             )
         owners: dict[str, ContextProvider] = {}
         sources: dict[str, ContextProvider] = {}
@@ -158,6 +189,25 @@ class Agent:
                         "each provider needs its own key in the session state"
                     )
                 owners[key] = provider
+
+    def _model_call_compaction(
+        self, strategy: CompactionStrategy | None, tokenizer: Tokenizer | None
+    ) -> CompactionProvider | None:
+        if strategy is None:
+            return None
+        return CompactionProvider(
+            strategy, tokenizer=tokenizer, phase="model_call", source_id=self.COMPACTION_SOURCE_ID
+        )
+
+    def history_provider(self, source_id: str | None = None) -> HistoryProvider | None:
+        """The history provider that loads this agent's history (the built-in in-memory one if
+        none is configured), or the history provider with ``source_id``."""
+        for provider in (*self.context_providers, self._default_history):
+            if isinstance(provider, HistoryProvider) and (
+                provider.source_id == source_id if source_id is not None else provider.load_messages
+            ):
+                return provider
+        return None
 
     def _has_loading_history(self) -> bool:
         return any(isinstance(p, HistoryProvider) and p.load_messages for p in self.context_providers)
@@ -223,6 +273,8 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> Coroutine[Any, Any, AgentResponse]: ...
     @overload
     def run(
@@ -233,6 +285,8 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> AgentRunStream: ...
     def run(
         self,
@@ -242,6 +296,8 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> Coroutine[Any, Any, AgentResponse] | AgentRunStream:
         """Run the agent on ``messages``.
 
@@ -251,6 +307,8 @@ class Agent:
             session: The session to continue (history and provider state live there).
             tools: Extra tools for this run only.
             options: :class:`~agentkeep.clients.base.ChatOptions` for this run.
+            compaction_strategy: Replaces the agent's ``compaction_strategy`` for this run.
+            tokenizer: Replaces the agent's ``tokenizer`` for this run.
 
         Returns:
             A coroutine giving the :class:`~agentkeep.responses.AgentResponse`, or with
@@ -262,15 +320,21 @@ class Agent:
             MessageFormatError: ``messages`` holds something that is not text or a message.
         """
         inputs = normalize_messages(messages)
+        compaction = self._compaction
+        if compaction_strategy is not None or tokenizer is not None:
+            compaction = self._model_call_compaction(
+                compaction_strategy or self.compaction_strategy, tokenizer or self.tokenizer
+            )
         if stream:
-            return AgentRunStream(self._execute(inputs, session, tools, options, stream=True))
-        return self._run(inputs, session, tools, options)
+            return AgentRunStream(self._execute(inputs, session, tools, options, compaction, stream=True))
+        return self._run(inputs, session, tools, options, compaction)
 
     def _plan(
         self,
         session: AgentSession | None,
         tools: ToolLike | Sequence[ToolLike] | None,
         options: Mapping[str, Any] | None,
+        compaction: CompactionProvider | None,
     ) -> _RunPlan:
         merged = {**self.default_options, **(options or {})}
         conversation_id = (session.service_session_id if session is not None else None) or merged.pop(
@@ -290,8 +354,13 @@ class Agent:
                 "use one persistence model per session (or pass options={'store': False})"
             )
         providers: tuple[ContextProvider, ...] = self.context_providers
-        if service_managed:
-            providers = tuple(p for p in providers if not isinstance(p, HistoryProvider))
+        if compaction is None:
+            compaction = next(
+                (p for p in providers if isinstance(p, CompactionProvider) and p.phase == "model_call"), None
+            )
+        if service_managed:  # the service holds the history: no local history, no compaction
+            providers = tuple(p for p in providers if not isinstance(p, HistoryProvider | CompactionProvider))
+            compaction = None
         elif session is not None and not self._has_loading_history():
             providers = (self._default_history, *providers)
         run_session = session if session is not None or not providers else AgentSession()
@@ -303,6 +372,7 @@ class Agent:
             conversation_id=conversation_id,
             options=merged,
             tools=[*self.tools, *normalize_tools(tools)],
+            compaction=compaction,
         )
 
     async def _before(self, plan: _RunPlan, inputs: list[Message]) -> SessionContext:
@@ -330,9 +400,17 @@ class Agent:
         session = plan.session
         if session is None:
             return
+        deferred: list[ContextProvider] = []
         for provider in reversed(plan.providers):
             if plan.per_call and isinstance(provider, HistoryProvider):
                 continue  # already stored after each model call
+            if isinstance(provider, CompactionProvider) and provider.phase == "after_run":
+                deferred.append(provider)  # compacts what the history providers just stored
+                continue
+            await provider.after_run(
+                agent=self, session=session, context=context, state=provider.get_state(session)
+            )
+        for provider in reversed(deferred):
             await provider.after_run(
                 agent=self, session=session, context=context, state=provider.get_state(session)
             )
@@ -499,11 +577,12 @@ class Agent:
         session: AgentSession | None,
         tools: ToolLike | Sequence[ToolLike] | None,
         options: Mapping[str, Any] | None,
+        compaction: CompactionProvider | None,
     ) -> AgentResponse:
         result: AgentResponse | None = None
         # Exhaust the generator rather than leave it suspended: a suspended async generator is
         # closed later by a task the event loop schedules, which costs more than the run itself.
-        async for item in self._execute(inputs, session, tools, options, stream=False):
+        async for item in self._execute(inputs, session, tools, options, compaction, stream=False):
             if isinstance(item, AgentResponse):
                 result = item
         assert result is not None, "a run always ends with its response"
@@ -515,18 +594,22 @@ class Agent:
         session: AgentSession | None,
         tools: ToolLike | Sequence[ToolLike] | None,
         options: Mapping[str, Any] | None,
+        compaction: CompactionProvider | None,
         *,
         stream: bool,
     ) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
         """The run pipeline; yields updates when streaming, and always the response last."""
-        plan = self._plan(session, tools, options)
+        plan = self._plan(session, tools, options, compaction)
         context = await self._before(plan, inputs)
         loop = _LoopState(conversation_id=plan.conversation_id)
         try:
             for iteration in range(self.max_tool_iterations + 1):
                 final = iteration == self.max_tool_iterations
                 call_options = self._call_options(plan, context, loop, final)
-                request = self._messages_for_call(plan, context, loop)
+                if plan.compaction is not None:
+                    request = await plan.compaction.compact_request(plan.session, context, loop.produced)
+                else:
+                    request = self._messages_for_call(plan, context, loop)
                 if stream:
                     updates: list[ChatResponseUpdate] = []
                     ids = _UpdateIds()

@@ -27,7 +27,7 @@ from .contents import FunctionCallContent, FunctionResultContent
 from .errors import MessageFormatError
 from .messages import Message, MessageSourceType
 from .providers import AIContext, ContextProvider, SessionContext
-from .sequences import MessageLog
+from .sequences import MessageLog, MessageView
 from .sessions import AgentSession, ProviderSessionState
 
 if TYPE_CHECKING:
@@ -113,6 +113,34 @@ class HistoryProvider(ContextProvider):
     ) -> None:
         """Append ``messages`` (all new) to the session's history, atomically."""
         raise NotImplementedError(f"{type(self).__name__} must implement save_messages()")
+
+    async def record_compaction(
+        self,
+        session: AgentSession,
+        *,
+        excluded: Sequence[str],
+        summaries: Sequence[tuple[Message, Sequence[str]]],
+        view: Sequence[Message],
+        based_on: Sequence[Message],
+    ) -> MessageView | None:
+        """Make a compaction of the loaded history part of the stored history (optional).
+
+        Called by a per-run :class:`~agentkeep.compaction.CompactionProvider` after it compacted
+        ``based_on`` (what :meth:`get_messages` returned). Providers that cannot record it keep
+        this default, and the compaction then shapes only the current request.
+
+        Args:
+            session: The session.
+            excluded: Ids of the loaded messages the compaction excluded.
+            summaries: New summary messages, each with the ids it replaces.
+            view: The compacted history: ``based_on`` minus ``excluded``, summaries in place.
+            based_on: The history the compaction started from.
+
+        Returns:
+            A view of the stored history's first ``len(view)`` messages (what the next load
+            starts with), or ``None`` if nothing was recorded.
+        """
+        return None
 
     # -- the shared behaviour -------------------------------------------------------------------
     async def get_session_messages(self, session: AgentSession) -> Sequence[Message]:
@@ -302,6 +330,23 @@ class InMemoryHistoryProvider(HistoryProvider):
         log.extend(messages)
         if self.reducer is not None and self.reducer_trigger == "after_message_added":
             await self._reduce(log)
+
+    async def record_compaction(
+        self,
+        session: AgentSession,
+        *,
+        excluded: Sequence[str],
+        summaries: Sequence[tuple[Message, Sequence[str]]],
+        view: Sequence[Message],
+        based_on: Sequence[Message],
+    ) -> MessageView | None:
+        """Replace the session's history with the compacted ``view`` (messages appended since
+        ``based_on`` are kept after it). In-memory history keeps no originals: the session
+        state is the history. ``None`` if ``based_on`` is not the current history."""
+        log = self._log(None, session)
+        if not isinstance(based_on, MessageView) or not log.replace(view, based_on=based_on):
+            return None
+        return log.view(0, len(view))
 
     async def _reduce(self, log: MessageLog) -> None:
         assert self.reducer is not None

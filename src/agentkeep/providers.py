@@ -103,7 +103,7 @@ class SessionContext:
         if source_type is None:
             is_history = not isinstance(source, str) and source.is_history_provider
             source_type = MessageSourceType.CHAT_HISTORY if is_history else MessageSourceType.CONTEXT_PROVIDER
-        if not messages:
+        if not messages and not isinstance(messages, MessageView):
             self._context.setdefault(source_id, [])
             return
         if not (
@@ -115,6 +115,16 @@ class SessionContext:
         if source_type is MessageSourceType.CHAT_HISTORY:
             self._history_sources.add(source_id)
         self._context.setdefault(source_id, []).append(messages)
+
+    def replace_messages(self, source_id: str, messages: Sequence[Message]) -> None:
+        """Swap the messages ``source_id`` added for ``messages`` (e.g. compacted history).
+
+        Raises:
+            KeyError: ``source_id`` added no messages to this context.
+        """
+        if source_id not in self._context:
+            raise KeyError(f"{source_id!r} added no messages to this context")
+        self._context[source_id] = [messages]
 
     def extend_instructions(self, source_id: str, instructions: str | Iterable[str]) -> None:
         """Add instructions (appended to the agent's own)."""

@@ -53,6 +53,23 @@ class MessageView(Sequence[Message]):
     def __len__(self) -> int:
         return self._stop - self._start
 
+    def extension_of(self, earlier: MessageView) -> MessageView | None:
+        """What this view holds beyond ``earlier``, if it starts like ``earlier`` on the same log.
+
+        Views of an append-only :class:`MessageLog` share its list until the log is replaced, so
+        "same list, same start, not shorter" proves the first ``len(earlier)`` messages are the
+        same objects in O(1).
+
+        Returns:
+            A view of the messages after ``earlier``'s end, or ``None`` if this view does not
+            continue it.
+        """
+        if self._items is not earlier._items or self._start != earlier._start or self._stop < earlier._stop:
+            return None
+        return MessageView(
+            self._items, earlier._stop, self._stop, source_type=self.source_type, source_id=self.source_id
+        )
+
     @overload
     def __getitem__(self, index: int) -> Message: ...
     @overload

@@ -285,7 +285,7 @@ class AgentSession:
         service_session_id: Remote conversation id (``None`` when history is local).
     """
 
-    __slots__ = ("_session_id", "_store_version", "extra_fields", "service_session_id", "state")
+    __slots__ = ("_runtime", "_session_id", "_store_version", "extra_fields", "service_session_id", "state")
 
     def __init__(self, *, session_id: str | None = None, service_session_id: str | None = None) -> None:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -295,6 +295,8 @@ class AgentSession:
         self.state = StateBag()
         self.extra_fields: dict[str, Any] | None = None
         self._store_version: int | None = None  # set by session stores; never serialized
+        # Caches of this process (e.g. compaction indexes), keyed by their owner; never serialized.
+        self._runtime: dict[str, Any] = {}
 
     @property
     def session_id(self) -> str:

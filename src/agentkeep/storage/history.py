@@ -21,9 +21,9 @@ from typing import Any, Unpack
 
 from ..history import HistoryOptions, HistoryProvider
 from ..messages import Message
-from ..sequences import MessageLog
+from ..sequences import MessageLog, MessageView
 from ..sessions import AgentSession, ProviderSessionState
-from .base import HistoryView, MessageStore
+from .base import HistoryView, MessageStore, Summary
 
 __all__ = ["ConversationState", "StorageHistoryProvider"]
 
@@ -150,6 +150,43 @@ class StorageHistoryProvider(HistoryProvider):
         **kwargs: Any,
     ) -> None:
         await self.store.append(self._state(session, state).conversation_id, messages)
+
+    async def record_compaction(
+        self,
+        session: AgentSession,
+        *,
+        excluded: Sequence[str],
+        summaries: Sequence[tuple[Message, Sequence[str]]],
+        view: Sequence[Message],
+        based_on: Sequence[Message],
+    ) -> MessageView | None:
+        """Record the compaction in the store (originals kept, summaries listing what they
+        replace) and keep the cached view in step, so the next turn still loads only what is new.
+
+        If another writer compacted the conversation meanwhile, the cache is dropped and the next
+        load reads the view afresh.
+        """
+        state = self._state(session)
+        conversation_id = state.conversation_id
+        epoch = await self.store.record_compaction(
+            conversation_id,
+            excluded=excluded,
+            summaries=[Summary(message, list(replaces)) for message, replaces in summaries],
+        )
+        if state._log is None or epoch != state._epoch + 1:  # pyright: ignore[reportPrivateUsage]
+            state._log = None  # pyright: ignore[reportPrivateUsage]
+            return None
+        update = await self.store.read_view(conversation_id, after=state._last_seq)  # pyright: ignore[reportPrivateUsage]
+        if update.epoch != epoch:
+            state._log = None  # pyright: ignore[reportPrivateUsage]
+            return None
+        made = {message.message_id for message, _ in summaries}
+        fresh = [m for m in update.messages if m.message_id not in made]  # appended by others meanwhile
+        log = MessageLog.from_owned([*view, *fresh], self.source_id)
+        state._log = log  # pyright: ignore[reportPrivateUsage]
+        state._epoch = epoch  # pyright: ignore[reportPrivateUsage]
+        state._last_seq = update.last_seq  # pyright: ignore[reportPrivateUsage]
+        return log.view(0, len(view))
 
     async def aclose(self) -> None:
         """Close the store if this provider owns it (it made it from a URL or path)."""

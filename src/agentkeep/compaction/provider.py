@@ -1,0 +1,311 @@
+"""Where compaction runs in an agent: :class:`CompactionProvider` and its per-session index cache.
+
+A :class:`CompactionProvider` runs a strategy in one of three phases:
+
+* ``"model_call"``: before every model call of the tool loop, on what is about to be sent (history,
+  the run's input and what the loop produced so far). Only the request changes; stored history
+  stays as it is. ``Agent(compaction_strategy=...)`` is this phase.
+* ``"before_run"`` (default): once per run, on the history just loaded. The result becomes the
+  stored history: the history provider records it (:meth:`HistoryProvider.record_compaction`):
+  storage-backed providers keep the originals, mark them excluded and add each summary with the
+  ids it replaces, so the compacted view is what loads next time.
+* ``"after_run"``: once per run, after the run's messages were stored; recorded the same way.
+
+Compaction never runs on a service-managed conversation (the service holds that history).
+
+**Incremental.** Each session keeps (in memory, never serialized) one :class:`MessageIndex` per
+provider, in step with the history it was built from: a history view that continues the previous
+one adds only its new messages, and messages this provider already added for a run (input, tool
+loop) are matched by id instead of being added again. So a turn costs what it adds. Anything else
+(a reload, another writer's compaction, a failed run) rebuilds the index from the history once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..history import HistoryProvider
+from ..messages import Message
+from ..providers import AIContext, ContextProvider, SessionContext
+from ..sequences import MessageChain, MessageView
+from ..sessions import AgentSession
+from .groups import MessageIndex
+from .strategies import CompactionStrategy, apply_compaction
+from .tokenizers import CharacterEstimatorTokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["CompactionPhase", "CompactionProvider"]
+
+logger = logging.getLogger("agentkeep.compaction")
+
+CompactionPhase = Literal["before_run", "model_call", "after_run"]
+_PHASES: tuple[CompactionPhase, ...] = ("before_run", "model_call", "after_run")
+
+
+def resolve_tokenizer(strategy: object, tokenizer: Tokenizer | None) -> Tokenizer:
+    """The tokenizer an index for ``strategy`` counts with: the given one, else the strategy's own
+    ``tokenizer`` attribute, else :class:`CharacterEstimatorTokenizer`."""
+    if tokenizer is not None:
+        return tokenizer
+    found: object = getattr(strategy, "tokenizer", None)
+    return found if isinstance(found, Tokenizer) else CharacterEstimatorTokenizer()
+
+
+class _IndexCache:
+    """One session's index for one provider, in step with a history view (see the module docs)."""
+
+    __slots__ = ("busy", "index", "owner", "pending", "strategy", "tokenizer", "view")
+
+    def __init__(self, strategy: CompactionStrategy, tokenizer: Tokenizer) -> None:
+        self.strategy = strategy
+        self.tokenizer = tokenizer
+        self.index: MessageIndex | None = None
+        self.view: MessageView | None = None  # the history the index holds (a prefix of later views)
+        self.pending: list[str | None] = []  # ids of run messages added after `view`, not yet stored
+        self.busy = False  # a compaction is in progress (it may await a model): others go cold
+        self.owner: object = None  # the run whose messages the index holds
+
+    def sync(self, history: Sequence[Message]) -> MessageIndex:
+        """The index for ``history``: the cached one plus what is new, or a fresh one."""
+        index, view = self.index, self.view
+        if index is not None and view is not None and isinstance(history, MessageView):
+            new = history.extension_of(view)
+            if new is not None:
+                pending = self.pending
+                matched = 0
+                fresh: list[Message] = []
+                for message in new:
+                    if matched < len(pending):
+                        if message.message_id != pending[matched]:
+                            break
+                        matched += 1
+                    else:
+                        fresh.append(message)
+                else:
+                    if matched == len(pending):
+                        index.append(fresh)
+                        self.view, self.pending = history, []
+                        return index
+        index = self.index = MessageIndex(history, tokenizer=self.tokenizer)
+        self.view = history if isinstance(history, MessageView) else None
+        self.pending = []
+        return index
+
+
+class CompactionProvider(ContextProvider):
+    """Runs a compaction strategy around an agent's runs (see the module docs for the phases).
+
+    Args:
+        strategy: The strategy (or a :class:`~agentkeep.compaction.PipelineCompactionStrategy`).
+        tokenizer: Counts tokens for the index; default the strategy's ``tokenizer``, else
+            :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`.
+        phase: ``"before_run"`` (default), ``"model_call"`` or ``"after_run"``.
+        source_id: Provider id (default ``"compaction"``; give each provider of an agent its own).
+
+    Raises:
+        ValueError: ``phase`` is not one of the three.
+
+    Example:
+        >>> provider = CompactionProvider(SlidingWindowStrategy(keep_last_groups=20))  # doctest: +SKIP
+        >>> agent = Agent(client, context_providers=[provider])  # doctest: +SKIP
+    """
+
+    DEFAULT_SOURCE_ID = "compaction"
+
+    def __init__(
+        self,
+        strategy: CompactionStrategy,
+        *,
+        tokenizer: Tokenizer | None = None,
+        phase: CompactionPhase = "before_run",
+        source_id: str | None = None,
+    ) -> None:
+        if phase not in _PHASES:
+            raise ValueError(f"phase must be one of {', '.join(_PHASES)}, not {phase!r}")
+        super().__init__(source_id or self.DEFAULT_SOURCE_ID)
+        self.strategy = strategy
+        self.tokenizer = resolve_tokenizer(strategy, tokenizer)
+        self.phase: CompactionPhase = phase
+
+    @staticmethod
+    async def compact(
+        strategy: CompactionStrategy, messages: Iterable[Message], *, tokenizer: Tokenizer | None = None
+    ) -> list[Message]:
+        """Apply ``strategy`` to a message list outside any session (see :func:`apply_compaction`)."""
+        return await apply_compaction(messages, strategy=strategy, tokenizer=tokenizer)
+
+    # -- the session's cache ------------------------------------------------------------------------
+    def _cache(self, session: AgentSession) -> _IndexCache:
+        key = f"compaction:{self.source_id}"
+        cache = session._runtime.get(key)  # pyright: ignore[reportPrivateUsage]
+        if (
+            not isinstance(cache, _IndexCache)
+            or cache.strategy is not self.strategy
+            or cache.tokenizer is not self.tokenizer
+        ):
+            cache = _IndexCache(self.strategy, self.tokenizer)
+            session._runtime[key] = cache  # pyright: ignore[reportPrivateUsage]
+        return cache
+
+    # -- before_run / after_run: compact stored history ---------------------------------------------
+    async def before_run(
+        self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
+    ) -> AIContext | None:
+        """Phase ``"before_run"``: compact the loaded history, record it, send the result."""
+        if self.phase != "before_run" or context.service_session_id:
+            return None
+        sources = [s for s in context.context_messages if s in context.history_sources]
+        if len(sources) != 1:
+            return None  # no loaded history (or several: not ours to merge)
+        source_id = sources[0]
+        history = _history_of(context, [source_id])
+        provider = agent.history_provider(source_id)
+        view = await self._compact_history(session, provider, history)
+        if view is not None:
+            context.replace_messages(source_id, view)
+        return None
+
+    async def after_run(
+        self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
+    ) -> None:
+        """Phase ``"after_run"``: compact the stored history (run included) and record it.
+
+        The agent calls this after every history provider stored the run. Nothing happens when
+        the run failed.
+        """
+        if self.phase != "after_run" or context.exception is not None or context.service_session_id:
+            return
+        provider = agent.history_provider()
+        if provider is None:
+            return
+        history = await provider.get_messages(
+            context.session_id, state=provider.get_state(session), session=session
+        )
+        await self._compact_history(session, provider, history)
+
+    async def _compact_history(
+        self, session: AgentSession, provider: HistoryProvider | None, history: Sequence[Message]
+    ) -> list[Message] | None:
+        """Compact ``history`` and have ``provider`` record it; the compacted view, or ``None``."""
+        cache = self._cache(session)
+        if cache.busy:  # another run of this session is compacting: work on a private index
+            index = MessageIndex(history, tokenizer=self.tokenizer)
+            shared = False
+        else:
+            index = cache.sync(history)
+            shared = True
+        index.track_changes()
+        if shared:
+            cache.busy = True
+        try:
+            changed = await self.strategy.compact(index)
+        except BaseException:
+            if shared:
+                cache.index = None  # half-compacted: rebuild next time
+            raise
+        finally:
+            if shared:
+                cache.busy = False
+        if not changed:
+            return None
+        excluded, summaries = index.changes()
+        view = index.included_messages()
+        stored = None
+        if provider is not None:
+            stored = await provider.record_compaction(
+                session, excluded=excluded, summaries=summaries, view=view, based_on=history
+            )
+        if shared and stored is not None:
+            cache.view = stored  # the history log now holds the compacted view: later turns continue it
+        return view
+
+    # -- model_call: compact what is sent ------------------------------------------------------------
+    async def compact_request(
+        self, session: AgentSession | None, context: SessionContext, produced: Sequence[Message]
+    ) -> Sequence[Message]:
+        """Phase ``"model_call"``: the compacted request for the next model call.
+
+        History, the run's input and what the tool loop produced are compacted; messages other
+        (non-history) providers added are sent as they are, between history and input.
+
+        Args:
+            session: The run's session (its cache makes this incremental); ``None`` compacts cold.
+            context: The run's context.
+            produced: What the tool loop produced so far this run.
+
+        Returns:
+            The messages to send.
+        """
+        history_sources = context.history_sources
+        history = _history_of(context, history_sources)
+        others = context.get_messages(exclude_sources=history_sources)
+        run_messages = [*context.input_messages, *produced]
+        cache = self._cache(session) if session is not None else None
+        run_key = f"compaction:{self.source_id}:run"
+        if cache is None or cache.busy:  # no session, or another run is compacting: a private index
+            index, shared = MessageIndex(history, tokenizer=self.tokenizer), False
+            added, run_start = 0, index.message_count
+        elif cache.owner is context and cache.index is not None:
+            index, shared = cache.index, True  # a later call of this run: add what the loop produced
+            added, run_start = context.metadata[run_key]
+        else:
+            index, shared = cache.sync(history), True
+            cache.owner = context
+            added, run_start = 0, index.message_count
+        new = run_messages[added:]
+        index.append(new)
+        if shared:
+            assert cache is not None
+            cache.pending.extend(m.message_id for m in new)
+            context.metadata[run_key] = (len(run_messages), run_start)
+            cache.busy = True
+        try:
+            await self.strategy.compact(index)
+        except BaseException:
+            if shared:
+                assert cache is not None
+                cache.index = None
+            raise
+        finally:
+            if shared:
+                assert cache is not None
+                cache.busy = False
+        projected = index.included_messages()
+        split = len(projected) - _run_region_count(index, run_start)
+        if not others:
+            return projected
+        return MessageChain(projected[:split], others, projected[split:])
+
+    def __repr__(self) -> str:
+        return f"CompactionProvider({self.strategy!r}, phase={self.phase!r}, source_id={self.source_id!r})"
+
+
+def _history_of(context: SessionContext, sources: Iterable[str]) -> Sequence[Message]:
+    """The history ``sources`` added: the one view a history provider added as it is (so the cache
+    can tell it continues the last one, even while empty), else the messages joined in a list."""
+    chosen = list(sources)
+    if len(chosen) == 1:
+        parts = context._context.get(chosen[0], [])  # pyright: ignore[reportPrivateUsage]
+        if len(parts) == 1:
+            return parts[0]
+    return list(context.get_messages(sources=chosen)) if chosen else []
+
+
+def _run_region_count(index: MessageIndex, run_start: int) -> int:
+    """How many included messages stand at or after position ``run_start`` in the projection.
+
+    Messages appended from ``run_start`` on count, and summaries put in since then count when
+    their anchor is there too. Cost: the messages from ``run_start`` on.
+    """
+    count = 0
+    for position in range(run_start, index.message_count):
+        group = index.group_of(position)
+        if group.excluded:
+            continue
+        if not index.is_inserted(position) or group.order >= run_start:
+            count += 1
+    return count
