@@ -8,7 +8,6 @@ from types import ModuleType
 import pytest
 
 from agentkeep import Agent, Message
-from agentkeep.errors import ScriptExhaustedError
 from agentkeep.compaction import (
     SUMMARY_PROPERTY,
     SlidingWindowStrategy,
@@ -16,6 +15,7 @@ from agentkeep.compaction import (
     summarized_message_ids,
 )
 from agentkeep.compaction.provider import CompactionProvider
+from agentkeep.errors import ScriptExhaustedError
 from agentkeep.storage import StorageHistoryProvider
 from agentkeep.testing import ScriptedChatClient
 
