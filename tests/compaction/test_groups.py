@@ -20,6 +20,7 @@ from agentkeep.compaction import (
     is_summary_message,
     summarized_message_ids,
 )
+from agentkeep.messages import new_message_id
 from tests.compaction.messages import assistant, call, reasoning, result, summary, system, user
 
 K = MessageGroupKind
@@ -367,3 +368,329 @@ def test_appends_after_exclusions_keep_aggregates_right(history: History, cut: i
             index.exclude(index.groups[pick % len(index.groups)])
     index.append(history.messages[cut:])
     assert_aggregates_match_a_recount(index)
+
+
+# -- replace: summaries in place ----------------------------------------------------------------
+
+
+def reference_projection(index: MessageIndex) -> list[Message]:
+    """included_messages() spelled out: original order, each included summary put in by replace()
+    just before the message at its anchor (its group's order), in the order they were made."""
+    anchored: dict[int, list[Message]] = {}
+    for position in range(index.message_count):
+        group = index.group_of(position)
+        if index.is_inserted(position) and not group.excluded:
+            anchored.setdefault(group.order, []).append(index.messages[position])
+    out: list[Message] = []
+    for position in range(index.message_count):
+        if index.is_inserted(position):
+            continue
+        out.extend(anchored.get(position, []))
+        if not index.group_of(position).excluded:
+            out.append(index.messages[position])
+    return out
+
+
+def assert_totals_match_a_recount(index: MessageIndex) -> None:
+    """The included counts equal sums over the listed groups (which hold summaries in place)."""
+    included = [g for g in index.groups if not g.excluded]
+    tokenizer = index.tokenizer
+    assert index.included_group_count == len(included)
+    assert index.included_message_count == sum(g.message_count for g in included)
+    assert index.included_token_count == sum(
+        count_message_tokens(m, tokenizer=tokenizer) for g in included for m in g.messages
+    )
+    assert index.included_byte_count == sum(g.byte_count for g in included)
+    assert index.included_tool_call_group_count == sum(g.kind is K.TOOL_CALL for g in included)
+    live_turns = {g.turn for g in included if g.turn is not None and g.kind is not K.SYSTEM}
+    assert index.included_turn_count == len(live_turns)
+    assert index.token_count == sum(index.message_token_count(p) for p in range(index.message_count))
+    orders = [g.order for g in index.groups]
+    assert orders == sorted(orders)
+    assert len(set(orders)) == len(orders)
+    assert index.included_messages() == reference_projection(index)
+
+
+def test_replace_puts_the_summary_in_the_slot_of_the_oldest_group() -> None:
+    messages = [user("q"), call("a"), result("a"), assistant("mid"), call("b"), result("b"), user("next")]
+    index = MessageIndex(messages)
+    first_tool, mid, second_tool = index.groups[1], index.groups[2], index.groups[3]
+    made = index.replace([second_tool, first_tool], Message("assistant", "both calls"))  # any order
+    assert made.kind is K.SUMMARY
+    assert (made.order, made.turn, list(made.indices)) == (1, 0, [7])
+    assert list(index.groups) == [index.groups[0], made, mid, index.groups[3]]
+    assert index.groups[3].first_index == 6
+    assert first_tool.excluded
+    assert second_tool.excluded
+    assert index.is_inserted(7)
+    assert not index.is_inserted(1)
+    assert texts(index.included_messages()) == ["q", "both calls", "mid", "next"]
+    assert index.included_tool_call_group_count == 0
+    assert_totals_match_a_recount(index)
+
+
+def texts(messages: list[Message]) -> list[str]:
+    return [m.text or m.role for m in messages]
+
+
+def test_replace_marks_the_summary_and_names_messages_without_an_id() -> None:
+    messages = [user("q"), call("a"), result("a"), assistant("done")]
+    messages[1].message_id = "call-id"
+    index = MessageIndex(messages)
+    summary = Message("assistant", "collapsed", additional_properties={"kept": True})
+    index.replace([index.groups[1]], summary)
+    result_id = messages[2].message_id
+    assert result_id is not None
+    assert len(result_id) == 32
+    assert int(result_id, 16) >= 0  # hexadecimal
+    assert summarized_message_ids(summary) == ["call-id", result_id]
+    assert summary.additional_properties is not None
+    assert summary.additional_properties["kept"] is True  # other properties stay
+    assert messages[0].message_id is None  # only replaced messages are named
+    repeated = Message("assistant", "once")
+    index.replace([index.groups[2], index.groups[2]], repeated)  # a repeat counts once
+    assert summarized_message_ids(repeated) == [messages[3].message_id]
+    assert_totals_match_a_recount(index)
+
+
+def test_ids_made_for_one_summary_are_distinct_and_time_ordered_like_new_message_ids() -> None:
+    messages = [user("q"), call("a", "b", "c"), result("a"), result("b"), result("c"), user("next")]
+    index = MessageIndex(messages)
+    before = new_message_id()
+    index.replace([index.groups[1]], Message("assistant", "s"))
+    made = [m.message_id or "" for m in messages[1:5]]
+    assert len(set(made)) == 4
+    assert all(before[:12] <= i[:12] <= new_message_id()[:12] for i in made)  # 48-bit millisecond prefix
+
+
+def test_a_summary_can_be_summarized_again() -> None:
+    index = MessageIndex([user("q1"), assistant("a1"), user("q2"), assistant("a2"), user("q3")])
+    first = index.replace(list(index.groups[:2]), Message("assistant", "turn 1"))
+    second = index.replace([first, index.groups[1], index.groups[2]], Message("assistant", "turns 1-2"))
+    assert first.excluded
+    assert second.order == 0
+    assert texts(index.included_messages()) == ["turns 1-2", "q3"]
+    replaced = summarized_message_ids(index.messages[second.first_index])
+    older = index.messages[first.first_index].message_id
+    assert older is not None  # the older summary got an id
+    assert replaced == [index.messages[2].message_id, index.messages[3].message_id, older]  # by position
+    assert_totals_match_a_recount(index)
+
+
+def test_replace_refuses_bad_groups() -> None:
+    index = MessageIndex([user("q"), assistant("a"), user("r")])
+    other = MessageIndex([user("elsewhere")])
+    with pytest.raises(ValueError, match="at least one group"):
+        index.replace([], Message("assistant", "s"))
+    with pytest.raises(ValueError, match="not a group of this index"):
+        index.replace([other.groups[0]], Message("assistant", "s"))
+    index.exclude(index.groups[1])
+    with pytest.raises(ValueError, match="excluded already"):
+        index.replace([index.groups[1]], Message("assistant", "s"))
+    replaced = index.groups[0]
+    index.replace([replaced], Message("assistant", "s"))
+    with pytest.raises(ValueError, match="excluded already"):
+        index.replace([replaced], Message("assistant", "again"))
+    with pytest.raises(ValueError, match="replaced by a summary"):
+        index.include(replaced)
+    assert index.message_count == 4  # the refused calls added nothing
+    assert_totals_match_a_recount(index)
+
+
+def test_a_summary_stands_where_a_tool_group_with_later_results_began() -> None:
+    # The group is [1, 3]; the assistant message between its call and its result stays after it.
+    messages = [user("q"), call("a"), assistant("interim"), result("a"), user("next"), call("b"), result("b")]
+    index = MessageIndex(messages)
+    index.replace([index.group_of(1)], Message("assistant", "collapsed a"))
+    assert texts(index.included_messages()) == ["q", "collapsed a", "interim", "next", "assistant", "tool"]
+    assert_totals_match_a_recount(index)
+
+
+def test_summaries_are_placed_even_when_a_merge_shows_their_anchor_again() -> None:
+    # Merging brings the replaced call back inside an included group: its anchor's message shows
+    # again, and the summary stands just before it (the position-by-position projection).
+    index = MessageIndex([user("q"), call("x"), call("y")])
+    index.replace([index.group_of(2)], Message("assistant", "about y"))
+    index.append([result("x", "y"), assistant("done")])
+    assert texts(index.included_messages()) == ["q", "assistant", "about y", "assistant", "tool", "done"]
+    assert index.included_messages() == reference_projection(index)
+
+
+def test_replace_each_is_replace_one_group_at_a_time() -> None:
+    def history() -> list[Message]:
+        out: list[Message] = []
+        for i in range(4):
+            out += [user(f"q{i}"), call(f"c{i}"), result(f"c{i}", value=f"v{i}"), assistant(f"a{i}")]
+        return out
+
+    batch, single = MessageIndex(history()), MessageIndex(history())
+    made = batch.replace_each(
+        batch.oldest_included(tool_calls_only=True),  # a walk in progress
+        lambda g: Message("assistant", f"summary of {g.first_index}"),
+    )
+    for group in list(single.oldest_included(tool_calls_only=True)):
+        single.replace([group], Message("assistant", f"summary of {group.first_index}"))
+    assert [g.order for g in made] == [1, 5, 9, 13]
+    assert texts(batch.included_messages()) == texts(single.included_messages())
+    assert signature(batch) == signature(single)
+    ids = [summarized_message_ids(batch.messages[g.first_index]) for g in made]
+    assert [len(i) for i in ids] == [2, 2, 2, 2]
+    assert len({i for pair in ids for i in pair}) == 8
+    with pytest.raises(ValueError, match="excluded already"):
+        batch.replace_each([batch.group_of(1)], lambda g: Message("assistant", "again"))
+    assert_totals_match_a_recount(batch)
+
+
+# -- excluding many ----------------------------------------------------------------------------
+
+
+def test_exclude_many_equals_excluding_one_by_one() -> None:
+    messages = [system(), user(), call("c1"), result("c1"), user("b"), assistant(), user("c")]
+    batch, single = MessageIndex(messages), MessageIndex(messages)
+    picks = [1, 2, 2, 4, 0]  # a repeat and a system group
+    assert batch.exclude_many(batch.groups[i] for i in picks) == 4
+    for i in picks:
+        single.exclude(single.groups[i])
+    assert signature(batch) == signature(single)
+    assert batch.exclude_many([batch.groups[1]]) == 0  # idempotent
+    assert_totals_match_a_recount(batch)
+
+
+def test_exclude_many_stops_at_a_foreign_group_with_totals_right() -> None:
+    index = MessageIndex([user("a"), user("b"), user("c")])
+    foreign = MessageIndex([user("x")]).groups[0]
+    with pytest.raises(ValueError, match="not a group of this index"):
+        index.exclude_many([index.groups[0], foreign, index.groups[1]])
+    assert [g.excluded for g in index.groups] == [True, False, False]
+    assert_totals_match_a_recount(index)
+
+
+# -- walking ------------------------------------------------------------------------------------
+
+
+def test_oldest_included_skips_excluded_and_system_groups_and_keeps_its_cursor() -> None:
+    index = MessageIndex([system(), user("0"), user("1"), system("mid"), user("2"), user("3")])
+    sys_group, u0, u1, mid, u2, u3 = index.groups
+    index.exclude_many([u0, u1])
+    assert list(index.oldest_included()) == [u2, u3]
+    assert list(index.oldest_included(include_system=True)) == [sys_group, mid, u2, u3]
+    assert index._head == 4  # pyright: ignore[reportPrivateUsage]  # past the prefix for later walks
+    assert list(index.oldest_included(before=u3.order)) == [u2]
+    index.include(u1)  # a group before the cursor: the next walk starts over
+    assert list(index.oldest_included()) == [u1, u2, u3]
+
+
+def test_oldest_included_tolerates_exclusion_and_replacement_during_the_walk() -> None:
+    index = MessageIndex([user(str(i)) for i in range(6)])
+    seen = []
+    for group in index.oldest_included():
+        seen.append(group.first_index)
+        if group.first_index % 2:
+            index.exclude(group)
+        else:
+            index.replace([group], Message("assistant", f"s{group.first_index}"))  # not yielded
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert texts(index.included_messages()) == ["s0", "s2", "s4"]
+    # Replacing the yielded group together with older ones shrinks the list under the walk.
+    index = MessageIndex([user(str(i)) for i in range(6)])
+    seen = []
+    for group in index.oldest_included():
+        seen.append(group.first_index)
+        if group.first_index == 3:
+            index.replace(list(index.groups[1:4]), Message("assistant", "1-3"))
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert texts(index.included_messages()) == ["0", "1-3", "4", "5"]
+    assert_totals_match_a_recount(index)
+
+
+def test_tool_call_walks_see_only_tool_groups() -> None:
+    index = MessageIndex([user(), call("a"), result("a"), assistant(), call("b"), result("b"), user()])
+    first, second = index.group_of(1), index.group_of(4)
+    assert list(index.oldest_included(tool_calls_only=True)) == [first, second]
+    assert index.newest_included(5, tool_calls_only=True) == [second, first]
+    index.exclude(first)
+    assert list(index.oldest_included(tool_calls_only=True)) == [second]
+
+
+def test_newest_included_counts_back_past_excluded_and_system_groups() -> None:
+    index = MessageIndex([user("0"), user("1"), user("2"), system("late"), user("3")])
+    u0, u1, u2, _, u3 = index.groups
+    index.exclude(u2)
+    assert index.newest_included(2) == [u3, u1]
+    assert index.newest_included(10) == [u3, u1, u0]
+    assert index.newest_included(0) == []
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+def test_changes_needs_track_changes() -> None:
+    with pytest.raises(ValueError, match="track_changes"):
+        MessageIndex([user()]).changes()
+
+
+def test_changes_report_excluded_ids_and_summaries_still_included() -> None:
+    messages = [user("q"), call("a"), result("a"), assistant("x"), user("r"), assistant("y")]
+    for i, message in enumerate(messages):
+        message.message_id = f"m{i}"
+    index = MessageIndex(messages)
+    earlier = index.replace([index.group_of(3)], Message("assistant", "earlier", message_id="s0"))
+    index.track_changes()
+    index.exclude(index.groups[0])
+    index.exclude(index.groups[0])  # twice: reported once
+    made = index.replace([index.group_of(1)], Message("assistant", "collapsed"))
+    dropped = index.replace([index.group_of(5)], Message("assistant", "dropped again"))
+    index.exclude(dropped)  # made and excluded within the recording: never reported
+    index.exclude_many([earlier])  # made before the recording: reported
+    index.exclude(index.group_of(4))
+    index.include(index.group_of(4))  # re-included: not reported
+    excluded, summaries = index.changes()
+    assert excluded == ["m0", "m1", "m2", "m5", "s0"]
+    assert summaries == [(index.messages[made.first_index], ["m1", "m2"])]
+    index.track_changes()  # restarts
+    assert index.changes() == ([], [])
+
+
+_operations = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "exclude", "include", "exclude_many", "replace", "replace_each"]),
+        st.lists(st.integers(0, 40), min_size=1, max_size=3),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), _operations)
+def test_replacing_excluding_and_appending_keep_totals_projection_and_walks_right(
+    history: History, operations: list[tuple[str, list[int]]]
+) -> None:
+    index = MessageIndex()
+    messages = history.messages
+    cut = 0
+    for operation, picks in operations:
+        listed = list(index.groups)
+        if operation == "append":
+            end = min(len(messages), cut + picks[0] % 6 + 1)
+            index.append(messages[cut:end])
+            cut = end
+        elif listed:
+            chosen = list({id(g): g for g in (listed[p % len(listed)] for p in picks)}.values())
+            included = [g for g in chosen if not g.excluded]
+            if operation == "exclude":
+                index.exclude(chosen[0])
+            elif operation == "include":
+                index.include(chosen[0])
+            elif operation == "exclude_many":
+                assert index.exclude_many(chosen) == len(included)
+            elif included and operation == "replace":
+                index.replace(included, Message("assistant", "summary"))
+            elif included:
+                index.replace_each(included, lambda g: Message("assistant", f"summary of {g.order}"))
+        assert_totals_match_a_recount(index)
+        walk = [g for g in index.groups if not g.excluded and g.kind is not K.SYSTEM]
+        assert list(index.oldest_included()) == walk
+        assert list(index.oldest_included(tool_calls_only=True)) == [g for g in walk if g.kind is K.TOOL_CALL]
+        assert index.newest_included(3) == walk[::-1][:3]
+    index.append(messages[cut:])
+    assert_totals_match_a_recount(index)

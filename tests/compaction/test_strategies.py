@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,8 +27,10 @@ from agentkeep.compaction import (
     is_summary_message,
     project,
     summarized_message_ids,
+    tool_group_summary_text,
 )
 from tests.compaction.messages import assistant, call, reasoning, result, system, user
+from tests.compaction.test_groups import assert_totals_match_a_recount, reference_projection
 
 K = MessageGroupKind
 _ids = itertools.count()
@@ -395,3 +398,84 @@ async def test_applying_twice_changes_nothing_the_second_time(
     first = project(index)
     assert not await strategy.compact(index)
     assert project(index) == first
+
+
+def turns_of(messages: list[Message]) -> list[list[Message]]:
+    """``messages`` cut before each user message: what an agent appends turn by turn."""
+    turns: list[list[Message]] = [[]]
+    for message in messages:
+        if message.role == "user" and turns[-1]:
+            turns.append([])
+        turns[-1].append(message)
+    return turns
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), strategies_st())
+async def test_compacting_after_every_turn_keeps_the_invariants_and_exact_totals(
+    messages: list[Message], strategy: CompactionStrategy
+) -> None:
+    index = MessageIndex()
+    for turn in turns_of(messages):
+        index.append(turn)
+        await strategy.compact(index)
+        out = project(index)
+        assert out == reference_projection(index)  # original order, each summary at its anchor
+        shown = {id(m) for m in out}
+        where = origin(index)
+        kept = [where[id(m)] for m in out if not index.is_inserted(where[id(m)])]
+        assert kept == sorted(kept)
+        originals = [p for p in range(index.message_count) if not index.is_inserted(p)]
+        for position in originals:
+            group = index.group_of(position)
+            if group.kind is K.TOOL_CALL:  # never split
+                assert len({id(index.messages[i]) in shown for i in group.indices}) == 1
+            if index.messages[position].role == "system" and group.kind is K.SYSTEM:
+                assert id(index.messages[position]) in shown
+        non_system = [g for g in index.groups if g.kind is not K.SYSTEM]
+        if non_system:
+            assert not non_system[-1].excluded  # the newest non-system group stays
+    assert_totals_match_a_recount(index)
+
+
+def _stepwise(strategy: Any) -> CompactionStrategy:
+    """``strategy`` with its target wrapped, so it is checked between steps (no batch path)."""
+    target = strategy.target
+    strategy.target = lambda index: target(index)
+    return strategy
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.integers(0, 4), st.integers(0, 400))
+async def test_batched_strategies_equal_their_step_by_step_runs(
+    messages: list[Message], m: int, n: int
+) -> None:
+    def makers() -> list[CompactionStrategy]:
+        return [
+            SlidingWindowStrategy(keep_last_groups=m),
+            SlidingWindowCompactionStrategy(trigger=CompactionTriggers.turns_exceed(m)),
+            ToolResultCompactionStrategy(keep_last_tool_call_groups=m % 2),
+            SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=m % 2),
+            TruncationStrategy(m * 2, m, minimum_preserved=m),
+            TruncationStrategy(n, n // 2, tokenizer=CharacterEstimatorTokenizer()),
+        ]
+
+    for batched, stepwise in zip(makers(), map(_stepwise, makers()), strict=True):
+        fast, slow = MessageIndex(messages), MessageIndex(messages)
+        assert await batched.compact(fast) == await stepwise.compact(slow)
+        assert texts(project(fast)) == texts(project(slow))
+        assert [(g.kind, g.order, g.excluded) for g in fast.groups] == [
+            (g.kind, g.order, g.excluded) for g in slow.groups
+        ]
+
+
+def test_tool_result_previews_collapse_whitespace_of_long_results() -> None:
+    spaced = "a" + " " * 1000 + "b" * 200
+    pretty = {"items": [{"name": f"n{i}", "value": i} for i in range(40)]}
+    text = tool_group_summary_text(
+        [call("x", "y"), result("x", value=spaced), result("y", value="  short \n text  ")]
+    )
+    assert text == f"[Tool results: get_weather: a {'b' * 77}…; get_weather: short text]"
+    text = tool_group_summary_text([call("z"), result("z", value=pretty)])
+    assert text.startswith('[Tool results: get_weather: {"items":[{"name":"n0","value":0},')
+    assert len(text) == len("[Tool results: get_weather: ]") + 80

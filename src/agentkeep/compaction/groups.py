@@ -1,51 +1,53 @@
-"""Message groups: the atomic units compaction keeps or removes, and the index that maintains them.
+"""The message index: groups, turns and included counts over a message list, kept up to date.
 
-A :class:`MessageIndex` is a structured view of a flat message list. It puts every message in
-exactly one :class:`MessageGroup` and every group after the first user message in a *turn*:
+A :class:`MessageIndex` is a structured view of a flat message list: every message in exactly one
+:class:`MessageGroup` (the unit compaction keeps or removes), every group after the first user
+message in a turn. How messages form groups and turns is described in
+:mod:`agentkeep.compaction.grouping`, which also holds :class:`MessageGroup`,
+:class:`MessageGroupKind` and the summary mark (all re-exported here).
 
-* ``system``: one system message (each system message is its own group; strategies keep them).
-* ``user``: one user message; it starts a new turn.
-* ``assistant_text``: one assistant message without tool calls.
-* ``tool_call``: an assistant message with function calls plus every message carrying a result
-  for one of those calls, kept together because sending a call without its result (or the reverse)
-  is an API error. Results join the group by call id, also when other messages come between.
-  Reasoning-only assistant messages (all contents are reasoning) directly before the call message
-  join the group too. A message whose results answer calls of several groups merges those groups.
-  Results that answer no known call, and tool-role messages without results, form a ``tool_call``
-  group of their own.
-* ``summary``: a message marked as a summary (see :data:`SUMMARY_PROPERTY`), whatever its role.
+**Incremental and O(1).** :meth:`MessageIndex.append` groups and counts only the new messages
+(their token counts are cached). The included (non-excluded) message, group, turn, token and
+tool-call-group counts are kept up to date as groups are excluded and included, so triggers
+(:mod:`agentkeep.compaction.triggers`) read them in O(1).
 
-Rules are applied in that order of precedence: the summary mark, then the system role, then
-function calls/results, then the role.
-
-**Turns.** A turn is a user message and everything up to the next user message; turn ``k`` is the
-``k``-th user message (from 0). Groups before the first user message have no turn (``None``).
-A tool-call group belongs to the turn of its first message.
-
-**Incremental and O(1).** :meth:`MessageIndex.append` groups and counts only the new messages;
-old messages are never regrouped or recounted (their token counts are cached). A tool-call group
-whose results arrive in a later append is completed then. The included (non-excluded) message,
-group, turn, token and tool-call-group counts are kept up to date as groups are excluded and
-included, so triggers (:mod:`agentkeep.compaction.triggers`) read them in O(1).
+**What compaction does through it.** :meth:`~MessageIndex.exclude` (and
+:meth:`~MessageIndex.exclude_many` for a run of groups) leaves groups out;
+:meth:`~MessageIndex.replace` (and :meth:`~MessageIndex.replace_each`) puts a summary in the
+place of groups; :meth:`~MessageIndex.included_messages` is what is sent, summaries at their
+anchors. Strategies find their candidates with :meth:`~MessageIndex.oldest_included` and
+:meth:`~MessageIndex.newest_included`, whose cursor stays past the excluded prefix, so compacting
+after a turn costs about what the turn added. :meth:`~MessageIndex.track_changes` and
+:meth:`~MessageIndex.changes` report what a compaction did, in the form storage records it.
 """
 
-# MessageIndex maintains its groups' private state: the two classes are one unit.
+# MessageIndex maintains its groups' private state (see agentkeep.compaction.grouping).
 # pyright: reportPrivateUsage=false
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from enum import StrEnum
-from typing import Any, Final, cast
+import os
+import sys
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress
+from typing import cast
 
-from ..contents import FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
-from ..messages import Message, new_message_id
+from ..messages import Message
+from .grouping import (
+    SUMMARY_PROPERTY,
+    MessageGroup,
+    MessageGroupKind,
+    _order_key,
+    append_messages,
+    is_summary_message,
+    summarized_message_ids,
+)
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     CharacterEstimatorTokenizer,
     Tokenizer,
-    count_message_tokens,
     message_token_text,
 )
 
@@ -57,162 +59,6 @@ __all__ = [
     "is_summary_message",
     "summarized_message_ids",
 ]
-
-SUMMARY_PROPERTY: Final[str] = "agentkeep.summary"
-"""The ``additional_properties`` key that marks a message as a summary.
-
-Its value is the list of ``message_id`` strings the summary replaces, e.g.
-``Message("assistant", "Earlier: ...", additional_properties={"agentkeep.summary": ["id1", "id2"]})``.
-A message carrying the key (with a list value) forms a ``summary`` group.
-"""
-
-
-def is_summary_message(message: Message) -> bool:
-    """Whether ``message`` is marked as a summary (:data:`SUMMARY_PROPERTY` holds a list)."""
-    props = message.additional_properties
-    return props is not None and isinstance(props.get(SUMMARY_PROPERTY), list)
-
-
-def summarized_message_ids(message: Message) -> list[str]:
-    """The ids of the messages the summary ``message`` replaces (``[]`` if it is no summary)."""
-    props = message.additional_properties
-    ids = props.get(SUMMARY_PROPERTY) if props is not None else None
-    if not isinstance(ids, list):
-        return []
-    return [item for item in cast("list[Any]", ids) if isinstance(item, str)]
-
-
-def _order_key(group: MessageGroup) -> int:
-    return group._order
-
-
-class MessageGroupKind(StrEnum):
-    """What a :class:`MessageGroup` holds."""
-
-    SYSTEM = "system"
-    """A system message; compaction always keeps it."""
-    USER = "user"
-    """A user message; it starts a turn."""
-    ASSISTANT_TEXT = "assistant_text"
-    """An assistant message without tool calls."""
-    TOOL_CALL = "tool_call"
-    """An assistant message with tool calls and all of their results (atomic)."""
-    SUMMARY = "summary"
-    """A summary made by summarization, replacing older messages."""
-
-
-class MessageGroup:
-    """Messages that compaction keeps or removes together. Made and updated by a :class:`MessageIndex`.
-
-    Counts and the excluded flag are read-only here: change them through the index
-    (:meth:`MessageIndex.exclude`, :meth:`MessageIndex.include`) so its totals stay right.
-    """
-
-    __slots__ = (
-        "_byte_count",
-        "_call_ids",
-        "_excluded",
-        "_index",
-        "_indices",
-        "_kind",
-        "_order",
-        "_pending",
-        "_token_count",
-        "_turn",
-    )
-
-    def __init__(self, index: MessageIndex, kind: MessageGroupKind, turn: int | None, order: int = 0) -> None:
-        self._index = index
-        self._kind = kind
-        self._turn = turn
-        self._order = order  # logical position: first message, or the anchor of an inserted summary
-        # A one-message group that cannot grow holds its position as a bare int until a list is
-        # asked for: a list per group nearly doubles the objects a cold build hands the garbage
-        # collector, whose passes over a 100k-message heap cost as much as the build itself.
-        self._indices: list[int] | int = []
-        self._token_count = 0
-        self._byte_count = 0
-        self._excluded = False
-        self._call_ids: list[str] | None = None  # made on the first call: most groups have none
-        self._pending: set[str] | None = None
-
-    @property
-    def kind(self) -> MessageGroupKind:
-        """What the group holds."""
-        return self._kind
-
-    @property
-    def indices(self) -> Sequence[int]:
-        """Positions of the group's messages in :attr:`MessageIndex.messages`, ascending."""
-        return self._index_list()
-
-    @property
-    def messages(self) -> list[Message]:
-        """The group's messages, in their original order."""
-        messages = self._index.messages
-        return [messages[i] for i in self._index_list()]
-
-    @property
-    def first_index(self) -> int:
-        """Position of the group's first message (groups are ordered by it)."""
-        indices = self._indices
-        return indices if isinstance(indices, int) else indices[0]
-
-    @property
-    def order(self) -> int:
-        """Logical position: the first message's position, or for a summary put in by
-        :meth:`MessageIndex.replace`, that of the first message it replaces. Groups sort by it."""
-        return self._order
-
-    @property
-    def message_count(self) -> int:
-        """Number of messages in the group."""
-        indices = self._indices
-        return 1 if isinstance(indices, int) else len(indices)
-
-    @property
-    def token_count(self) -> int:
-        """Tokens of the group's messages (see :func:`~agentkeep.compaction.count_message_tokens`)."""
-        return self._token_count
-
-    @property
-    def byte_count(self) -> int:
-        """UTF-8 bytes of the group's counted text (see :func:`~agentkeep.compaction.message_token_text`)."""
-        return self._byte_count
-
-    @property
-    def excluded(self) -> bool:
-        """Whether compaction has excluded the group from what is sent to the model."""
-        return self._excluded
-
-    @property
-    def turn(self) -> int | None:
-        """The turn the group starts in (0-based), ``None`` before the first user message."""
-        return self._turn
-
-    @property
-    def call_ids(self) -> Sequence[str]:
-        """Ids of the function calls made in the group (``tool_call`` groups only)."""
-        return self._call_ids or ()
-
-    @property
-    def is_complete(self) -> bool:
-        """Whether every function call in the group has a result (always true for other kinds)."""
-        return not self._pending
-
-    def _index_list(self) -> list[int]:
-        """The positions as a list, made once (and then kept and updated) for a bare-int group."""
-        indices = self._indices
-        if isinstance(indices, int):
-            indices = self._indices = [indices]
-        return indices
-
-    def __repr__(self) -> str:
-        flag = ", excluded" if self._excluded else ""
-        return (
-            f"MessageGroup({self._kind.value}, indices={self._index_list()}, turn={self._turn}, "
-            f"tokens={self._token_count}{flag})"
-        )
 
 
 class MessageIndex:
@@ -265,7 +111,8 @@ class MessageIndex:
         self._reasoning_tail: list[MessageGroup] = []
         self._turn_live: list[int] = []  # per turn: included non-system groups
         self._tool_groups: list[MessageGroup] = []  # tool-call groups, oldest first
-        # Cursors: every group before them (in _groups / _tool_groups) is excluded. They only move
+        # Cursors: every group before them (in _groups / _tool_groups) is excluded or a system group.
+        # They only move
         # forward while groups are excluded, so strategies skip what earlier turns removed.
         self._head = 0
         self._tool_head = 0
@@ -315,8 +162,26 @@ class MessageIndex:
     def included_messages(self) -> list[Message]:
         """The projection sent to the model: the messages of included groups in original order, each
         summary put in by :meth:`replace` standing where the first message it replaces was."""
+        messages, group_of = self._messages, self._group_of
         if not self._inserted:
-            return [m for m, g in zip(self._messages, self._group_of, strict=True) if not g._excluded]
+            return [m for m, g in zip(messages, group_of, strict=True) if not g._excluded]
+        # Usually each included summary stands alone at its anchor, whose own message it replaced
+        # (so is excluded): then it takes that message's place and one sweep does the rest.
+        shown = messages[:]
+        keep = [not g._excluded for g in group_of]
+        anchor_of = self._anchor_of
+        for position in anchor_of:
+            keep[position] = False  # a summary is shown at its anchor, not at its own position
+        for position, anchor in anchor_of.items():
+            if not group_of[position]._excluded:
+                if keep[anchor]:  # the anchor's message is shown, or another summary stands there
+                    return self._included_in_order()
+                shown[anchor] = messages[position]
+                keep[anchor] = True
+        return list(compress(shown, keep))
+
+    def _included_in_order(self) -> list[Message]:
+        """:meth:`included_messages` position by position, summaries first at their anchor."""
         out: list[Message] = []
         messages, group_of = self._messages, self._group_of
         inserted, anchor_of = self._inserted, self._anchor_of
@@ -403,6 +268,60 @@ class MessageIndex:
             if self._journal is not None:
                 self._journal[0].append(group)
 
+    def exclude_many(self, groups: Iterable[MessageGroup]) -> int:
+        """:meth:`exclude` every group of ``groups``, in order, adjusting the included totals once.
+
+        For strategies that drop a run of groups at a time (a window, a budget's overflow): per
+        group this costs a flag and a few additions instead of a call and a dozen updates. The
+        groups may come from a walk (:meth:`oldest_included`) that this exclusion runs alongside.
+
+        Returns:
+            How many of ``groups`` were included (and are excluded now).
+
+        Raises:
+            ValueError: A group belongs to another index, or was merged into another group. The
+                groups before it stay excluded, as with :meth:`exclude` one by one.
+        """
+        group_of, turn_live = self._group_of, self._turn_live
+        left = self._journal[0] if self._journal is not None else None
+        tool_kind, system_kind = MessageGroupKind.TOOL_CALL, MessageGroupKind.SYSTEM
+        count = messages = tokens = size = tool_groups = turns = 0
+        try:
+            for group in groups:
+                indices = group._indices
+                if isinstance(indices, int):
+                    first, length = indices, 1
+                else:
+                    first, length = (indices[0] if indices else -1), len(indices)
+                if group._index is not self or first < 0 or group_of[first] is not group:
+                    raise ValueError(f"{group!r} is not a group of this index")
+                if group._excluded:
+                    continue
+                group._excluded = True
+                count += 1
+                messages += length
+                tokens += group._token_count
+                size += group._byte_count
+                kind = group._kind
+                if kind is tool_kind:
+                    tool_groups += 1
+                turn = group._turn
+                if turn is not None and kind is not system_kind:
+                    live = turn_live[turn] - 1
+                    turn_live[turn] = live
+                    if not live:
+                        turns += 1
+                if left is not None:
+                    left.append(group)
+        finally:  # totals stay exact when a foreign group stops the run
+            self._included_groups -= count
+            self._included_messages -= messages
+            self._included_tokens -= tokens
+            self._included_bytes -= size
+            self._included_tool_groups -= tool_groups
+            self._included_turns -= turns
+        return count
+
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
 
@@ -429,10 +348,10 @@ class MessageIndex:
         appended to :attr:`messages` like any other (positions never change). ``summary`` is marked
         with :data:`SUMMARY_PROPERTY` listing the ``message_id`` of every replaced message (in
         original order); a replaced message without an id gets one. Cost: the summary's token
-        count, a binary search and one list insert.
+        count, a binary search, and for several groups, moving the groups after the first.
 
         Args:
-            groups: Included groups of this index to replace (any order).
+            groups: Included groups of this index to replace (any order; a repeat counts once).
             summary: The message that stands for them (changed in place: the mark is added).
 
         Returns:
@@ -444,49 +363,139 @@ class MessageIndex:
         if not groups:
             raise ValueError("replace() needs at least one group")
         for group in groups:
-            self._check_owned(group)
-            if group._excluded:
-                raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
-        ordered = sorted(groups, key=_order_key)
-        if self._reasoning_tail and any(g in self._reasoning_tail for g in ordered):
+            self._check_replaceable(group)
+        ordered = sorted({id(g): g for g in groups}.values(), key=_order_key)
+        if len(ordered) == 1:
+            return self._replace_each(ordered, lambda _: summary, _MessageIds())[0]
+        # The oldest group is replaced as on its own, with the mark listing every message; then
+        # the later groups are excluded (in this order, so changes() lists ids in order) and leave
+        # the list.
+        first, later = ordered[0], ordered[1:]
+        listed = [self._messages[i] for i in sorted(i for g in ordered for i in g._index_list())]
+        tail = self._reasoning_tail
+        if tail and any(g in tail for g in later):
             self._reasoning_tail = []  # replaced reasoning no longer joins a following call
-        replaced: list[int] = sorted(i for g in ordered for i in g._index_list())
-        ids: list[str] = []
-        for position in replaced:
-            message = self._messages[position]
-            if message.message_id is None:
-                message.message_id = new_message_id()
-            ids.append(message.message_id)
-        summary.additional_properties = {**(summary.additional_properties or {}), SUMMARY_PROPERTY: ids}
-        first = ordered[0]
-        slot = bisect_left(self._groups, first._order, key=_order_key)
-        for group in ordered:
-            self.exclude(group)
-        position = len(self._messages)
-        tokens = count_message_tokens(summary, tokenizer=self._tokenizer)
-        size = len(message_token_text(summary).encode("utf-8"))
-        self._messages.append(summary)
-        self._tokens.append(tokens)
-        self._bytes.append(size)
-        self._total_tokens += tokens
-        self._total_bytes += size
-        group = MessageGroup(self, MessageGroupKind.SUMMARY, first._turn, first._order)
-        group._indices = position
-        group._token_count = tokens
-        group._byte_count = size
-        self._group_of.append(group)
-        # The summary takes the first group's slot (O(1)); the others leave the list.
-        self._groups[slot] = group
-        if len(ordered) > 1:
-            gone = {id(g) for g in ordered[1:]}
-            self._groups[slot + 1 :] = [g for g in self._groups[slot + 1 :] if id(g) not in gone]
-        self._head = min(self._head, slot)
-        self._inserted.setdefault(first._order, []).append(position)
-        self._anchor_of[position] = first._order
-        self._enter(group)
-        if self._journal is not None:
-            self._journal[1].append(group)
-        return group
+        made = self._replace_each([first], lambda _: summary, _MessageIds(), listed)[0]
+        self.exclude_many(later)
+        all_groups, gone = self._groups, {id(g) for g in later}
+        slot = bisect_left(all_groups, first._order, key=_order_key)
+        all_groups[slot + 1 :] = [g for g in all_groups[slot + 1 :] if id(g) not in gone]
+        return made
+
+    def replace_each(
+        self, groups: Iterable[MessageGroup], summarize: Callable[[MessageGroup], Message]
+    ) -> list[MessageGroup]:
+        """:meth:`replace` each of ``groups`` on its own, by the summary ``summarize(group)`` returns.
+
+        The same as ``[self.replace([g], summarize(g)) for g in groups]``, for strategies that
+        collapse many groups one for one: the bookkeeping is done in one loop, and ids for the
+        replaced messages come from one read of random bytes for the lot. ``groups`` may be a
+        walk (:meth:`oldest_included`) in progress.
+
+        Returns:
+            The new summary groups, in the order of ``groups``.
+
+        Raises:
+            ValueError: A group belongs to another index or is excluded. The groups before it stay
+                replaced.
+        """
+        return self._replace_each(groups, summarize, _MessageIds(batch=True))
+
+    def _check_replaceable(self, group: MessageGroup) -> None:
+        self._check_owned(group)
+        if group._excluded:
+            raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
+
+    def _replace_each(
+        self,
+        groups: Iterable[MessageGroup],
+        summarize: Callable[[MessageGroup], Message],
+        ids: _MessageIds,
+        listed: Sequence[Message] | None = None,
+    ) -> list[MessageGroup]:
+        """:meth:`replace_each`, with the id source to use, and for :meth:`replace` of several groups
+        (then ``groups`` is the oldest of them) the messages the summary lists instead of its own."""
+        # A cold compaction replaces thousands of groups, so this loop is written like the one in
+        # append_messages: state in locals, the summary group made directly, totals added once.
+        messages, all_groups, group_of = self._messages, self._groups, self._group_of
+        token_list, byte_list, turn_live = self._tokens, self._bytes, self._turn_live
+        inserted, anchor_of, journal = self._inserted, self._anchor_of, self._journal
+        count_tokens = self._tokenizer.count_tokens
+        new_group = MessageGroup.__new__
+        summary_kind, tool_kind, system_kind = (
+            MessageGroupKind.SUMMARY,
+            MessageGroupKind.TOOL_CALL,
+            MessageGroupKind.SYSTEM,
+        )
+        made: list[MessageGroup] = []
+        added_tokens = added_bytes = message_change = token_change = byte_change = tool_groups_gone = 0
+        try:
+            for group in groups:
+                self._check_replaceable(group)
+                summary = summarize(group)
+                indices = group._indices
+                own = [messages[indices]] if isinstance(indices, int) else [messages[i] for i in indices]
+                tail = self._reasoning_tail
+                if tail and group in tail:
+                    self._reasoning_tail = []  # replaced reasoning no longer joins a following call
+                ids.mark(summary, own if listed is None else listed)
+                order, turn, kind = group._order, group._turn, group._kind
+                slot = bisect_left(all_groups, order, key=_order_key)
+
+                position = len(messages)
+                text = message_token_text(summary)
+                tokens = count_tokens(text) + MESSAGE_OVERHEAD_TOKENS
+                size = len(text) if text.isascii() else len(text.encode("utf-8"))
+                messages.append(summary)
+                token_list.append(tokens)
+                byte_list.append(size)
+                added_tokens += tokens
+                added_bytes += size
+                summary_group = new_group(MessageGroup)
+                summary_group._index = self
+                summary_group._kind = summary_kind
+                summary_group._turn = turn
+                summary_group._order = order
+                summary_group._indices = position
+                summary_group._token_count = tokens
+                summary_group._byte_count = size
+                summary_group._excluded = False
+                summary_group._call_ids = summary_group._pending = None
+                group_of.append(summary_group)
+                all_groups[slot] = summary_group  # the summary takes the group's slot
+                if slot < self._head:
+                    self._head = slot
+                anchored = inserted.get(order)
+                if anchored is None:
+                    inserted[order] = [position]
+                else:
+                    anchored.append(position)
+                anchor_of[position] = order
+
+                # The summary takes the group's place in the included totals: one group for one.
+                group._excluded = True
+                message_change += 1 - len(own)
+                token_change += tokens - group._token_count
+                byte_change += size - group._byte_count
+                if kind is tool_kind:
+                    tool_groups_gone += 1
+                if turn is not None and kind is system_kind:  # a system group did not count in its turn
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        self._included_turns += 1
+                if journal is not None:
+                    journal[0].append(group)
+                    journal[1].append(summary_group)
+                made.append(summary_group)
+        finally:  # totals stay exact when a bad group stops the run
+            self._total_tokens += added_tokens
+            self._total_bytes += added_bytes
+            self._included_messages += message_change
+            self._included_tokens += token_change
+            self._included_bytes += byte_change
+            self._included_tool_groups -= tool_groups_gone
+        return made
 
     # -- recording ----------------------------------------------------------------------------
     def track_changes(self) -> None:
@@ -530,7 +539,7 @@ class MessageIndex:
 
     # -- walking ------------------------------------------------------------------------------
     def oldest_included(
-        self, *, tool_calls_only: bool = False, include_system: bool = False
+        self, *, tool_calls_only: bool = False, include_system: bool = False, before: int | None = None
     ) -> Iterator[MessageGroup]:
         """Included non-system groups oldest first (logical order), starting past the excluded prefix.
 
@@ -542,13 +551,17 @@ class MessageIndex:
         Args:
             tool_calls_only: Walk only the ``tool_call`` groups.
             include_system: Yield system groups too (this walk starts at the first group).
+            before: Stop at the first group whose :attr:`~MessageGroup.order` is not below this.
         """
         groups = self._tool_groups if tool_calls_only else self._groups
         i = 0 if include_system else self._tool_head if tool_calls_only else self._head
         prefix = not include_system  # inside the excluded (or system) prefix: move the cursor along
         system = MessageGroupKind.SYSTEM
+        stop = before if before is not None else sys.maxsize
         while i < len(groups):
             group = groups[i]
+            if group._order >= stop:
+                return
             if group._excluded or (group._kind is system and not include_system):
                 i += 1
                 if prefix:
@@ -556,10 +569,10 @@ class MessageIndex:
                 continue
             prefix = False
             yield group
-            if i < len(groups) and groups[i] is not group:  # a summary went in before it
-                while i < len(groups) and groups[i] is not group:
-                    i += 1
-            i += 1
+            if i < len(groups) and groups[i] is group:
+                i += 1
+            else:  # replace() changed the list: go on after the yielded group's place
+                i = bisect_right(groups, group._order, key=_order_key)
 
     def _set_head(self, tool_calls_only: bool, value: int) -> None:
         if tool_calls_only:
@@ -570,14 +583,16 @@ class MessageIndex:
     def newest_included(self, count: int, *, tool_calls_only: bool = False) -> list[MessageGroup]:
         """The newest ``count`` included non-system groups (or tool-call groups), newest first.
 
-        Cost: ``count`` plus the excluded and system groups passed on the way.
+        Cost: ``count`` plus the excluded and system groups passed on the way (never those before
+        the cursor of :meth:`oldest_included`).
         """
         groups = self._tool_groups if tool_calls_only else self._groups
         found: list[MessageGroup] = []
         if count <= 0:
             return found
+        head = self._tool_head if tool_calls_only else self._head
         system = MessageGroupKind.SYSTEM
-        for i in range(len(groups) - 1, -1, -1):
+        for i in range(len(groups) - 1, head - 1, -1):
             group = groups[i]
             if group._excluded or group._kind is system:
                 continue
@@ -596,271 +611,10 @@ class MessageIndex:
         """Add ``messages`` at the end, grouping and counting only them.
 
         A pending tool-call group takes the results that arrive now; a reasoning-only message at
-        the end of the previous append joins the tool-call group that now follows it.
+        the end of the previous append joins the tool-call group that now follows it. (The grouping
+        rules are applied by :func:`~agentkeep.compaction.grouping.append_messages`.)
         """
-        # This loop is the whole cold build (a 100k-message history goes through it at once), so it
-        # is written for speed: per-message helpers are inlined, state lives in locals, and the
-        # common case (a message that forms a group of its own) creates its group directly.
-        # Additive totals are collected in locals and added once at the end (in ``finally``, so
-        # they stay exact if the tokenizer raises): the rare paths (tool-call messages, absorbing,
-        # merging) add and subtract on ``self`` meanwhile, and sums commute. The per-turn counts
-        # are not sums (a turn is included when its count leaves 0), so they are kept up to date.
-        tokenizer = self._tokenizer
-        count_tokens = tokenizer.count_tokens
-        # The default estimator is ceil(len / chars_per_token): computed here instead of a method
-        # call per message. Only for the exact class; a subclass may count differently.
-        per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
-        overhead = MESSAGE_OVERHEAD_TOKENS
-        all_messages = self._messages
-        token_list = self._tokens
-        byte_list = self._bytes
-        group_of = self._group_of
-        groups = self._groups
-        turn_live = self._turn_live
-        calls_by_id = self._calls
-        tool_groups = self._tool_groups
-        call_ids: list[str] | None = None  # the calls of a new tool-call group, else None
-        new_group = MessageGroup.__new__
-        summary_kind = MessageGroupKind.SUMMARY
-        system_kind = MessageGroupKind.SYSTEM
-        user_kind = MessageGroupKind.USER
-        text_kind = MessageGroupKind.ASSISTANT_TEXT
-        tool_kind = MessageGroupKind.TOOL_CALL
-        turn: int | None = len(turn_live) - 1 if turn_live else None
-        total_tokens = total_bytes = 0
-        new_groups = new_messages = new_tokens = new_bytes = new_tool_groups = 0
-        try:
-            for message in messages:
-                # -- counting (as message_token_text, with its one-text fast path inlined) --
-                contents = message.contents
-                plain = len(contents) == 1 and type(contents[0]) is TextContent
-                text = cast(TextContent, contents[0]).text if plain else message_token_text(message)
-                tokens = (-(-len(text) // per_token) if per_token else count_tokens(text)) + overhead
-                # ASCII text is one byte per character: skip building the encoded copy.
-                size = len(text) if text.isascii() else len(text.encode("utf-8"))
-                position = len(all_messages)
-                all_messages.append(message)
-                token_list.append(tokens)
-                byte_list.append(size)
-                total_tokens += tokens
-                total_bytes += size
-
-                # -- grouping (precedence: summary mark, system role, calls/results, role) --
-                reasoning_tail = self._reasoning_tail
-                if reasoning_tail:
-                    self._reasoning_tail = []
-                props = message.additional_properties
-                role = message.role
-                provisional = False
-                if props is not None and isinstance(props.get(SUMMARY_PROPERTY), list):
-                    kind = summary_kind
-                elif role == "system":
-                    kind = system_kind
-                elif plain:  # one text content: neither calls, results nor reasoning
-                    kind = user_kind if role == "user" else text_kind if role == "assistant" else tool_kind
-                else:
-                    # One pass over the contents classifies calls, results and reasoning-only.
-                    calls: list[FunctionCallContent] = []
-                    results: list[FunctionResultContent] = []
-                    reasoning_only = bool(contents)
-                    for content in contents:
-                        if isinstance(content, FunctionCallContent):
-                            calls.append(content)
-                            reasoning_only = False
-                        elif isinstance(content, FunctionResultContent):
-                            results.append(content)
-                            reasoning_only = False
-                        elif reasoning_only and not isinstance(content, TextReasoningContent):
-                            reasoning_only = False
-                    if calls and not results and not reasoning_tail:
-                        # The usual call message: a new tool-call group, made below.
-                        call_ids = [c.call_id for c in calls]
-                        kind = tool_kind
-                    elif results and not calls and len(results) == 1:
-                        # The usual result message: it joins the group of its call, if known.
-                        owner = calls_by_id.get(results[0].call_id)
-                        if owner is None:
-                            self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
-                            continue
-                        owner._index_list().append(position)
-                        owner._token_count += tokens
-                        owner._byte_count += size
-                        group_of.append(owner)
-                        if not owner._excluded:
-                            new_messages += 1
-                            new_tokens += tokens
-                            new_bytes += size
-                        if owner._pending:
-                            owner._pending.discard(results[0].call_id)
-                        continue
-                    elif calls or results:
-                        self._place_tool_message(calls, results, reasoning_tail, position, tokens, size)
-                        continue
-                    else:
-                        kind = (
-                            user_kind if role == "user" else text_kind if role == "assistant" else tool_kind
-                        )
-                    # A reasoning-only assistant group is provisional: a tool-call message that
-                    # follows absorbs it (see _absorb).
-                    provisional = reasoning_only and kind is text_kind
-
-                # -- a new group of this one message (the common case), made and counted inline --
-                if kind is user_kind:
-                    turn = len(turn_live)
-                    turn_live.append(0)
-                group = new_group(MessageGroup)
-                group._index = self
-                group._kind = kind
-                group._turn = turn
-                group._order = position
-                # Tool-call groups grow as results arrive; other kinds never do.
-                group._indices = [position] if kind is tool_kind else position
-                group._token_count = tokens
-                group._byte_count = size
-                group._excluded = False
-                if call_ids is None:
-                    group._call_ids = None
-                    group._pending = None
-                else:
-                    group._call_ids = call_ids
-                    group._pending = set(call_ids)
-                    for call_id in call_ids:
-                        calls_by_id[call_id] = group
-                    call_ids = None
-                groups.append(group)
-                group_of.append(group)
-                new_groups += 1
-                new_messages += 1
-                new_tokens += tokens
-                new_bytes += size
-                if kind is tool_kind:
-                    new_tool_groups += 1
-                    tool_groups.append(group)
-                if turn is not None and kind is not system_kind:
-                    live = turn_live[turn] + 1
-                    turn_live[turn] = live
-                    if live == 1:
-                        self._included_turns += 1
-                if provisional:
-                    reasoning_tail.append(group)
-                    self._reasoning_tail = reasoning_tail
-        finally:
-            self._total_tokens += total_tokens
-            self._total_bytes += total_bytes
-            self._included_groups += new_groups
-            self._included_messages += new_messages
-            self._included_tokens += new_tokens
-            self._included_bytes += new_bytes
-            self._included_tool_groups += new_tool_groups
-
-    def _place_tool_message(
-        self,
-        calls: list[FunctionCallContent],
-        results: list[FunctionResultContent],
-        reasoning_tail: list[MessageGroup],
-        position: int,
-        tokens: int,
-        size: int,
-    ) -> None:
-        targets: list[MessageGroup] = []
-        for result in results:
-            owner = self._calls.get(result.call_id)
-            if owner is not None and all(owner is not t for t in targets):
-                targets.append(owner)
-        if targets:
-            group = self._merge(targets) if len(targets) > 1 else targets[0]
-        elif calls and reasoning_tail:
-            group = self._absorb(reasoning_tail)
-        else:
-            group = self._new_group(MessageGroupKind.TOOL_CALL, position)
-        self._add_to(group, position, tokens, size)
-        if calls:
-            call_ids: list[str] = group._call_ids if group._call_ids is not None else []
-            pending: set[str] = group._pending if group._pending is not None else set()
-            group._call_ids, group._pending = call_ids, pending
-            for call in calls:
-                self._calls[call.call_id] = group
-                call_ids.append(call.call_id)
-                pending.add(call.call_id)
-        if group._pending:
-            for result in results:
-                group._pending.discard(result.call_id)
-
-    def _new_group(self, kind: MessageGroupKind, position: int) -> MessageGroup:
-        turn = len(self._turn_live) - 1
-        group = MessageGroup(self, kind, turn if turn >= 0 else None, position)
-        self._groups.append(group)
-        if kind is MessageGroupKind.TOOL_CALL:
-            self._tool_groups.append(group)
-        self._enter(group)
-        return group
-
-    def _add_to(self, group: MessageGroup, position: int, tokens: int, size: int) -> None:
-        group._index_list().append(position)
-        group._token_count += tokens
-        group._byte_count += size
-        self._group_of.append(group)
-        if not group._excluded:
-            self._included_messages += 1
-            self._included_tokens += tokens
-            self._included_bytes += size
-
-    def _absorb(self, reasoning_tail: list[MessageGroup]) -> MessageGroup:
-        """Turn the reasoning-only groups at the end of the list into the start of a tool-call group.
-
-        They are the last groups (any other message ends the tail), so this is O(len(tail)). An
-        exclusion of those provisional groups is dropped: the tool-call group starts included.
-        """
-        first = reasoning_tail[0]
-        group = MessageGroup(self, MessageGroupKind.TOOL_CALL, first._turn, first._order)
-        for old in reasoning_tail:
-            self._leave(old)
-            old._excluded = True  # contributes nothing any more
-            self._groups.pop()
-            for i in old._index_list():
-                group._index_list().append(i)
-                self._group_of[i] = group
-            group._token_count += old._token_count
-            group._byte_count += old._byte_count
-        self._groups.append(group)
-        self._tool_groups.append(group)
-        self._head = min(self._head, len(self._groups) - 1)
-        self._enter(group)
-        return group
-
-    def _merge(self, targets: list[MessageGroup]) -> MessageGroup:
-        """Merge tool-call groups that one result message ties together into the earliest of them.
-
-        Rare (parallel calls normally share one assistant message), so removing the later groups
-        from the middle of the list may cost O(groups). The merged group keeps the earliest
-        group's excluded flag.
-        """
-        targets.sort(key=lambda g: g.first_index)
-        keep = targets[0]
-        self._leave(keep)
-        indices = keep._index_list()
-        for other in targets[1:]:
-            self._leave(other)
-            other._excluded = True
-            self._groups.remove(other)
-            self._tool_groups.remove(other)
-            for i in other._index_list():
-                self._group_of[i] = keep
-            indices.extend(other._index_list())
-            keep._token_count += other._token_count
-            keep._byte_count += other._byte_count
-            if other._call_ids:
-                for call_id in other._call_ids:
-                    if self._calls.get(call_id) is other:
-                        self._calls[call_id] = keep
-                keep._call_ids = [*(keep._call_ids or ()), *other._call_ids]
-            if other._pending:
-                keep._pending = other._pending.union(keep._pending or ())
-            other._indices = []
-        indices.sort()
-        self._head = self._tool_head = 0  # removals shifted the lists under the cursors
-        self._enter(keep)
-        return keep
+        append_messages(self, messages)
 
     # -- included totals ----------------------------------------------------------------------
     def _enter(self, group: MessageGroup) -> None:
@@ -901,4 +655,47 @@ class MessageIndex:
         return (
             f"MessageIndex(messages={len(self._messages)}, groups={len(self._groups)}, "
             f"turns={len(self._turn_live)}, included_tokens={self._included_tokens})"
+        )
+
+
+class _MessageIds:
+    """Marks summaries, making the ids of replaced messages that have none.
+
+    The ids have :func:`~agentkeep.messages.new_message_id`'s form (48 bits of milliseconds, then
+    80 random bits, as 32 hex digits). Random bytes are read once per :meth:`mark` call, or with
+    ``batch`` a few thousand ids' worth at a time: collapsing a long history names tens of thousands
+    of messages, and each read of random bytes is a system call.
+    """
+
+    __slots__ = ("_batch", "_millis", "_prefix", "_random", "_used")
+
+    def __init__(self, *, batch: bool = False) -> None:
+        self._batch = batch
+        self._random = ""
+        self._used = 0
+        self._millis = -1
+        self._prefix = ""
+
+    def mark(self, summary: Message, replaced: Sequence[Message]) -> None:
+        """Mark ``summary`` with :data:`SUMMARY_PROPERTY` listing the ids of ``replaced``."""
+        ids = [message.message_id for message in replaced]
+        missing = ids.count(None)
+        if missing:
+            millis = time.time_ns() // 1_000_000
+            if millis != self._millis:
+                self._millis, self._prefix = millis, f"{millis:012x}"
+            prefix, random, used = self._prefix, self._random, self._used
+            if used + 20 * missing > len(random):
+                random, used = os.urandom(10 * max(missing, 256 if self._batch else 0)).hex(), 0
+            for at, message in enumerate(replaced):
+                if ids[at] is None:
+                    if message.message_id is None:  # else listed twice, and named at its first listing
+                        message.message_id = prefix + random[used : used + 20]
+                        used += 20
+                    ids[at] = message.message_id
+            self._random, self._used = random, used
+        props = summary.additional_properties
+        marked = cast("list[str]", ids)  # every None was filled in above
+        summary.additional_properties = (
+            {SUMMARY_PROPERTY: marked} if props is None else {**props, SUMMARY_PROPERTY: marked}
         )

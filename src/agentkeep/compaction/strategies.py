@@ -23,6 +23,12 @@ it replaces) takes the place of the group, so it counts as old as what it replac
 calls excluded) and stop as soon as the target holds; triggers and targets read O(1) totals. So
 compacting again after a turn was appended costs about what that turn added, not the history.
 
+**Cold.** On a long history never compacted, the work is per group, so it is done in batches:
+a strategy whose target cannot stop it early (the default with an ``always`` trigger) hands all
+its candidates to :meth:`~agentkeep.compaction.MessageIndex.exclude_many` or
+:meth:`~agentkeep.compaction.MessageIndex.replace_each`; one that stops on a running measure
+(truncation, the token budget's fallback) collects the groups that go and excludes them at once.
+
 Names and defaults follow the Python edition of the reference (seed 002):
 :class:`TruncationStrategy`, :class:`SlidingWindowStrategy`, :class:`ToolResultCompactionStrategy`,
 :class:`SelectiveToolCallCompactionStrategy`, :class:`PipelineCompactionStrategy`,
@@ -36,6 +42,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..contents import FunctionCallContent, FunctionResultContent
 from ..messages import Message
 from .groups import MessageGroup, MessageGroupKind, MessageIndex
 from .tokenizers import Tokenizer, count_message_tokens
@@ -59,6 +66,9 @@ _TOOL_CALL = MessageGroupKind.TOOL_CALL
 
 _RESULT_PREVIEW_CHARS = 80
 """How many characters of each tool result a collapsed tool-call summary keeps."""
+
+_PREVIEW_SCAN_CHARS = _RESULT_PREVIEW_CHARS + 16
+"""How much of a result is read first to make its preview (four times more while that is too little)."""
 
 
 @runtime_checkable
@@ -98,11 +108,26 @@ def project(index: MessageIndex) -> list[Message]:
     return index.included_messages()
 
 
-def _inverse(trigger: CompactionTrigger) -> CompactionTrigger:
-    def target(index: MessageIndex) -> bool:
-        return not trigger(index)
+class _Inverse:
+    """A strategy's default target: its trigger no longer fires."""
 
-    return target
+    __slots__ = ("trigger",)
+
+    def __init__(self, trigger: CompactionTrigger) -> None:
+        self.trigger = trigger
+
+    def __call__(self, index: MessageIndex) -> bool:
+        return not self.trigger(index)
+
+    def __repr__(self) -> str:
+        return f"not {self.trigger!r}"
+
+
+def _never_holds(target: CompactionTrigger) -> bool:
+    """Whether ``target`` is known never to hold, so a strategy need not check it between steps."""
+    return target is CompactionTriggers.never or (
+        isinstance(target, _Inverse) and target.trigger is CompactionTriggers.always
+    )
 
 
 def _check_floor(name: str, value: int) -> int:
@@ -128,11 +153,8 @@ def _unprotected(
     """
     boundary = _boundary(index, minimum_preserved)
     if boundary is None:
-        return
-    for group in index.oldest_included(include_system=include_system):
-        if group is boundary or group.order >= boundary.order:
-            return
-        yield group
+        return iter(())
+    return index.oldest_included(include_system=include_system, before=boundary.order)
 
 
 class _TokenMeter:
@@ -182,7 +204,7 @@ class _StepStrategy:
         minimum_preserved: int,
     ) -> None:
         self.trigger: CompactionTrigger = trigger
-        self.target: CompactionTrigger = target if target is not None else _inverse(trigger)
+        self.target: CompactionTrigger = target if target is not None else _Inverse(trigger)
         self.minimum_preserved: int = _check_floor("minimum_preserved", minimum_preserved)
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
@@ -205,6 +227,8 @@ class _StepStrategy:
         """
         if not self.trigger(index):
             return False
+        if _never_holds(self.target):  # every candidate goes: no check between steps
+            return self._step_all(index, self._candidates(index))
         changed = False
         for group in self._candidates(index):
             if self._done(index):
@@ -212,6 +236,9 @@ class _StepStrategy:
             self._step(index, group)
             changed = True
         return changed
+
+    def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
+        return index.exclude_many(groups) > 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"
@@ -263,7 +290,6 @@ class TruncationStrategy(_StepStrategy):
         self.compact_to = compact_to
         self.tokenizer = tokenizer
         self.preserve_system = preserve_system
-        self._custom_target = target
         super().__init__(
             trigger=trigger if trigger is not None else self._over_max,
             target=target if target is not None else self._at_most_compact_to,
@@ -294,21 +320,21 @@ class TruncationStrategy(_StepStrategy):
         Returns:
             Whether anything changed.
         """
-        if self._custom_target is not None or self.tokenizer is None:
+        if self.target != self._at_most_compact_to:  # a target of the caller's: check it each step
             return await super().compact(index)
-        # Token measure with the default target: keep a running total instead of recounting.
-        meter = _TokenMeter(index, self.tokenizer)
-        total = meter()
+        # The default target: keep a running measure instead of re-measuring after each group, and
+        # exclude the groups that go at once.
+        meter = _TokenMeter(index, self.tokenizer) if self.tokenizer is not None else None
+        total = meter() if meter is not None else index.included_message_count
         if not self.trigger(index):
             return False
-        changed = False
+        doomed: list[MessageGroup] = []
         for group in self._candidates(index):
             if total <= self.compact_to:
                 break
-            total -= meter.group(group)
-            index.exclude(group)
-            changed = True
-        return changed
+            total -= meter.group(group) if meter is not None else group.message_count
+            doomed.append(group)
+        return index.exclude_many(doomed) > 0
 
     def __repr__(self) -> str:
         return (
@@ -401,14 +427,18 @@ class SlidingWindowCompactionStrategy(_StepStrategy):
             return False
         changed = False
         current: object = object()  # no turn matches it
+        doomed: list[MessageGroup] = []  # the current turn's groups, excluded before the next check
         for group in self._candidates(index):
             turn = group.turn  # a summary has the turn of the first group it replaced
             if turn != current:
+                index.exclude_many(doomed)
+                doomed = []
                 if self.target(index):
                     break
                 current = turn
-            index.exclude(group)
+            doomed.append(group)
             changed = True
+        index.exclude_many(doomed)
         return changed
 
 
@@ -421,20 +451,18 @@ def _tool_candidates(
     """Included tool-call groups oldest first, short of the newest kept ones and the protected tail."""
     boundary = _boundary(index, minimum_preserved)
     if boundary is None:
-        return
+        return iter(())
     stop = boundary.order
     if keep_last_tool_call_groups:
         kept = index.newest_included(keep_last_tool_call_groups, tool_calls_only=True)
         if len(kept) < keep_last_tool_call_groups:
-            return  # no more tool-call groups than are kept
+            return iter(())  # no more tool-call groups than are kept
         stop = min(stop, kept[-1].order)
-    for group in index.oldest_included(tool_calls_only=True):
-        if group.order >= stop:
-            return
-        yield group
+    return index.oldest_included(tool_calls_only=True, before=stop)
 
 
 def _preview(value: Any) -> str:
+    """``value`` as one line of at most :data:`_RESULT_PREVIEW_CHARS` characters."""
     if isinstance(value, str):
         text = value
     else:
@@ -442,10 +470,16 @@ def _preview(value: Any) -> str:
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
         except (TypeError, ValueError):
             text = str(value)
-    text = " ".join(text.split())
-    if len(text) > _RESULT_PREVIEW_CHARS:
-        text = text[: _RESULT_PREVIEW_CHARS - 1] + "…"
-    return text
+    # Whitespace is collapsed before shortening. A prefix is collapsed, longer ones until it is
+    # long enough: a collapsed prefix begins the collapsed whole, so then the cut is the same.
+    scan = _PREVIEW_SCAN_CHARS
+    line = " ".join(text[:scan].split())
+    while len(line) <= _RESULT_PREVIEW_CHARS and scan < len(text):
+        scan *= 4
+        line = " ".join(text[:scan].split())
+    if len(line) > _RESULT_PREVIEW_CHARS:
+        line = line[: _RESULT_PREVIEW_CHARS - 1] + "…"
+    return line
 
 
 def tool_group_summary_text(messages: Sequence[Message]) -> str:
@@ -459,20 +493,27 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
         when no result is present.
     """
     names: dict[str, str] = {}
-    order: list[str] = []
+    called: list[str] = []
+    results: list[FunctionResultContent] = []
     for message in messages:
-        for call in message.function_calls:
-            names[call.call_id] = call.name
-            order.append(call.name)
-    parts: list[str] = []
-    for message in messages:
-        for result in message.function_results:
-            name = names.get(result.call_id, result.call_id)
-            outcome = f"error: {result.exception}" if result.exception else _preview(result.result)
-            parts.append(f"{name}: {_preview(outcome)}")
-    if parts:
+        for content in message.contents:
+            if isinstance(content, FunctionCallContent):
+                names[content.call_id] = content.name
+                called.append(content.name)
+            elif isinstance(content, FunctionResultContent):
+                results.append(content)
+    if results:
+        parts = [
+            f"{names.get(result.call_id, result.call_id)}: "
+            + (_preview(f"error: {result.exception}") if result.exception else _preview(result.result))
+            for result in results
+        ]
         return f"[Tool results: {'; '.join(parts)}]"
-    return f"[Tool calls: {', '.join(order) or 'unknown'}]"
+    return f"[Tool calls: {', '.join(called) or 'unknown'}]"
+
+
+def _tool_group_summary(group: MessageGroup) -> Message:
+    return Message("assistant", tool_group_summary_text(group.messages))
 
 
 class _ToolGroupStrategy(_StepStrategy):
@@ -528,7 +569,10 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         return (g for g in groups if g.is_complete)
 
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
-        index.replace([group], Message("assistant", tool_group_summary_text(group.messages)))
+        index.replace([group], _tool_group_summary(group))
+
+    def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
+        return bool(index.replace_each(groups, _tool_group_summary))
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
@@ -651,13 +695,13 @@ class TokenBudgetComposedStrategy:
                 return changed
         meter = _TokenMeter(index, self.tokenizer)
         total = meter()
+        doomed: list[MessageGroup] = []
         for group in _unprotected(index, self.minimum_preserved):
             if total <= self.token_budget:
                 break
             total -= meter.group(group)
-            index.exclude(group)
-            changed = True
-        return changed
+            doomed.append(group)
+        return index.exclude_many(doomed) > 0 or changed
 
     def __repr__(self) -> str:
         return (
