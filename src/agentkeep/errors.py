@@ -18,6 +18,9 @@ the whole family in one clause and the specific kinds where they can act on them
     │   │                           missing model file); often worth retrying later
     │   ├── ChatRequestError        the service refused the request (bad model name, bad input)
     │   └── ScriptExhaustedError    a ScriptedChatClient asked for more replies than it has
+    ├── CompactionError             compaction could not do what it was asked
+    │   └── SummarizationError      a summary was skipped (budget too small, summarizer failed);
+    │                               reported, never raised into a run
     └── StorageError                a storage backend or session store failed
         ├── StorageUnavailableError the backend cannot be reached (names backend and address)
         ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
@@ -36,6 +39,7 @@ __all__ = [
     "CLIError",
     "ChatClientError",
     "ChatRequestError",
+    "CompactionError",
     "ConflictError",
     "CorruptRecordError",
     "MessageFormatError",
@@ -49,6 +53,7 @@ __all__ = [
     "StorageClosedError",
     "StorageError",
     "StorageUnavailableError",
+    "SummarizationError",
     "ToolArgumentError",
     "ToolError",
 ]
@@ -198,3 +203,24 @@ class ConflictError(StorageError):
 
 class StorageClosedError(StorageError):
     """A store or provider was used after ``aclose()``."""
+
+
+class CompactionError(AgentkeepError):
+    """Compaction could not do what it was asked."""
+
+
+class SummarizationError(CompactionError):
+    """Summarization was skipped and history left unchanged.
+
+    Not raised into a run: :class:`SummarizationStrategy` logs it and keeps it as
+    :attr:`~SummarizationStrategy.last_error`. When the summarizer call failed, ``__cause__`` is the
+    client's exception.
+
+    Attributes:
+        reason: ``"budget"`` (not even the oldest group fits ``max_summary_input_tokens``),
+            ``"call"`` (the client raised) or ``"empty"`` (the reply held no text).
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
