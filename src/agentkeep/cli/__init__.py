@@ -9,11 +9,14 @@
     agentkeep sessions export ID [--store URL] [--format json|markdown] [-o FILE]
     agentkeep sessions import FILE [--store URL] [--session ID] [--force]
     agentkeep sessions delete ID [--store URL]
+    agentkeep sessions compact ID --strategy NAME [--strategy NAME ...] [--store URL] [--keep N]
+                   [--max-tokens N] [--target-tokens N] [--tokenizer SPEC] [--dry-run]
 
 Where things live: :mod:`._app` (the typer commands, thin), :mod:`._chat` (the model client and
-the chat loop), :mod:`._stores` (``--store`` URLs to message stores) and :mod:`._transfer`
-(reading, exporting and importing conversations). The functions re-exported here are the
-commands' logic, usable (and tested) without a subprocess. See ``docs/cli.md``.
+the chat loop), :mod:`._stores` (``--store`` URLs to message stores), :mod:`._transfer`
+(reading, exporting and importing conversations) and :mod:`._compact` (``sessions compact``).
+The functions re-exported here are the commands' logic, usable (and tested) without a
+subprocess. See ``docs/cli.md``.
 """
 
 from ._app import app, main
@@ -26,6 +29,7 @@ from ._chat import (
     new_session_id,
     run_chat,
 )
+from ._compact import CompactionPlan, CompactionReport, StrategyName, compact_conversation, plan_compaction
 from ._stores import CLIError, StoreLocation, describe_store, open_store, parse_store_url, redact_url
 from ._transfer import (
     EXPORT_FORMAT,
@@ -49,10 +53,14 @@ __all__ = [
     "CLIError",
     "ChatSession",
     "ChatSettings",
+    "CompactionPlan",
+    "CompactionReport",
     "ConversationExport",
     "StoreLocation",
+    "StrategyName",
     "TurnResult",
     "app",
+    "compact_conversation",
     "content_lines",
     "conversation_exists",
     "describe_store",
@@ -64,6 +72,7 @@ __all__ = [
     "open_store",
     "parse_export",
     "parse_store_url",
+    "plan_compaction",
     "read_conversation",
     "read_entries",
     "read_export_file",

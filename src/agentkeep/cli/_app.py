@@ -1,9 +1,9 @@
 """The typer application: ``agentkeep chat`` and ``agentkeep sessions ...``.
 
-Commands are thin: they parse options, call the functions of :mod:`._chat`, :mod:`._stores` and
-:mod:`._transfer`, and print. Every command reports an expected failure (an agentkeep error, an
-OS error, a missing optional dependency) as one ``error: ...`` line on standard error and exits
-with status 1; usage mistakes exit with status 2 (typer's own handling).
+Commands are thin: they parse options, call the functions of :mod:`._chat`, :mod:`._stores`,
+:mod:`._transfer` and :mod:`._compact`, and print. Every command reports an expected failure (an
+agentkeep error, an OS error, a missing optional dependency) as one ``error: ...`` line on
+standard error and exits with status 1; usage mistakes exit with status 2 (typer's own handling).
 """
 
 from __future__ import annotations
@@ -25,6 +25,19 @@ from rich.text import Text
 from ..errors import AgentkeepError
 from ..storage.base import MessageStore, StoredMessage
 from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
+from ._compact import (
+    CompactionReport,
+    DryRunOption,
+    KeepOption,
+    MaxTokensOption,
+    StrategiesOption,
+    TargetTokensOption,
+    TokenizerOption,
+    compact_conversation,
+    make_tokenizer,
+    plan_compaction,
+    render_report,
+)
 from ._stores import STORE_URL_HELP, CLIError, describe_store, open_store
 from ._transfer import (
     content_lines,
@@ -48,7 +61,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 sessions_app = typer.Typer(
-    help="List, show, export, import and delete stored sessions.", no_args_is_help=True
+    help="List, show, export, import, compact and delete stored sessions.", no_args_is_help=True
 )
 app.add_typer(sessions_app, name="sessions")
 
@@ -326,6 +339,30 @@ def import_session(
 
         target = _with_store(store, job)
         _stdout().print(Text(f"imported {len(export.messages)} messages as session {target}"))
+
+
+@sessions_app.command("compact")
+def compact_session(
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session.")],
+    strategies: StrategiesOption,
+    store: StoreOption = None,
+    keep: KeepOption = None,
+    max_tokens: MaxTokensOption = None,
+    target_tokens: TargetTokensOption = None,
+    tokenizer: TokenizerOption = "estimate",
+    dry_run: DryRunOption = False,
+) -> None:
+    """Compact a session's history; the raw log keeps the originals (see docs/cli.md)."""
+    plan = plan_compaction(strategies, keep=keep, max_tokens=max_tokens, target_tokens=target_tokens)
+    with _reported():
+        counter = make_tokenizer(tokenizer)
+
+        async def job(message_store: MessageStore) -> CompactionReport:
+            return await compact_conversation(
+                message_store, session_id, plan, tokenizer=counter, dry_run=dry_run
+            )
+
+        _stdout().print(render_report(_with_store(store, job)))
 
 
 @sessions_app.command("delete")

@@ -28,6 +28,9 @@ from rich.text import Text
 
 from ..agent import Agent, AgentRunStream
 from ..clients.base import ChatClient
+from ..compaction.context_window import ContextWindowCompactionStrategy
+from ..compaction.strategies import CompactionStrategy
+from ..compaction.tokenizers import Tokenizer
 from ..errors import AgentkeepError
 from ..responses import AgentResponse
 from ..storage.base import MessageStore
@@ -139,6 +142,9 @@ class ChatSession:
         instructions: System instructions for every turn.
         max_tokens: Upper bound on tokens per reply.
         history_limit: Send at most this many of the newest stored messages to the model.
+        compaction_strategy: Compacts what is sent before each model call (stored history is
+            kept whole), e.g. to fit the model's context window.
+        tokenizer: Counts tokens for ``compaction_strategy``.
     """
 
     def __init__(
@@ -150,10 +156,18 @@ class ChatSession:
         instructions: str | None = DEFAULT_INSTRUCTIONS,
         max_tokens: int | None = None,
         history_limit: int | None = None,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         self.store = store
         self.history = StorageHistoryProvider(store, HISTORY_SOURCE_ID, load_limit=history_limit)
-        self.agent = Agent(client, instructions, context_providers=[self.history])
+        self.agent = Agent(
+            client,
+            instructions,
+            context_providers=[self.history],
+            compaction_strategy=compaction_strategy,
+            tokenizer=tokenizer,
+        )
         self.session = self.agent.create_session(session_id=session_id)
         self.options: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
 
@@ -192,6 +206,20 @@ class ChatSettings:
     instructions: str | None = DEFAULT_INSTRUCTIONS
     max_tokens: int | None = None
     history_limit: int | None = None
+
+
+def _window_compaction(client: ChatClient, max_tokens: int | None) -> dict[str, Any]:
+    """For the local model (whose context window and tokenizer are known): keep each request
+    inside its window by compacting what is sent, counted with the model's own tokenizer."""
+    from ..clients.local import LocalChatClient
+
+    if not isinstance(client, LocalChatClient):
+        return {}
+    tokenizer = client.tokenizer
+    strategy = ContextWindowCompactionStrategy(
+        client.n_ctx, max_tokens or client.max_tokens, tokenizer=tokenizer
+    )
+    return {"compaction_strategy": strategy, "tokenizer": tokenizer}
 
 
 def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None) -> None:
@@ -236,6 +264,7 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
                 instructions=settings.instructions,
                 max_tokens=settings.max_tokens,
                 history_limit=settings.history_limit,
+                **_window_compaction(client, settings.max_tokens),
             )
             if message is not None:
                 runner.run(chat.send(message, on_text=_Printer(stream)))
