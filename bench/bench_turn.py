@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 
 from agentkeep import AgentSession, InMemoryHistoryProvider, Message
+from agentkeep.compaction import SlidingWindowStrategy
 from agentkeep.testing import ScriptedChatClient
 
 HERE = Path(__file__).resolve().parent
@@ -49,10 +50,12 @@ def _median_ms(samples: Sequence[float]) -> float:
     return statistics.median(samples) * 1000.0
 
 
-async def _turn_agentkeep(size: int, reps: int) -> float:
+async def _turn_agentkeep(size: int, reps: int, *, compaction: bool = False) -> float:
     provider = InMemoryHistoryProvider()
     agent = ScriptedChatClient(lambda _messages: "Done.").as_agent(
-        "You are a helpful assistant.", context_providers=[provider]
+        "You are a helpful assistant.",
+        context_providers=[provider],
+        compaction_strategy=SlidingWindowStrategy(keep_last_groups=40) if compaction else None,
     )
     session = agent.create_session()
     state = provider.get_state(session)
@@ -215,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     ours = {size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick))) for size in SIZES}
+    compacted = {
+        size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick), compaction=True)) for size in SIZES
+    }
     dump_ms, load_ms, read_ms, payload_bytes = _session_agentkeep(10_000, 5 if args.quick else 15)
     ref = None if args.no_reference else _reference(args.quick)
 
@@ -228,6 +234,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{size:>16,} | {ours[size]:9.3f} ms | {ref_text:>12} | {ratio:>9}")
     print(f"agentkeep turn(100k) / turn(100) = {ours[100_000] / ours[100]:.2f}  (target <= 1.5)")
     print(f"agentkeep turn at 10k = {ours[10_000]:.3f} ms  (target <= 0.5 ms)")
+
+    print(
+        "\nPer-turn with compaction_strategy=SlidingWindowStrategy(keep_last_groups=40) "
+        "(the request is compacted before the model call; agentkeep only)"
+    )
+    print(f"{'stored messages':>16} | {'agentkeep':>12} | {'sent':>6}")
+    print("-" * 42)
+    for size in SIZES:
+        print(f"{size:>16,} | {compacted[size]:9.3f} ms | {41:>6}")
+    print(f"agentkeep compacted turn(100k) / turn(100) = {compacted[100_000] / compacted[100]:.2f}")
 
     print("\nSession with 10,000 messages (JSON payload, median)")
     print(f"{'operation':>34} | {'agentkeep':>12} | {'reference':>12} | {'ref/ours':>9}")

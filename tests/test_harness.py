@@ -98,7 +98,7 @@ async def test_long_tool_loop_stays_inside_the_window_and_history_is_compacted_a
     assert len(client.calls) == pages + 1
     assert all(_tokens(call) <= window - output for call in client.calls)
     assert client.calls[-1][0].text == "Summarize the document."  # the task itself is never dropped
-    assert all(options["max_tokens"] == output for options in client.call_options)
+    assert all(options.get("max_tokens") == output for options in client.call_options)
     conversation = history.conversation_id(session)
     raw = await store.read(conversation)
     assert len(raw) == 2 + 2 * pages  # everything stored, per model call

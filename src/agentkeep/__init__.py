@@ -25,6 +25,7 @@ from .errors import (
     ChatClientError,
     ChatRequestError,
     CLIError,
+    CompactionError,
     ConflictError,
     CorruptRecordError,
     MessageFormatError,
@@ -38,9 +39,11 @@ from .errors import (
     StorageClosedError,
     StorageError,
     StorageUnavailableError,
+    SummarizationError,
     ToolArgumentError,
     ToolError,
 )
+from .harness import create_harness_agent
 from .history import (
     ChatReducer,
     HistoryOptions,
@@ -85,6 +88,7 @@ __all__ = [
     "ChatRequestError",
     "ChatResponse",
     "ChatResponseUpdate",
+    "CompactionError",
     "ConflictError",
     "Content",
     "ContextProvider",
@@ -121,6 +125,7 @@ __all__ = [
     "StorageClosedError",
     "StorageError",
     "StorageUnavailableError",
+    "SummarizationError",
     "TextContent",
     "TextReasoningContent",
     "ToolArgumentError",
@@ -130,6 +135,7 @@ __all__ = [
     "UsageContent",
     "UsageDetails",
     "__version__",
+    "create_harness_agent",
     "get_source_id",
     "get_source_type",
     "new_message_id",

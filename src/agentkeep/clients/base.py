@@ -26,6 +26,8 @@ from ..tools import FunctionTool
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..compaction.strategies import CompactionStrategy
+    from ..compaction.tokenizers import Tokenizer
     from ..providers import ContextProvider
     from ..tools import ToolLike
 
@@ -241,6 +243,8 @@ class BaseChatClient:
         require_per_service_call_history_persistence: bool = False,
         default_options: Mapping[str, Any] | None = None,
         max_tool_iterations: int = 10,
+        compaction_strategy: CompactionStrategy | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> Agent:
         """An :class:`~agentkeep.agent.Agent` on this client (same arguments as ``Agent``)."""
         from ..agent import Agent
@@ -255,4 +259,6 @@ class BaseChatClient:
             require_per_service_call_history_persistence=require_per_service_call_history_persistence,
             default_options=default_options,
             max_tool_iterations=max_tool_iterations,
+            compaction_strategy=compaction_strategy,
+            tokenizer=tokenizer,
         )

@@ -15,13 +15,22 @@ What lives where:
 * :mod:`~agentkeep.compaction.strategies`: the :class:`CompactionStrategy` protocol, the
   strategies that need no model (truncation, sliding windows, tool-result collapsing, selective
   tool-call removal, pipeline, token budget) and :func:`apply_compaction`.
+* :mod:`~agentkeep.compaction.summarization`: :class:`SummarizationStrategy` (a model summarizes
+  the oldest groups in one call; a failure leaves history unchanged and is kept as a
+  :class:`SummarizationError`) and :data:`DEFAULT_SUMMARIZATION_PROMPT`.
+* :mod:`~agentkeep.compaction.context_window`: :class:`ContextWindowCompactionStrategy`, the
+  harness agent's default: an input budget from a model's context window and output limit, kept by
+  collapsing old tool results, then dropping the oldest groups.
 
-Summarization, the compaction provider and the harness agent build on these and are added
-separately.
+* :mod:`~agentkeep.compaction.provider`: :class:`CompactionProvider`, where compaction runs in an
+  agent (before each model call, before or after each run) with a per-session incremental index.
+
+The harness agent (:func:`agentkeep.harness.create_harness_agent`) wires these into the tool loop.
 """
 
 from __future__ import annotations
 
+from .context_window import ContextWindowCompactionStrategy
 from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
@@ -30,6 +39,7 @@ from .groups import (
     is_summary_message,
     summarized_message_ids,
 )
+from .provider import CompactionPhase, CompactionProvider
 from .strategies import (
     CompactionStrategy,
     PipelineCompactionStrategy,
@@ -43,6 +53,7 @@ from .strategies import (
     project,
     tool_group_summary_text,
 )
+from .summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationError, SummarizationStrategy
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     CharacterEstimatorTokenizer,
@@ -54,12 +65,16 @@ from .tokenizers import (
 from .triggers import CompactionTrigger, CompactionTriggers
 
 __all__ = [
+    "DEFAULT_SUMMARIZATION_PROMPT",
     "MESSAGE_OVERHEAD_TOKENS",
     "SUMMARY_PROPERTY",
     "CharacterEstimatorTokenizer",
+    "CompactionPhase",
+    "CompactionProvider",
     "CompactionStrategy",
     "CompactionTrigger",
     "CompactionTriggers",
+    "ContextWindowCompactionStrategy",
     "MessageGroup",
     "MessageGroupKind",
     "MessageIndex",
@@ -68,6 +83,8 @@ __all__ = [
     "SelectiveToolCallCompactionStrategy",
     "SlidingWindowCompactionStrategy",
     "SlidingWindowStrategy",
+    "SummarizationError",
+    "SummarizationStrategy",
     "TokenBudgetComposedStrategy",
     "Tokenizer",
     "ToolResultCompactionStrategy",
