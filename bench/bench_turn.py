@@ -50,9 +50,11 @@ def _median_ms(samples: Sequence[float]) -> float:
     return statistics.median(samples) * 1000.0
 
 
-async def _turn_agentkeep(size: int, reps: int, *, compaction: bool = False) -> float:
+async def _turn_agentkeep(size: int, reps: int, *, compaction: bool = False) -> tuple[float, int]:
+    """Median ms of one run, and how many messages the last request sent."""
     provider = InMemoryHistoryProvider()
-    agent = ScriptedChatClient(lambda _messages: "Done.").as_agent(
+    client = ScriptedChatClient(lambda _messages: "Done.")
+    agent = client.as_agent(
         "You are a helpful assistant.",
         context_providers=[provider],
         compaction_strategy=SlidingWindowStrategy(keep_last_groups=40) if compaction else None,
@@ -72,7 +74,7 @@ async def _turn_agentkeep(size: int, reps: int, *, compaction: bool = False) -> 
             samples.append(time.perf_counter() - start)
     finally:
         gc.enable()
-    return _median_ms(samples)
+    return _median_ms(samples), len(client.calls[-1])
 
 
 def _time(func: Callable[[], object], reps: int) -> float:
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the reference library")
     args = parser.parse_args(argv)
 
-    ours = {size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick))) for size in SIZES}
+    ours = {size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick)))[0] for size in SIZES}
     compacted = {
         size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick), compaction=True)) for size in SIZES
     }
@@ -242,8 +244,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'stored messages':>16} | {'agentkeep':>12} | {'sent':>6}")
     print("-" * 42)
     for size in SIZES:
-        print(f"{size:>16,} | {compacted[size]:9.3f} ms | {41:>6}")
-    print(f"agentkeep compacted turn(100k) / turn(100) = {compacted[100_000] / compacted[100]:.2f}")
+        print(f"{size:>16,} | {compacted[size][0]:9.3f} ms | {compacted[size][1]:>6}")
+    print(f"agentkeep compacted turn(100k) / turn(100) = {compacted[100_000][0] / compacted[100][0]:.2f}")
 
     print("\nSession with 10,000 messages (JSON payload, median)")
     print(f"{'operation':>34} | {'agentkeep':>12} | {'reference':>12} | {'ref/ours':>9}")

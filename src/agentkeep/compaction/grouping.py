@@ -460,6 +460,7 @@ def _absorb(index: MessageIndex, reasoning_tail: list[MessageGroup]) -> MessageG
     index._groups.append(group)
     index._tool_groups.append(group)
     index._head = min(index._head, len(index._groups) - 1)
+    index._layout += 1
     index._enter(group)
     return group
 
@@ -497,5 +498,6 @@ def _merge(index: MessageIndex, targets: list[MessageGroup]) -> MessageGroup:
         other._indices = []
     indices.sort()
     index._head = index._tool_head = 0  # removals shifted the lists under the cursors
+    index._layout += 1
     index._enter(keep)
     return keep

@@ -89,7 +89,11 @@ class MessageIndex:
         "_included_turns",
         "_inserted",
         "_journal",
+        "_layout",
+        "_layout_seen",
         "_messages",
+        "_pinned",
+        "_pinned_upto",
         "_reasoning_tail",
         "_tokenizer",
         "_tokens",
@@ -116,6 +120,13 @@ class MessageIndex:
         # forward while groups are excluded, so strategies skip what earlier turns removed.
         self._head = 0
         self._tool_head = 0
+        # For projections that start past the excluded prefix: the system groups in _groups[:_pinned_upto]
+        # (they stay in the projection), valid while _layout (bumped whenever groups leave the list)
+        # is unchanged.
+        self._pinned: list[MessageGroup] = []
+        self._pinned_upto = 0
+        self._layout = 0
+        self._layout_seen = 0
         # Summaries put in by replace(): anchor position -> their positions, and back.
         self._inserted: dict[int, list[int]] = {}
         self._anchor_of: dict[int, int] = {}
@@ -161,38 +172,79 @@ class MessageIndex:
 
     def included_messages(self) -> list[Message]:
         """The projection sent to the model: the messages of included groups in original order, each
-        summary put in by :meth:`replace` standing where the first message it replaces was."""
-        messages, group_of = self._messages, self._group_of
+        summary put in by :meth:`replace` standing where the first message it replaces was.
+
+        Cost: the messages from the first included non-system group on (plus the system messages
+        before it), not the excluded history before it.
+        """
+        start, pinned = self._projection_start()
+        if start:
+            return [*pinned, *self._included_from(start)]
+        return self._included_from(0)
+
+    def _projection_start(self) -> tuple[int, list[Message]]:
+        """Where the included messages start past the excluded prefix, and the system messages
+        before that point that are still included. Moves the cursor like a walk does."""
+        groups = self._groups
+        if self._pinned_upto > self._head or self._layout_seen != self._layout:
+            self._pinned, self._pinned_upto, self._layout_seen = [], 0, self._layout
+        head = self._head
+        system = MessageGroupKind.SYSTEM
+        while head < len(groups) and (groups[head]._excluded or groups[head]._kind is system):
+            head += 1
+        self._head = head
+        pinned = self._pinned
+        for i in range(self._pinned_upto, head):
+            if groups[i]._kind is system:
+                pinned.append(groups[i])
+        self._pinned_upto = head
+        if head >= len(groups):
+            start = len(self._messages)
+        else:
+            start = groups[head]._order
+        if start <= 0:
+            return 0, []
+        shown = [self._messages[g.first_index] for g in pinned if not g._excluded]
+        return start, shown
+
+    def _included_from(self, start: int) -> list[Message]:
+        """:meth:`included_messages` over the positions from ``start`` (summaries by their anchor)."""
+        all_messages, all_groups = self._messages, self._group_of
+        messages, group_of = (
+            (all_messages[start:], all_groups[start:]) if start else (all_messages, all_groups)
+        )
         if not self._inserted:
             return [m for m, g in zip(messages, group_of, strict=True) if not g._excluded]
         # Usually each included summary stands alone at its anchor, whose own message it replaced
         # (so is excluded): then it takes that message's place and one sweep does the rest.
-        shown = messages[:]
+        shown = messages[:] if not start else messages
         keep = [not g._excluded for g in group_of]
         anchor_of = self._anchor_of
         for position in anchor_of:
-            keep[position] = False  # a summary is shown at its anchor, not at its own position
+            if position >= start:
+                keep[position - start] = False  # a summary is shown at its anchor, not at its position
         for position, anchor in anchor_of.items():
-            if not group_of[position]._excluded:
-                if keep[anchor]:  # the anchor's message is shown, or another summary stands there
-                    return self._included_in_order()
-                shown[anchor] = messages[position]
-                keep[anchor] = True
+            if not all_groups[position]._excluded:
+                slot = anchor - start
+                if slot < 0 or keep[slot]:  # the anchor's message is shown, or another summary is there
+                    return self._included_in_order(start)
+                shown[slot] = all_messages[position]
+                keep[slot] = True
         return list(compress(shown, keep))
 
-    def _included_in_order(self) -> list[Message]:
-        """:meth:`included_messages` position by position, summaries first at their anchor."""
+    def _included_in_order(self, start: int = 0) -> list[Message]:
+        """:meth:`included_messages` position by position from ``start``, summaries first at their anchor."""
         out: list[Message] = []
         messages, group_of = self._messages, self._group_of
         inserted, anchor_of = self._inserted, self._anchor_of
-        for position, (message, group) in enumerate(zip(messages, group_of, strict=True)):
+        for position in range(start, len(messages)):
             if position in anchor_of:
                 continue  # emitted at its anchor
             summaries = inserted.get(position)
             if summaries is not None:
                 out.extend(messages[s] for s in summaries if not group_of[s]._excluded)
-            if not group._excluded:
-                out.append(message)
+            if not group_of[position]._excluded:
+                out.append(messages[position])
         return out
 
     def is_inserted(self, position: int) -> bool:
@@ -380,6 +432,7 @@ class MessageIndex:
         all_groups, gone = self._groups, {id(g) for g in later}
         slot = bisect_left(all_groups, first._order, key=_order_key)
         all_groups[slot + 1 :] = [g for g in all_groups[slot + 1 :] if id(g) not in gone]
+        self._layout += 1
         return made
 
     def replace_each(
