@@ -1,13 +1,24 @@
-"""Message builders shared by the compaction tests."""
+"""Message builders and index checks shared by the compaction tests."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from agentkeep import Content, Message
-from agentkeep.compaction import SUMMARY_PROPERTY
+from agentkeep.compaction import SUMMARY_PROPERTY, MessageIndex, count_message_tokens
+from agentkeep.compaction import MessageGroupKind as K
 
-__all__ = ["assistant", "call", "reasoning", "result", "summary", "system", "user"]
+__all__ = [
+    "assert_totals_match_a_recount",
+    "assistant",
+    "call",
+    "reasoning",
+    "reference_projection",
+    "result",
+    "summary",
+    "system",
+    "user",
+]
 
 
 def user(text: str = "question") -> Message:
@@ -38,3 +49,41 @@ def result(*call_ids: str, value: Any = "sunny, 18°C") -> Message:
 
 def summary(text: str = "earlier: weather talk", replaces: list[str] | None = None) -> Message:
     return Message("assistant", text, additional_properties={SUMMARY_PROPERTY: replaces or ["m1", "m2"]})
+
+
+def reference_projection(index: MessageIndex) -> list[Message]:
+    """included_messages() spelled out: original order, each included summary put in by replace()
+    just before the message at its anchor (its group's order), in the order they were made."""
+    anchored: dict[int, list[Message]] = {}
+    for position in range(index.message_count):
+        group = index.group_of(position)
+        if index.is_inserted(position) and not group.excluded:
+            anchored.setdefault(group.order, []).append(index.messages[position])
+    out: list[Message] = []
+    for position in range(index.message_count):
+        if index.is_inserted(position):
+            continue
+        out.extend(anchored.get(position, []))
+        if not index.group_of(position).excluded:
+            out.append(index.messages[position])
+    return out
+
+
+def assert_totals_match_a_recount(index: MessageIndex) -> None:
+    """The included counts equal sums over the listed groups (which hold summaries in place)."""
+    included = [g for g in index.groups if not g.excluded]
+    tokenizer = index.tokenizer
+    assert index.included_group_count == len(included)
+    assert index.included_message_count == sum(g.message_count for g in included)
+    assert index.included_token_count == sum(
+        count_message_tokens(m, tokenizer=tokenizer) for g in included for m in g.messages
+    )
+    assert index.included_byte_count == sum(g.byte_count for g in included)
+    assert index.included_tool_call_group_count == sum(g.kind is K.TOOL_CALL for g in included)
+    live_turns = {g.turn for g in included if g.turn is not None and g.kind is not K.SYSTEM}
+    assert index.included_turn_count == len(live_turns)
+    assert index.token_count == sum(index.message_token_count(p) for p in range(index.message_count))
+    orders = [g.order for g in index.groups]
+    assert orders == sorted(orders)
+    assert len(set(orders)) == len(orders)
+    assert index.included_messages() == reference_projection(index)

@@ -21,7 +21,17 @@ from agentkeep.compaction import (
     summarized_message_ids,
 )
 from agentkeep.messages import new_message_id
-from tests.compaction.messages import assistant, call, reasoning, result, summary, system, user
+from tests.compaction.messages import (
+    assert_totals_match_a_recount,
+    assistant,
+    call,
+    reasoning,
+    reference_projection,
+    result,
+    summary,
+    system,
+    user,
+)
 
 K = MessageGroupKind
 
@@ -371,44 +381,6 @@ def test_appends_after_exclusions_keep_aggregates_right(history: History, cut: i
 
 
 # -- replace: summaries in place ----------------------------------------------------------------
-
-
-def reference_projection(index: MessageIndex) -> list[Message]:
-    """included_messages() spelled out: original order, each included summary put in by replace()
-    just before the message at its anchor (its group's order), in the order they were made."""
-    anchored: dict[int, list[Message]] = {}
-    for position in range(index.message_count):
-        group = index.group_of(position)
-        if index.is_inserted(position) and not group.excluded:
-            anchored.setdefault(group.order, []).append(index.messages[position])
-    out: list[Message] = []
-    for position in range(index.message_count):
-        if index.is_inserted(position):
-            continue
-        out.extend(anchored.get(position, []))
-        if not index.group_of(position).excluded:
-            out.append(index.messages[position])
-    return out
-
-
-def assert_totals_match_a_recount(index: MessageIndex) -> None:
-    """The included counts equal sums over the listed groups (which hold summaries in place)."""
-    included = [g for g in index.groups if not g.excluded]
-    tokenizer = index.tokenizer
-    assert index.included_group_count == len(included)
-    assert index.included_message_count == sum(g.message_count for g in included)
-    assert index.included_token_count == sum(
-        count_message_tokens(m, tokenizer=tokenizer) for g in included for m in g.messages
-    )
-    assert index.included_byte_count == sum(g.byte_count for g in included)
-    assert index.included_tool_call_group_count == sum(g.kind is K.TOOL_CALL for g in included)
-    live_turns = {g.turn for g in included if g.turn is not None and g.kind is not K.SYSTEM}
-    assert index.included_turn_count == len(live_turns)
-    assert index.token_count == sum(index.message_token_count(p) for p in range(index.message_count))
-    orders = [g.order for g in index.groups]
-    assert orders == sorted(orders)
-    assert len(set(orders)) == len(orders)
-    assert index.included_messages() == reference_projection(index)
 
 
 def test_replace_puts_the_summary_in_the_slot_of_the_oldest_group() -> None:

@@ -29,8 +29,16 @@ from agentkeep.compaction import (
     summarized_message_ids,
     tool_group_summary_text,
 )
-from tests.compaction.messages import assistant, call, reasoning, result, system, user
-from tests.compaction.test_groups import assert_totals_match_a_recount, reference_projection
+from tests.compaction.messages import (
+    assert_totals_match_a_recount,
+    assistant,
+    call,
+    reasoning,
+    reference_projection,
+    result,
+    system,
+    user,
+)
 
 K = MessageGroupKind
 _ids = itertools.count()

@@ -3,9 +3,10 @@
 What lives where:
 
 * :mod:`~agentkeep.compaction.groups`: :class:`MessageIndex` (groups, turns and included counts
-  over a message list, updated incrementally), :class:`MessageGroup`, :class:`MessageGroupKind`,
-  and the summary mark (:data:`SUMMARY_PROPERTY`, :func:`is_summary_message`,
-  :func:`summarized_message_ids`).
+  over a message list, updated incrementally; summaries put in place; lazy walks; change
+  tracking), re-exporting :class:`MessageGroup`, :class:`MessageGroupKind` and the summary mark
+  (:data:`SUMMARY_PROPERTY`, :func:`is_summary_message`, :func:`summarized_message_ids`) from
+  :mod:`~agentkeep.compaction.grouping`, which holds the grouping rules.
 * :mod:`~agentkeep.compaction.triggers`: :data:`CompactionTrigger` and the
   :class:`CompactionTriggers` factories (``tokens_exceed``, ``turns_exceed``, ...).
 * :mod:`~agentkeep.compaction.tokenizers`: the :class:`Tokenizer` protocol,
