@@ -9,6 +9,9 @@
 3. Stops (closes the model and the store) and starts a **new process**, the ``agentkeep`` CLI,
    on the same session: ``chat --session ID -m ...`` and ``sessions show ID`` show that the
    history is still there and that the new process continues it.
+4. Compacts the stored session to its last two turns with ``sessions compact ID --strategy turns
+   --keep 2``: the view the next chat loads is shorter, and ``sessions show ID --raw`` shows every
+   original message is still stored (compaction is non-destructive).
 
 Timings: model load, and per turn the model's own time next to the framework's overhead (history
 loading and storing, request building, streaming). ``CI=true`` shortens the conversation (it
@@ -251,6 +254,24 @@ async def main(argv: list[str] | None = None) -> int:
         and FACTS in users[0]
     )
 
+    print("\n=== compaction: keep the last 2 turns; the originals stay stored " + "=" * 8)
+    compact, _ = run_cli(
+        ["sessions", "compact", session_id, "--store", store_url, "--strategy", "turns", "--keep", "2"],
+        env=env,
+    )
+    view, _ = run_cli(["sessions", "show", session_id, "--store", store_url], env=env)
+    raw, _ = run_cli(["sessions", "show", session_id, "--store", store_url, "--raw"], env=env)
+    view_users = [line for line in view.stdout.splitlines() if "] user: " in line]
+    raw_users = [
+        line for line in raw.stdout.splitlines() if "] user: " in line or "] user (excluded): " in line
+    ]
+    compacted = (
+        compact.returncode == 0
+        and len(view_users) == 2
+        and len(raw_users) == len(users)
+        and FACTS in raw_users[0]
+    )
+
     print("\n=== timings " + "=" * 60)
     print(f"model load: {load_seconds:.2f} s")
     print(f"{'turn':>4}  {'model s':>8}  {'tokens':>6}  {'tokens/s':>8}  {'framework ms':>12}")
@@ -261,16 +282,24 @@ async def main(argv: list[str] | None = None) -> int:
             f"{rate:>8.0f}  {turn.framework_ms:>12.1f}"
         )
     print()
-    if persisted:
+    if persisted and compacted:
         print(
             f"persistence: ok - the new process loaded the {stored} stored messages, answered, and the "
             f"session now holds {len(users) + len(assistants)} messages, turn 1's facts first."
         )
+        print(
+            f"compaction: ok - the view holds the last {len(view_users)} turns; the raw log still holds all "
+            f"{len(raw_users)} user messages."
+        )
         print(f"continue it yourself:  agentkeep chat --session {session_id} --store {store_url}")
         print(f"remove it:             agentkeep sessions delete {session_id} --store {store_url}")
         return 0
-    print("persistence: FAILED - the new process did not see the stored history", file=sys.stderr)
-    sys.stderr.write(chat.stderr + show.stderr)
+    if not persisted:
+        print("persistence: FAILED - the new process did not see the stored history", file=sys.stderr)
+        sys.stderr.write(chat.stderr + show.stderr)
+    else:
+        print("compaction: FAILED - the compacted view or the raw log is not as expected", file=sys.stderr)
+        sys.stderr.write(compact.stdout + compact.stderr + view.stderr + raw.stderr)
     return 1
 
 

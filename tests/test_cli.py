@@ -605,4 +605,5 @@ def test_local_chat_demo(env: dict[str, str], tmp_path: Path) -> None:
     assert out.count("--- turn ") == 2
     assert 'contains "Ada": yes, "teal": yes' in out
     assert "persistence: ok" in out
+    assert "compaction: ok - the view holds the last 2 turns; the raw log still holds all 3 user" in out
     assert (tmp_path / "data" / "agentkeep" / "agentkeep.db").is_file()
