@@ -9,11 +9,11 @@ import pytest
 from agentkeep import Agent, InMemoryHistoryProvider, Message
 from agentkeep.compaction import (
     CharacterEstimatorTokenizer,
+    CompactionProvider,
     ContextWindowCompactionStrategy,
     SlidingWindowStrategy,
     count_message_tokens,
 )
-from agentkeep.compaction.provider import CompactionProvider
 from agentkeep.harness import AFTER_COMPACTION_SOURCE_ID, BEFORE_COMPACTION_SOURCE_ID, create_harness_agent
 from agentkeep.storage import InMemoryMessageStore, StorageHistoryProvider
 from agentkeep.testing import ScriptedChatClient

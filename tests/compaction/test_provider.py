@@ -11,6 +11,7 @@ from agentkeep import Agent, InMemoryHistoryProvider, Message
 from agentkeep.compaction import (
     SUMMARY_PROPERTY,
     CharacterEstimatorTokenizer,
+    CompactionProvider,
     CompactionTriggers,
     MessageIndex,
     SlidingWindowCompactionStrategy,
@@ -18,7 +19,6 @@ from agentkeep.compaction import (
     ToolResultCompactionStrategy,
     TruncationStrategy,
 )
-from agentkeep.compaction.provider import CompactionProvider
 from agentkeep.errors import ProviderConfigurationError
 from agentkeep.testing import ScriptedChatClient
 
@@ -170,3 +170,25 @@ async def test_concurrent_runs_on_one_session_lose_nothing() -> None:
     await agent.run("after", session=session)
     assert texts(client.calls[-1])[-1] == "after"
     assert len(client.calls[-1]) == 3
+
+
+async def test_streaming_runs_are_compacted_the_same_way() -> None:
+    client = ScriptedChatClient(lambda messages: f"reply {len(messages)}")
+    agent = Agent(client, compaction_strategy=SlidingWindowStrategy(keep_last_groups=2))
+    session = agent.create_session()
+    for turn in range(4):
+        stream = agent.run(f"turn {turn}", session=session, stream=True)
+        chunks = [update.text async for update in stream]
+        assert "".join(chunks) == (await stream.get_final_response()).text
+    assert [len(call) for call in client.calls] == [1, 2, 2, 2]
+    assert texts(client.calls[-1]) == ["reply 2", "turn 3"]
+
+
+async def test_history_provider_lookup() -> None:
+    mine = InMemoryHistoryProvider("mine")
+    agent = Agent(ScriptedChatClient(["x"]), context_providers=[mine])
+    assert agent.history_provider() is mine
+    assert agent.history_provider("mine") is mine
+    assert agent.history_provider("other") is None
+    bare = Agent(ScriptedChatClient(["x"]))
+    assert isinstance(bare.history_provider(), InMemoryHistoryProvider)  # the built-in default

@@ -10,11 +10,11 @@ import pytest
 from agentkeep import Agent, Message
 from agentkeep.compaction import (
     SUMMARY_PROPERTY,
+    CompactionProvider,
     SlidingWindowStrategy,
     ToolResultCompactionStrategy,
     summarized_message_ids,
 )
-from agentkeep.compaction.provider import CompactionProvider
 from agentkeep.errors import ScriptExhaustedError
 from agentkeep.storage import StorageHistoryProvider
 from agentkeep.testing import ScriptedChatClient
