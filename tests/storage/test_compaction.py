@@ -142,3 +142,26 @@ async def test_summary_of_a_stored_summary_can_be_excluded_later(backend: Module
         agent2 = Agent(ScriptedChatClient(["done"]), context_providers=[history, window])
         await agent2.run("w3", session=session)
         assert _texts((await store.read_view(conversation)).messages) == ["w2", "plain", "w3", "done"]
+
+
+async def test_a_failed_run_records_no_compaction_and_the_next_one_does(backend: ModuleType) -> None:
+    async with backend.open_store() as store:
+        history = StorageHistoryProvider(store, "db")
+        window = CompactionProvider(SlidingWindowStrategy(keep_last_groups=2))
+        agent = Agent(ScriptedChatClient(["one", "two"]), context_providers=[history, window])
+        session = agent.create_session()
+        await agent.run("a", session=session)
+        await agent.run("b", session=session)
+        conversation = history.conversation_id(session)
+        assert (await store.read_view(conversation)).epoch == 0  # nothing to compact yet: 2 groups
+        with pytest.raises(ScriptExhaustedError):
+            await agent.run("c", session=session)  # compacts a, one, b, two -> b, two; then fails
+        view = await store.read_view(conversation)
+        assert view.epoch == 0
+        assert _texts(view.messages) == ["a", "one", "b", "two"]
+        again = Agent(ScriptedChatClient(["three"]), context_providers=[history, window])
+        await again.run("d", session=session)
+        view = await store.read_view(conversation)
+        assert view.epoch == 1
+        assert _texts(view.messages) == ["b", "two", "d", "three"]
+        assert len(await store.read(conversation)) == 6

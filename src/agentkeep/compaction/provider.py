@@ -5,10 +5,11 @@ A :class:`CompactionProvider` runs a strategy in one of three phases:
 * ``"model_call"``: before every model call of the tool loop, on what is about to be sent (history,
   the run's input and what the loop produced so far). Only the request changes; stored history
   stays as it is. ``Agent(compaction_strategy=...)`` is this phase.
-* ``"before_run"`` (default): once per run, on the history just loaded. The result becomes the
-  stored history: the history provider records it (:meth:`HistoryProvider.record_compaction`):
-  storage-backed providers keep the originals, mark them excluded and add each summary with the
-  ids it replaces, so the compacted view is what loads next time.
+* ``"before_run"`` (default): once per run, on the history just loaded. The request gets the
+  result, and when the run succeeds it becomes the stored history: the history provider records
+  it (:meth:`HistoryProvider.record_compaction`): storage-backed providers keep the originals,
+  mark them excluded and add each summary with the ids it replaces, so the compacted view is what
+  loads next time. A failed run records nothing.
 * ``"after_run"``: once per run, after the run's messages were stored; recorded the same way.
 
 Compaction never runs on a service-managed conversation (the service holds that history).
@@ -24,7 +25,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..history import HistoryProvider
 from ..messages import Message
@@ -96,6 +98,17 @@ class _IndexCache:
         return index
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """A compaction of stored history, to record: what went, what came, and the view it gives."""
+
+    excluded: list[str]
+    summaries: list[tuple[Message, list[str]]]
+    view: list[Message]
+    based_on: Sequence[Message]
+    shared: bool  # made on the session's cached index
+
+
 class CompactionProvider(ContextProvider):
     """Runs a compaction strategy around an agent's runs (see the module docs for the phases).
 
@@ -155,7 +168,8 @@ class CompactionProvider(ContextProvider):
     async def before_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
     ) -> AIContext | None:
-        """Phase ``"before_run"``: compact the loaded history, record it, send the result."""
+        """Phase ``"before_run"``: compact the loaded history and send the result; it is recorded
+        in stored history when the run succeeds (:meth:`after_run`)."""
         if self.phase != "before_run" or context.service_session_id:
             return None
         sources = [s for s in context.context_messages if s in context.history_sources]
@@ -163,20 +177,29 @@ class CompactionProvider(ContextProvider):
             return None  # no loaded history (or several: not ours to merge)
         source_id = sources[0]
         history = _history_of(context, [source_id])
-        provider = agent.history_provider(source_id)
-        view = await self._compact_history(session, provider, history)
-        if view is not None:
-            context.replace_messages(source_id, view)
+        outcome = await self._compact(session, history)
+        if outcome is not None:
+            context.replace_messages(source_id, outcome.view)
+            context.metadata[self._outcome_key] = (agent.history_provider(source_id), outcome)
         return None
 
     async def after_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
     ) -> None:
-        """Phase ``"after_run"``: compact the stored history (run included) and record it.
-
-        The agent calls this after every history provider stored the run. Nothing happens when
-        the run failed.
+        """Record what phase ``"before_run"`` compacted, once the run succeeded (a failed run
+        stores nothing); phase ``"after_run"``: compact the stored history (run included) and
+        record it. The agent calls the ``"after_run"`` phase after every history provider stored
+        the run.
         """
+        if self.phase == "before_run":
+            pending = context.metadata.pop(self._outcome_key, None)
+            if isinstance(pending, tuple):
+                provider, outcome = cast("tuple[HistoryProvider | None, _Outcome]", pending)
+                if context.exception is None:
+                    await self._record(session, provider, outcome)
+                elif outcome.shared:
+                    self._cache(session).index = None  # its exclusions were never stored: rebuild
+            return
         if self.phase != "after_run" or context.exception is not None or context.service_session_id:
             return
         provider = agent.history_provider()
@@ -185,12 +208,16 @@ class CompactionProvider(ContextProvider):
         history = await provider.get_messages(
             context.session_id, state=provider.get_state(session), session=session
         )
-        await self._compact_history(session, provider, history)
+        outcome = await self._compact(session, history)
+        if outcome is not None:
+            await self._record(session, provider, outcome)
 
-    async def _compact_history(
-        self, session: AgentSession, provider: HistoryProvider | None, history: Sequence[Message]
-    ) -> list[Message] | None:
-        """Compact ``history`` and have ``provider`` record it; the compacted view, or ``None``."""
+    @property
+    def _outcome_key(self) -> str:
+        return f"compaction:{self.source_id}:outcome"
+
+    async def _compact(self, session: AgentSession, history: Sequence[Message]) -> _Outcome | None:
+        """Compact ``history`` (on the session's cached index when free); ``None`` if unchanged."""
         cache = self._cache(session)
         if cache.busy:  # another run of this session is compacting: work on a private index
             index = MessageIndex(history, tokenizer=self.tokenizer)
@@ -213,15 +240,23 @@ class CompactionProvider(ContextProvider):
         if not changed:
             return None
         excluded, summaries = index.changes()
-        view = index.included_messages()
+        return _Outcome(excluded, summaries, index.included_messages(), history, shared)
+
+    async def _record(
+        self, session: AgentSession, provider: HistoryProvider | None, outcome: _Outcome
+    ) -> None:
+        """Have ``provider`` record ``outcome`` and keep the session's cache in step with it."""
         stored = None
         if provider is not None:
             stored = await provider.record_compaction(
-                session, excluded=excluded, summaries=summaries, view=view, based_on=history
+                session,
+                excluded=outcome.excluded,
+                summaries=outcome.summaries,
+                view=outcome.view,
+                based_on=outcome.based_on,
             )
-        if shared and stored is not None:
-            cache.view = stored  # the history log now holds the compacted view: later turns continue it
-        return view
+        if outcome.shared and stored is not None:
+            self._cache(session).view = stored  # the log now holds the compacted view: continue it
 
     # -- model_call: compact what is sent ------------------------------------------------------------
     async def compact_request(
