@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import pytest
 
+from agentkeep import Agent
 from agentkeep.cli._chat import ChatSession, _window_compaction  # pyright: ignore[reportPrivateUsage]
 from agentkeep.clients.local import LocalChatClient
-from agentkeep.compaction import ContextWindowCompactionStrategy, count_message_tokens
+from agentkeep.compaction import (
+    CompactionProvider,
+    ContextWindowCompactionStrategy,
+    SummarizationStrategy,
+    count_message_tokens,
+    is_summary_message,
+    summarized_message_ids,
+)
 from agentkeep.errors import ChatRequestError
 from agentkeep.messages import Message
-from agentkeep.storage import InMemoryMessageStore
+from agentkeep.storage import InMemoryMessageStore, StorageHistoryProvider
 
 
 def _long_history(turns: int) -> list[Message]:
@@ -45,3 +53,25 @@ async def test_local_chat_fits_a_long_history_into_the_window(local_client: Loca
     assert usage.input_token_count <= local_client.n_ctx - 16
     stored = await store.read("long")
     assert len(stored) == 80 + 2  # the history is kept whole; only the request was compacted
+
+
+async def test_local_model_summarizes_older_turns_into_stored_history(local_client: LocalChatClient) -> None:
+    store = InMemoryMessageStore()
+    history = StorageHistoryProvider(store, "history")
+    strategy = SummarizationStrategy(local_client, target_count=2, threshold=1)
+    agent = Agent(local_client, "Answer briefly.", context_providers=[history, CompactionProvider(strategy)])
+    session = agent.create_session()
+    for text in ("My name is Ada.", "I like teal.", "I live in Paris.", "What is my name?"):
+        await agent.run(text, session=session)
+    assert strategy.last_error is None
+    conversation = history.conversation_id(session)
+    view = (await store.read_view(conversation)).messages
+    summaries = [m for m in view if is_summary_message(m)]
+    assert len(summaries) >= 1
+    assert is_summary_message(view[0])  # in place of what it replaced
+    assert summaries[0].text.strip()
+    replaced = set(summarized_message_ids(summaries[0]))
+    raw = await store.read(conversation)
+    assert len(raw) == 8  # every original is still stored
+    assert replaced & {entry.message.message_id for entry in raw}  # (or earlier summaries it folds in)
+    assert "My name is Ada." in [entry.message.text for entry in raw]
