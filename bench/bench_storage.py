@@ -9,6 +9,9 @@ edition's ``RedisHistoryProvider`` (agent-framework-redis, in ``bench/.venv-ref`
 Needs the machine's Redis (127.0.0.1:6379) and PostgreSQL (127.0.0.1:5432); uses a unique key
 prefix / schema / temp file and removes them afterwards.
 
+Also per backend and size: one whole agent turn with a per-run ``CompactionProvider`` (a 40-group
+sliding window recorded in the store every turn), scripted model.
+
 Run: ``.venv/bin/python bench/bench_storage.py [--quick] [--no-reference] [--sizes 1000,10000]``.
 """
 
@@ -35,12 +38,14 @@ import psycopg
 import redis.asyncio as aioredis
 from psycopg import sql
 
-from agentkeep import Message
-from agentkeep.storage import MessageStore
+from agentkeep import Agent, Message
+from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
+from agentkeep.storage import MessageStore, StorageHistoryProvider
 from agentkeep.storage.codec import encode_body, encode_id, encode_time
 from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.testing import ScriptedChatClient
 
 HERE = Path(__file__).resolve().parent
 REF_VENV = HERE / ".venv-ref"
@@ -126,7 +131,27 @@ async def _measure_size(store: MessageStore, size: int, reps: int) -> dict[str, 
     last_ms = await _median_ms(lambda: store.read_view(conversation, last=50), reps)
     all_reps = 3 if size >= 100_000 else max(3, reps // 10)
     all_ms = await _median_ms(lambda: store.read_view(conversation), all_reps)
-    return {"append": append_ms, "last50": last_ms, "all": all_ms}
+    return {
+        "append": append_ms,
+        "last50": last_ms,
+        "all": all_ms,
+    }
+
+
+async def _compacted_turn(store: MessageStore, size: int, reps: int) -> float:
+    """One agent turn on a stored conversation of ``size`` messages with a per-run compaction
+    (a 40-group window, recorded in the store): load what is new, compact, call a scripted model,
+    record the compaction, append the turn."""
+    conversation = f"bench-compacted-{size}"
+    await _fill(store, conversation, size)
+    history = StorageHistoryProvider(store, "history")
+    window = CompactionProvider(SlidingWindowStrategy(keep_last_groups=40))
+    agent = Agent(ScriptedChatClient(lambda _messages: "Done."), context_providers=[history, window])
+    session = agent.create_session()
+    history.attach(session, conversation)
+    for _ in range(3):  # the first turn compacts the whole history once
+        await agent.run("continue", session=session)
+    return await _median_ms(lambda: agent.run("continue", session=session), max(20, reps // 2))
 
 
 async def _measure_store(make: Factory, sizes: list[int], reps: int) -> dict[int, dict[str, float]]:
@@ -137,6 +162,11 @@ async def _measure_store(make: Factory, sizes: list[int], reps: int) -> dict[int
             row = await _measure_size(store, size, reps)
             row["bytes"] = await measure_bytes(len(await store.read(f"bench-{size}")))
             results[size] = row
+        finally:
+            await cleanup()
+        store, _, cleanup = await make()  # a store of its own: its data must not count in the bytes
+        try:
+            results[size]["compacted"] = await _compacted_turn(store, size, reps)
         finally:
             await cleanup()
     return results
@@ -376,15 +406,19 @@ def main(argv: list[str] | None = None) -> None:
 
     print("\nDurable history backends, one conversation of N messages (~200 characters each); medians")
     columns = [f"{'backend':>9}", f"{'N':>7}", f"{'append turn':>11}", f"{'last 50':>9}", f"{'load all':>10}"]
-    header = " | ".join([*columns, f"{'bytes/msg':>9}"])
+    header = " | ".join([*columns, f"{'bytes/msg':>9}", f"{'compacted turn':>14}"])
     print(header)
     print("-" * len(header))
     for backend, rows in ours.items():
         for size, row in rows.items():
             print(
                 f"{backend:>9} | {size:>7,} | {row['append']:8.3f} ms | {row['last50']:6.3f} ms | "
-                f"{row['all']:7.1f} ms | {row['bytes']:9.1f}"
+                f"{row['all']:7.1f} ms | {row['bytes']:9.1f} | {row['compacted']:11.3f} ms"
             )
+    print(
+        "(compacted turn = one agent.run with a 40-group window recorded in the store each turn: load what"
+        " is new, compact, record, append)"
+    )
     if reference is not None:
         for size in sizes:
             row = reference[str(size)]

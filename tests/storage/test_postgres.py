@@ -84,7 +84,12 @@ async def test_setup_creates_the_tables_and_records_one_migration(schema: str) -
         versions = await execute(
             sql.SQL("SELECT version, format_version FROM {}").format(table(schema, "schema_migrations"))
         )
-        assert versions == [(SCHEMA_VERSION, FORMAT_VERSION)]
+        assert versions == [(version, FORMAT_VERSION) for version in range(1, SCHEMA_VERSION + 1)]
+        indexes = await execute(
+            "SELECT tablename, indexdef FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE %s",
+            (schema, "%(conversation, id)%"),
+        )
+        assert sorted(name for name, _ in indexes) == ["messages", "summaries"]  # compaction finds ids fast
         storage = await execute(
             "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname IN "
             "('id', 'body')",
@@ -99,12 +104,41 @@ async def test_concurrent_setups_migrate_once(schema: str) -> None:
     stores = [PostgresMessageStore.from_url(URL, schema=schema) for _ in range(6)]
     try:
         await asyncio.gather(*(store.setup() for store in stores))
-        assert await count_rows(schema, "schema_migrations") == 1
+        assert await count_rows(schema, "schema_migrations") == SCHEMA_VERSION  # each one once
         await asyncio.gather(*(store.append("c", turn(i)) for i, store in enumerate(stores)))
         assert len(await stores[0].read("c")) == 12
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema: str) -> None:
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        await store.append("c", turn(1))
+    finally:
+        await store.aclose()
+    indexes = await execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE %s",
+        (schema, "%(conversation, id)%"),
+    )
+    for (name,) in indexes:  # back to what version 1 created
+        await execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, name)))
+    migrations = sql.Identifier(schema, "schema_migrations")
+    await execute(sql.SQL("DELETE FROM {} WHERE version > 1").format(migrations))
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        await store.setup()
+        assert [m.message.text for m in await store.read("c")] == [m.text for m in turn(1)]
+        again = await execute(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE %s",
+            (schema, "%(conversation, id)%"),
+        )
+        assert again == [(2,)]
+        versions = await execute(sql.SQL("SELECT version FROM {} ORDER BY version").format(migrations))
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    finally:
+        await store.aclose()
 
 
 async def test_the_first_operation_sets_up_the_schema(schema: str) -> None:

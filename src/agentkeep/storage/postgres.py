@@ -176,6 +176,12 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         END
         $$""",
     ),
+    # Compaction excludes and anchors by message id: without these, each record_compaction scanned
+    # the whole conversation.
+    (
+        "CREATE INDEX ON {messages} (conversation, id)",
+        "CREATE INDEX ON {summaries} (conversation, id)",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
