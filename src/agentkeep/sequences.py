@@ -170,11 +170,20 @@ class MessageLog:
         source_id: str | None,
         *,
         source_type: MessageSourceType = MessageSourceType.CHAT_HISTORY,
+        stamped_except: Iterable[Message] | None = None,
     ) -> MessageLog:
-        """A log that takes ``messages`` (freshly decoded, owned by nobody else) without copying them."""
+        """A log that takes ``messages`` (freshly decoded, owned by nobody else) without copying them.
+
+        Args:
+            messages: The messages; stamped in place (and given an id and time if they lack one).
+            source_id: The owning provider's ``source_id``.
+            source_type: The stamp to apply.
+            stamped_except: When given, ``messages`` already carry this log's stamp except these
+                (e.g. a compacted view of the log plus new summaries): only these are stamped.
+        """
         log = cls(source_id, source_type=source_type)
         stamp = (source_type, source_id)
-        for message in messages:
+        for message in messages if stamped_except is None else stamped_except:
             message._source = stamp  # pyright: ignore[reportPrivateUsage]
             message.ensure_identity()
         log._items = messages

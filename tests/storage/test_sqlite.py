@@ -81,17 +81,39 @@ def test_default_path_falls_back_to_local_share(tmp_path: Path, monkeypatch: pyt
     assert default_database_path() == tmp_path / ".local" / "share" / "agentkeep" / "agentkeep.db"
 
 
-async def test_wal_mode_and_one_schema_migration_recorded(store: SQLiteMessageStore) -> None:
+async def test_wal_mode_and_each_schema_migration_recorded_once(store: SQLiteMessageStore) -> None:
     await store.setup()
     await store.setup()
     assert await _sql(store.path, "PRAGMA journal_mode") == [("wal",)]
     rows = await _sql(store.path, "SELECT version, format FROM agentkeep_schema")
-    assert rows == [(SCHEMA_VERSION, FORMAT_VERSION)]
-    # the message id has no index of its own: rows stay small (dedup scans a primary-key range)
+    assert rows == [(version, FORMAT_VERSION) for version in range(1, SCHEMA_VERSION + 1)]
+    # one index on message ids (migration 2): recording a compaction looks ids up through it
     indexes = await _sql(
         store.path, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'agentkeep_messages'"
     )
-    assert indexes == []
+    assert indexes == [("agentkeep_messages_id",)]
+
+
+async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    first = SQLiteMessageStore(path)
+    try:
+        await first.append("c", _turn(1))
+    finally:
+        await first.aclose()
+    for name in ("agentkeep_messages_id", "agentkeep_summaries_id"):  # back to what version 1 made
+        await _sql(path, f"DROP INDEX {name}")
+    await _sql(path, "DELETE FROM agentkeep_schema WHERE version > 1")
+    again = SQLiteMessageStore(path)
+    try:
+        await again.setup()
+        assert [m.message.text for m in await again.read("c")] == [m.text for m in _turn(1)]
+        names = await _sql(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%_id'")
+        assert sorted(name for (name,) in names) == ["agentkeep_messages_id", "agentkeep_summaries_id"]
+        versions = await _sql(path, "SELECT version FROM agentkeep_schema ORDER BY version")
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    finally:
+        await again.aclose()
 
 
 async def test_bytes_per_message_stay_within_budget(store: SQLiteMessageStore) -> None:

@@ -182,7 +182,9 @@ class StorageHistoryProvider(HistoryProvider):
             return None
         made = {message.message_id for message, _ in summaries}
         fresh = [m for m in update.messages if m.message_id not in made]  # appended by others meanwhile
-        log = MessageLog.from_owned([*view, *fresh], self.source_id)
+        # The view's other messages come from this log, stamped already: stamp only what is new.
+        new = [*(message for message, _ in summaries), *fresh]
+        log = MessageLog.from_owned([*view, *fresh], self.source_id, stamped_except=new)
         state._log = log  # pyright: ignore[reportPrivateUsage]
         state._epoch = epoch  # pyright: ignore[reportPrivateUsage]
         state._last_seq = update.last_seq  # pyright: ignore[reportPrivateUsage]

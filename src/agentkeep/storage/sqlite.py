@@ -58,7 +58,7 @@ import asyncio
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Generator, Iterable, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -127,6 +127,11 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             updated_at INTEGER NOT NULL,
             PRIMARY KEY (agent, conversation_id)
         )""",
+    ),
+    # Recording a compaction looks its ids up through these instead of reading the current view.
+    (
+        "CREATE INDEX agentkeep_messages_id ON agentkeep_messages (id)",
+        "CREATE INDEX agentkeep_summaries_id ON agentkeep_summaries (conversation, id)",
     ),
 )
 """The schema, as an append-only list of migrations (each a list of statements). Never edit one
@@ -464,8 +469,7 @@ class SQLiteMessageStore:
     ) -> int:
         """Exclude messages and add summaries in one transaction; returns the new epoch.
 
-        Finding the ids reads only the rows above the conversation's view floor (the current
-        view's messages), unless a summary replaces something older.
+        The ids are looked up through indexes: the cost follows the ids named, not the history.
         """
         self.database.check_open()
         excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
@@ -490,31 +494,26 @@ class SQLiteMessageStore:
                     raise ValueError(f"conversation {conversation_id!r} does not exist")
                 return 0
             key = found.key
-            recent: dict[bytes, int] = {
-                message_id: position & _SEQ_MASK
+            wanted = {*excluded, *(i for s in summaries for i in s.replaced), *(s.id for s in summaries)}
+            low, high = _span(key)
+            recent: dict[bytes, int] = {}
+            stored: dict[bytes, tuple[int, int]] = {}
+            for chunk in _chunks(sorted(wanted)):
+                marks = ",".join("?" * len(chunk))
                 for message_id, position in db.execute(
-                    "SELECT id, position FROM agentkeep_messages WHERE position > ? AND position <= ?",
-                    _span(key, found.view_floor),
-                )
-            }
-            stored: dict[bytes, tuple[int, int]] = {
-                summary_id: (seq, anchor)
-                for summary_id, seq, anchor in db.execute(
-                    "SELECT id, seq, anchor FROM agentkeep_summaries WHERE conversation = ?", (key,)
-                )
-            }
-            missing = {i for s in summaries for i in s.replaced} - recent.keys() - stored.keys()
-            older: dict[bytes, int] = {}
-            if missing:  # a summary over messages excluded earlier: look below the floor too
-                for message_id, position in db.execute(
-                    "SELECT id, position FROM agentkeep_messages WHERE position > ? AND position <= ?",
-                    _span(key, 0, found.view_floor),
+                    f"SELECT id, position FROM agentkeep_messages WHERE id IN ({marks})", chunk
                 ):
-                    if message_id in missing:
-                        older[message_id] = position & _SEQ_MASK
+                    if low < position <= high:  # this conversation's (ids may repeat across others)
+                        recent[message_id] = position & _SEQ_MASK
+                for summary_id, seq, anchor in db.execute(
+                    "SELECT id, seq, anchor FROM agentkeep_summaries "
+                    f"WHERE conversation = ? AND id IN ({marks})",
+                    (key, *chunk),
+                ):
+                    stored[summary_id] = (seq, anchor)
 
             def anchor_of(message_id: bytes) -> int | None:
-                seq = recent.get(message_id, older.get(message_id))
+                seq = recent.get(message_id)
                 if seq is not None:
                     return seq
                 return stored[message_id][1] if message_id in stored else None
@@ -539,7 +538,7 @@ class SQLiteMessageStore:
             )
             last_seq = found.last_seq
             for summary, anchor in zip(summaries, anchors, strict=True):
-                if summary.id in stored or summary.id in recent or summary.id in older:
+                if summary.id in stored or summary.id in recent:
                     continue  # recorded before: a retry
                 last_seq += 1
                 db.execute(
@@ -609,6 +608,12 @@ def _identity(message: Message) -> tuple[bytes, int]:
     if message_id is None or created_at is None:  # pragma: no cover - ensure_identity() set them
         raise AssertionError("ensure_identity() left the message without an id or time")
     return encode_id(message_id), encode_time(created_at)
+
+
+def _chunks(items: list[bytes], size: int = 500) -> Iterator[list[bytes]]:
+    """``items`` in slices small enough for one statement's parameters."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _span(key: int, after: int = 0, upto: int = _SEQ_MASK) -> tuple[int, int]:
