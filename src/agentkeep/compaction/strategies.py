@@ -67,9 +67,6 @@ _TOOL_CALL = MessageGroupKind.TOOL_CALL
 _RESULT_PREVIEW_CHARS = 80
 """How many characters of each tool result a collapsed tool-call summary keeps."""
 
-_PREVIEW_SCAN_CHARS = _RESULT_PREVIEW_CHARS + 16
-"""How much of a result is read first to make its preview (four times more while that is too little)."""
-
 
 @runtime_checkable
 class CompactionStrategy(Protocol):
@@ -461,8 +458,9 @@ def _tool_candidates(
     return index.oldest_included(tool_calls_only=True, before=stop)
 
 
-def _preview(value: Any) -> str:
-    """``value`` as one line of at most :data:`_RESULT_PREVIEW_CHARS` characters."""
+def one_line(value: Any, limit: int = _RESULT_PREVIEW_CHARS) -> str:
+    """``value`` as one line of at most ``limit`` characters (JSON for non-strings, whitespace
+    collapsed, ``…`` where it is cut); cheap for long values."""
     if isinstance(value, str):
         text = value
     else:
@@ -472,13 +470,13 @@ def _preview(value: Any) -> str:
             text = str(value)
     # Whitespace is collapsed before shortening. A prefix is collapsed, longer ones until it is
     # long enough: a collapsed prefix begins the collapsed whole, so then the cut is the same.
-    scan = _PREVIEW_SCAN_CHARS
+    scan = limit + 16
     line = " ".join(text[:scan].split())
-    while len(line) <= _RESULT_PREVIEW_CHARS and scan < len(text):
+    while len(line) <= limit and scan < len(text):
         scan *= 4
         line = " ".join(text[:scan].split())
-    if len(line) > _RESULT_PREVIEW_CHARS:
-        line = line[: _RESULT_PREVIEW_CHARS - 1] + "…"
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
     return line
 
 
@@ -505,7 +503,7 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
     if results:
         parts = [
             f"{names.get(result.call_id, result.call_id)}: "
-            + (_preview(f"error: {result.exception}") if result.exception else _preview(result.result))
+            + (one_line(f"error: {result.exception}") if result.exception else one_line(result.result))
             for result in results
         ]
         return f"[Tool results: {'; '.join(parts)}]"

@@ -18,7 +18,6 @@ Names and defaults follow the Python edition of the reference (seed 002).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any, Final
@@ -28,6 +27,7 @@ from ..contents import ErrorContent, FunctionCallContent, FunctionResultContent,
 from ..errors import SummarizationError
 from ..messages import Message
 from .groups import MessageGroup, MessageIndex, is_summary_message
+from .strategies import one_line
 from .tokenizers import Tokenizer, count_message_tokens
 from .triggers import CompactionTrigger
 
@@ -62,17 +62,7 @@ def _check_count(name: str, value: int) -> int:
 
 
 def _preview(value: Any) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-        except (TypeError, ValueError):
-            text = str(value)
-    text = " ".join(text.split())
-    if len(text) > _PREVIEW_CHARS:
-        text = text[: _PREVIEW_CHARS - 1] + "…"
-    return text
+    return one_line(value, _PREVIEW_CHARS)
 
 
 def _transcript_lines(messages: Sequence[Message]) -> list[str]:
