@@ -165,3 +165,34 @@ async def test_a_failed_run_records_no_compaction_and_the_next_one_does(backend:
         assert view.epoch == 1
         assert _texts(view.messages) == ["b", "two", "d", "three"]
         assert len(await store.read(conversation)) == 6
+
+
+async def test_two_writers_compacting_one_conversation_lose_nothing(backend: ModuleType) -> None:
+    async with backend.open_store() as store:
+        agents: list[tuple[Agent, StorageHistoryProvider]] = []
+        for name in ("a", "b"):  # two hosts, each with its own provider and cache
+            history = StorageHistoryProvider(store, "db")
+            window = CompactionProvider(SlidingWindowStrategy(keep_last_groups=3))
+            client = ScriptedChatClient(lambda messages, name=name: f"{name} saw {len(messages)}")
+            agents.append((Agent(client, context_providers=[history, window]), history))
+        sessions = []
+        for agent, history in agents:
+            session = agent.create_session()
+            history.attach(session, "shared")
+            sessions.append(session)
+        for turn in range(8):
+            index = turn % 2
+            agent, _ = agents[index]
+            await agent.run(f"q{turn}", session=sessions[index])
+        raw = await store.read("shared")
+        assert [entry.message.text for entry in raw if entry.message.role == "user"] == [
+            f"q{i}" for i in range(8)
+        ]
+        assert len(raw) == 16  # every turn stored once, nothing lost to the other writer's compactions
+        view = (await store.read_view("shared")).messages
+        assert [m.text for m in view][-2:][0] == "q7"
+        assert len(view) <= 5  # the last window (3 groups) plus the last turn
+        for (_, history), session in zip(agents, sessions, strict=True):  # both caches agree with the store
+            assert [m.message_id for m in await history.get_session_messages(session)] == [
+                m.message_id for m in view
+            ]
