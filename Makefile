@@ -45,23 +45,26 @@ $(VENV)/.stamp-llama-$(LLAMA_KEY): | $(BIN)/python
 		|| { tail -n 40 $(VENV)/llama-build.log; rm -rf $(LLAMA_DIR).tmp; exit 1; }; \
 		rm -rf $(LLAMA_DIR) && mv $(LLAMA_DIR).tmp $(LLAMA_DIR); \
 	fi
+	@# forced: an installed build of the same version (e.g. pip's native one) must be replaced;
+	@# then its dependencies, which the forced step leaves alone
 	$(PIP) install --force-reinstall --no-deps $(LLAMA_DIR)/llama_cpp_python-*.whl
 	$(PIP) install $(LLAMA_DIR)/llama_cpp_python-*.whl
 	@rm -f $(VENV)/.stamp-llama-*
 	@touch $@
 
-# Reinstalled only when the project's metadata changes (the package is installed editable).
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
-	@echo "installing dev dependencies"
-	@$(PIP_BUILD) -e '.[dev]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
+# The package, editable, with an extra; reinstalled only when the project's metadata changes.
+define install_extra
+	@echo "installing agentkeep[$(1)]"
+	@$(PIP_BUILD) -e '.[$(1)]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
 		|| { tail -n 40 $(VENV)/install.log; exit 1; }
 	@touch $@
+endef
+
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
+	$(call install_extra,dev)
 
 $(VENV)/.stamp-demo: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
-	@echo "installing agentkeep[local]"
-	@$(PIP_BUILD) -e '.[local]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
-		|| { tail -n 40 $(VENV)/install.log; exit 1; }
-	@touch $@
+	$(call install_extra,local)
 
 demo: $(VENV)/.stamp-demo
 	$(BIN)/python examples/local_chat_demo.py
