@@ -34,7 +34,16 @@ from typing import Protocol, runtime_checkable
 
 from ..messages import Message
 
-__all__ = ["DEDUP_WINDOW", "ConversationInfo", "HistoryView", "MessageStore", "StoredMessage", "Summary"]
+__all__ = [
+    "DEDUP_WINDOW",
+    "ConversationInfo",
+    "HistoryView",
+    "MessageStore",
+    "StoredMessage",
+    "Summary",
+    "check_retention",
+    "newest_first",
+]
 
 DEDUP_WINDOW = 256
 """How many of the newest stored entries an append checks for ids of a retried batch."""
@@ -105,6 +114,27 @@ class ConversationInfo:
     message_count: int
     last_seq: int
     updated_at: datetime | None
+
+
+def check_retention(max_messages: int | None, ttl: float | None) -> None:
+    """Refuse retention settings (see the module docs) that no backend can honour.
+
+    Raises:
+        ValueError: ``max_messages`` or ``ttl`` is not positive.
+    """
+    if max_messages is not None and max_messages <= 0:
+        raise ValueError("max_messages must be positive")
+    if ttl is not None and ttl <= 0:
+        raise ValueError("ttl must be positive")
+
+
+def newest_first(infos: list[ConversationInfo]) -> None:
+    """Sort ``infos`` in place, most recently active first (those without messages last)."""
+    infos.sort(key=_activity, reverse=True)
+
+
+def _activity(info: ConversationInfo) -> float:
+    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
 
 
 @runtime_checkable

@@ -15,7 +15,8 @@ A stored message is three parts, so backends can keep the id and time in their o
   backend (a row's own overhead is 30-60 bytes). Anything else is ``0x02`` and the wire form as
   MessagePack (lossless, unknown fields included).
 
-Decoding errors raise ``ValueError`` / ``msgspec`` errors; backends turn them into
+Decoding errors raise ``ValueError`` / ``msgspec`` errors (:data:`DECODE_ERRORS` lists what a damaged
+record can raise); backends turn them into
 :class:`~agentkeep.errors.CorruptRecordError` naming the conversation and sequence number.
 """
 
@@ -32,6 +33,7 @@ from ..errors import MessageFormatError
 from ..messages import Message, Role
 
 __all__ = [
+    "DECODE_ERRORS",
     "FORMAT_VERSION",
     "decode_body",
     "decode_id",
@@ -39,11 +41,23 @@ __all__ = [
     "decode_time",
     "encode_body",
     "encode_id",
+    "encode_identity",
     "encode_time",
 ]
 
 FORMAT_VERSION: Final = 1
 """Version of this record format; backends store it and refuse data from newer versions."""
+
+DECODE_ERRORS: Final = (
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    msgspec.MsgspecError,
+)
+"""What decoding a damaged record can raise; backends turn these into ``CorruptRecordError``."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
@@ -64,6 +78,15 @@ def encode_id(message_id: str) -> bytes:
         raise MessageFormatError("message ids may not contain NUL characters", path="message_id")
     raw = b"\x00" + message_id.encode()
     return raw + b"\x00" if len(raw) == 16 else raw
+
+
+def encode_identity(message: Message) -> tuple[bytes, int]:
+    """The encoded id and time of ``message``, given them first if it has none."""
+    message.ensure_identity()
+    message_id, created_at = message.message_id, message.created_at
+    if message_id is None or created_at is None:  # pragma: no cover - ensure_identity() set them
+        raise AssertionError("ensure_identity() left the message without an id or time")
+    return encode_id(message_id), encode_time(created_at)
 
 
 def decode_id(data: bytes) -> str:

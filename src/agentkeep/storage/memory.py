@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from bisect import insort
+from bisect import bisect_right, insort
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import StorageClosedError
 from ..messages import Message
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, newest_first
 from .codec import encode_body
 
 __all__ = ["InMemoryMessageStore"]
@@ -122,7 +122,7 @@ class InMemoryMessageStore:
         conversation = self._get(conversation_id)
         if conversation is None:
             return []
-        entries = [e for e in conversation.log if after is None or e.seq > after]
+        entries = _after(conversation.log, after)
         if last is not None:
             entries = entries[-last:] if last > 0 else []
         return [e.stored() for e in entries]
@@ -134,10 +134,7 @@ class InMemoryMessageStore:
         conversation = self._get(conversation_id)
         if conversation is None:
             return HistoryView()
-        view: list[_Entry] = []
-        for entry in conversation.log:
-            if not entry.excluded and (after is None or entry.seq > after):
-                view.append(entry)
+        view = [entry for entry in _after(conversation.log, after) if not entry.excluded]
         for summary in conversation.summaries:
             if not summary.excluded and (after is None or summary.seq > after):
                 insort(view, summary, key=_view_key)
@@ -204,7 +201,7 @@ class InMemoryMessageStore:
             infos.append(
                 ConversationInfo(conversation_id, len(conversation.log), conversation.last_seq, newest)
             )
-        infos.sort(key=_activity, reverse=True)
+        newest_first(infos)
         return infos if limit is None else infos[: max(limit, 0)]
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
@@ -220,8 +217,13 @@ class InMemoryMessageStore:
         self._closed = True
 
 
-def _activity(info: ConversationInfo) -> float:
-    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
+def _after(log: list[_Entry], after: int | None) -> list[_Entry]:
+    """The entries of ``log`` (in seq order) with ``seq > after``: a turn's read costs what is new."""
+    return log if after is None else log[bisect_right(log, after, key=_seq) :]
+
+
+def _seq(entry: _Entry) -> int:
+    return entry.seq
 
 
 def _view_key(entry: _Entry) -> tuple[int, int, int]:

@@ -87,7 +87,8 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Generator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final, NamedTuple, Unpack, cast
 from urllib.parse import quote, unquote
@@ -117,8 +118,8 @@ from ..history import HistoryOptions
 from ..messages import Message
 from . import _redis_lua as _lua
 from ._redis_lua import RedisScript
-from .base import ConversationInfo, HistoryView, StoredMessage, Summary
-from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_time
+from .base import ConversationInfo, HistoryView, StoredMessage, Summary, check_retention, newest_first
+from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_identity
 from .history import StorageHistoryProvider
 
 __all__ = [
@@ -216,20 +217,22 @@ class RedisConnection:
             StorageUnavailableError: The server cannot be reached or did not answer in time.
             StorageError: The server refused the script (e.g. a key of ours holds another type).
         """
-        try:
+        with self._mapped_errors():
             try:
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
                 return await self.client.eval(script.source, len(keys), *keys, *args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise self.unavailable(exc) from exc
-        except RedisError as exc:
-            raise StorageError(f"redis at {self.address}: {exc}", backend=self.backend) from exc
 
     async def execute(self, *command: bytes | str | int) -> Any:
         """Run one Redis command; errors as in :meth:`run`."""
-        try:
+        with self._mapped_errors():
             return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+    @contextmanager
+    def _mapped_errors(self) -> Generator[None]:
+        """redis-py's errors as agentkeep's (see :meth:`run`)."""
+        try:
+            yield
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise self.unavailable(exc) from exc
         except RedisError as exc:
@@ -267,7 +270,10 @@ def _address(client: aioredis.Redis) -> str:
 
 def _needle(message_id: str) -> bytes:
     """The length-prefixed encoded id an entry starts with."""
-    ident = encode_id(message_id)
+    return _length_prefixed(encode_id(message_id))
+
+
+def _length_prefixed(ident: bytes) -> bytes:
     if len(ident) < 255:
         return bytes((len(ident),)) + ident
     if len(ident) > 0xFFFF:
@@ -283,10 +289,9 @@ def _known_needle(message_id: str) -> bytes | None:
 
 
 def _entry(message: Message, body: bytes) -> bytes:
-    assert message.message_id is not None
-    assert message.created_at is not None
-    when = encode_time(message.created_at).to_bytes(8, "big", signed=True)
-    return _needle(message.message_id) + when + body
+    """The log entry of ``message`` (given an id and time first if it has none)."""
+    ident, created_at = encode_identity(message)
+    return _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + body
 
 
 def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
@@ -343,10 +348,6 @@ def _ms(seconds: float) -> int:
 def _glob_escape(text: str) -> str:
     """``text`` matched literally by a ``SCAN MATCH`` pattern."""
     return re.sub(r"([\\*?\[\]])", r"\\\1", text)
-
-
-def _activity(info: ConversationInfo) -> float:
-    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
 
 
 def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
@@ -410,10 +411,7 @@ class RedisMessageStore:
     ) -> None:
         if not key_prefix:
             raise ValueError("key_prefix must not be empty")
-        if max_messages is not None and max_messages <= 0:
-            raise ValueError("max_messages must be positive")
-        if ttl is not None and ttl <= 0:
-            raise ValueError("ttl must be positive")
+        check_retention(max_messages, ttl)
         self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
         self.key_prefix = key_prefix
         self.max_messages = max_messages
@@ -542,8 +540,6 @@ class RedisMessageStore:
         if not messages:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
-        for message in messages:
-            message.ensure_identity()
         entries = [_entry(message, body) for message, body in zip(messages, bodies, strict=True)]
         await self._ready()
         first = await self.connection.run(
@@ -563,11 +559,7 @@ class RedisMessageStore:
         self, conversation_id: str, *, last: int | None = None, after: int | None = None
     ) -> list[StoredMessage]:
         """Raw log entries (excluded ones included, summaries not), oldest first."""
-        await self._ready()
-        want = -1 if last is None else max(last, 0)
-        _, _, pieces, excluded = await self.connection.run(
-            _lua.READ, self.conversation_keys(conversation_id), [after or 0, want, 1]
-        )
+        _, _, pieces, excluded = await self._read(conversation_id, last, after, raw=True)
         starts, ends = _parse_ranges(excluded)
         out: list[StoredMessage] = []
         for _, first, entries in pieces:
@@ -582,11 +574,7 @@ class RedisMessageStore:
         self, conversation_id: str, *, last: int | None = None, after: int | None = None
     ) -> HistoryView:
         """The compacted view, in view order (see the contract)."""
-        await self._ready()
-        want = -1 if last is None else max(last, 0)
-        epoch, last_seq, pieces, _ = await self.connection.run(
-            _lua.READ, self.conversation_keys(conversation_id), [after or 0, want, 0]
-        )
+        epoch, last_seq, pieces, _ = await self._read(conversation_id, last, after, raw=False)
         entries: list[StoredMessage] = []
         for kind, first, payload in pieces:
             if kind == 0:
@@ -596,6 +584,13 @@ class RedisMessageStore:
             else:
                 entries.append(_decode_summary(conversation_id, first, payload))
         return HistoryView(entries, int(epoch), int(last_seq))
+
+    async def _read(self, conversation_id: str, last: int | None, after: int | None, *, raw: bool) -> Any:
+        """The ``READ`` script's reply: epoch, last seq, pieces of the log or view, excluded ranges."""
+        await self._ready()
+        want = -1 if last is None else max(last, 0)
+        keys = self.conversation_keys(conversation_id)
+        return await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
 
     async def record_compaction(
         self,
@@ -616,9 +611,7 @@ class RedisMessageStore:
         args += [len(needles), *needles, len(summaries)]
         for summary in summaries:
             message = summary.message
-            body = encode_body(message)
-            message.ensure_identity()
-            entry = _entry(message, body)
+            entry = _entry(message, encode_body(message))
             replaces = [n for n in map(_known_needle, summary.replaces) if n is not None]
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]
@@ -693,7 +686,7 @@ class RedisMessageStore:
                 break
             start += size - gone
         # conversations appended to while the index was read keep the order of what is returned
-        infos.sort(key=_activity, reverse=True)
+        newest_first(infos)
         return infos if limit is None else infos[:limit]
 
     async def aclose(self) -> None:

@@ -5,7 +5,8 @@ What lives here:
 * :class:`SQLiteDatabase`: a database file and the one worker thread that owns its connection.
   Both SQLite stores (:class:`SQLiteMessageStore` and
   :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
-  connection settings, migrations and error mapping live in one place.
+  connection settings, migrations and error mapping live in one place (the private module
+  ``_sqlite_database``; the names are re-exported here).
 * :class:`SQLiteMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
 * :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider`
   that opens (and owns) a :class:`SQLiteMessageStore` on a path.
@@ -36,8 +37,9 @@ connection opens and recorded with the record format version in ``agentkeep_sche
   ``excluded`` flag. Packing the key into the rowid keeps rows small: interior B-tree pages hold
   only integers and appends fill leaf pages completely (a ``WITHOUT ROWID`` table on
   ``(conversation, seq)`` measured ~275 bytes per 200-character message, this ~250 with the
-  8 KiB pages new files get). There is no index on the message id: a retried batch is recognised
-  by scanning the newest :data:`~agentkeep.storage.base.DEDUP_WINDOW` positions, a key range.
+  8 KiB pages new files get). An index on the message id (migration 2, with one on the
+  summaries' ``(conversation, id)``) lets a compaction look its ids up; a retried batch is
+  looked for among the newest :data:`~agentkeep.storage.base.DEDUP_WINDOW` positions.
 * ``agentkeep_summaries``: summary messages with their view ``anchor`` (the sequence number of
   the first message they replace) and the replaced ids (a JSON list).
 * ``agentkeep_sessions``: the session store's payloads (see :mod:`agentkeep.stores.sqlite`).
@@ -54,25 +56,31 @@ database written by a newer agentkeep raises :class:`~agentkeep.errors.SchemaVer
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
-import time
-from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeVar, Unpack
+from typing import Final, Unpack
 
 import msgspec
 
-from ..errors import CorruptRecordError, SchemaVersionError, StorageClosedError, StorageUnavailableError
+from ..errors import CorruptRecordError
 from ..history import HistoryOptions
 from ..messages import Message
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary
-from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_time
+from ._sqlite_database import (
+    BACKEND,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    SQLiteDatabase,
+    default_database_path,
+    now_us,
+    read_transaction,
+    write_transaction,
+)
+from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, check_retention
+from .codec import DECODE_ERRORS, decode_message, decode_time, encode_body, encode_id, encode_identity
 from .history import StorageHistoryProvider
 
 __all__ = [
@@ -84,242 +92,9 @@ __all__ = [
     "default_database_path",
 ]
 
-T = TypeVar("T")
-
-BACKEND: Final = "sqlite"
-
-MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    (
-        """CREATE TABLE agentkeep_conversations (
-            key INTEGER PRIMARY KEY,
-            conversation_id TEXT NOT NULL UNIQUE,
-            last_seq INTEGER NOT NULL DEFAULT 0,
-            epoch INTEGER NOT NULL DEFAULT 0,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            view_floor INTEGER NOT NULL DEFAULT 0,
-            expires_at INTEGER
-        )""",
-        """CREATE INDEX agentkeep_conversations_expiry
-            ON agentkeep_conversations (expires_at) WHERE expires_at IS NOT NULL""",
-        """CREATE TABLE agentkeep_messages (
-            position INTEGER PRIMARY KEY,
-            id BLOB NOT NULL,
-            time INTEGER NOT NULL,
-            body BLOB NOT NULL,
-            excluded INTEGER NOT NULL DEFAULT 0
-        )""",
-        """CREATE TABLE agentkeep_summaries (
-            conversation INTEGER NOT NULL,
-            seq INTEGER NOT NULL,
-            anchor INTEGER NOT NULL,
-            id BLOB NOT NULL,
-            time INTEGER NOT NULL,
-            body BLOB NOT NULL,
-            replaces BLOB NOT NULL,
-            excluded INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (conversation, seq)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE agentkeep_sessions (
-            agent TEXT NOT NULL,
-            conversation_id TEXT NOT NULL,
-            version INTEGER NOT NULL,
-            payload BLOB NOT NULL,
-            updated_at INTEGER NOT NULL,
-            PRIMARY KEY (agent, conversation_id)
-        )""",
-    ),
-    # Recording a compaction looks its ids up through these instead of reading the current view.
-    (
-        "CREATE INDEX agentkeep_messages_id ON agentkeep_messages (id)",
-        "CREATE INDEX agentkeep_summaries_id ON agentkeep_summaries (conversation, id)",
-    ),
-)
-"""The schema, as an append-only list of migrations (each a list of statements). Never edit one
-that shipped: add a new one."""
-
-SCHEMA_VERSION: Final = len(MIGRATIONS)
-"""The schema version this agentkeep writes (the number of migrations)."""
 
 _SEQ_BITS: Final = 32
 _SEQ_MASK: Final = (1 << _SEQ_BITS) - 1
-
-_DECODE_ERRORS = (ValueError, TypeError, AttributeError, IndexError, OverflowError, msgspec.MsgspecError)
-
-
-def default_database_path() -> Path:
-    """Where the stores keep their data by default.
-
-    ``$XDG_DATA_HOME/agentkeep/agentkeep.db``, or ``~/.local/share/agentkeep/agentkeep.db`` when
-    ``XDG_DATA_HOME`` is not set (the folder is created on first use).
-    """
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "agentkeep" / "agentkeep.db"
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
-class SQLiteDatabase:
-    """A SQLite database file and the single worker thread that owns its connection.
-
-    The connection is opened (the folder created, WAL mode set, migrations applied) by the first
-    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` hands one
-    to the worker and awaits its result, so the event loop never blocks on the database.
-
-    Args:
-        path: The database file (default: :func:`default_database_path`).
-        timeout: Seconds to wait for a lock held by another connection before giving up.
-    """
-
-    backend = BACKEND
-
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
-        self.path = Path(path) if path is not None else default_database_path()
-        self.timeout = timeout
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-sqlite")
-        self._connection: sqlite3.Connection | None = None  # used only in the worker thread
-        self._closed = False
-
-    def check_open(self) -> None:
-        """Raise :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`."""
-        if self._closed:
-            raise StorageClosedError(f"the store on {self.path} is closed", backend=BACKEND)
-
-    async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``job(connection)`` in the worker thread and return its result.
-
-        Raises:
-            StorageClosedError: After :meth:`aclose`.
-            StorageUnavailableError: The database cannot be opened, or stayed locked too long.
-            SchemaVersionError: The database was written by a newer agentkeep.
-        """
-        self.check_open()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, job)
-
-    async def setup(self) -> None:
-        """Open the database and apply pending migrations (idempotent)."""
-        await self.run(_nothing)
-
-    async def aclose(self) -> None:
-        """Close the connection and stop the worker thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
-        finally:
-            self._executor.shutdown(wait=False)
-
-    def unavailable(self, message: str) -> StorageUnavailableError:
-        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
-        return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
-
-    # -- the worker thread ----------------------------------------------------------------------
-    def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        try:
-            connection = self._connection or self._open()
-            return job(connection)
-        except sqlite3.OperationalError as exc:
-            text = str(exc)
-            if "locked" in text or "busy" in text:
-                raise self.unavailable(f"database still locked after {self.timeout:g} s ({text})") from exc
-            raise self.unavailable(text) from exc
-        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
-            raise  # our own mistakes: not the database's state
-        except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
-            raise self.unavailable(str(exc)) from exc
-
-    def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise self.unavailable(f"cannot create the folder {self.path.parent}: {exc}") from exc
-        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
-        deadline = time.monotonic() + self.timeout
-        try:
-            while True:
-                try:
-                    self._prepare(connection)
-                    break
-                except sqlite3.OperationalError as exc:
-                    # Switching a new file to WAL while another connection creates it can fail at
-                    # once (SQLite skips the busy handler where waiting could deadlock): retry.
-                    if "locked" not in str(exc) or time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.005)
-        except BaseException:
-            connection.close()
-            raise
-        self._connection = connection
-        return connection
-
-    def _prepare(self, connection: sqlite3.Connection) -> None:
-        connection.execute("PRAGMA page_size=8192")  # new files only: fuller pages for long logs
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        self._migrate(connection)
-
-    def _migrate(self, connection: sqlite3.Connection) -> None:
-        with _write_transaction(connection):
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS agentkeep_schema ("
-                "version INTEGER PRIMARY KEY, format INTEGER NOT NULL, applied_at INTEGER NOT NULL)"
-            )
-            version, record_format = connection.execute(
-                "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
-            ).fetchone()
-            if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
-                raise SchemaVersionError(
-                    f"{self.path} has schema version {version} and record format {record_format}; "
-                    f"this agentkeep reads schema version {SCHEMA_VERSION} and record format "
-                    f"{FORMAT_VERSION} at most: upgrade agentkeep",
-                    backend=BACKEND,
-                )
-            for number in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS[number - 1]:
-                    connection.execute(statement)
-                connection.execute(
-                    "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, ?, ?)",
-                    (number, FORMAT_VERSION, _now_us()),
-                )
-
-    def _close_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    def __repr__(self) -> str:
-        return f"SQLiteDatabase({str(self.path)!r})"
-
-
-def _nothing(connection: sqlite3.Connection) -> None:
-    return None
-
-
-@contextmanager
-def _write_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first."""
-    connection.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        connection.execute("COMMIT")
-    except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
-        raise
-
-
-@contextmanager
-def _read_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
-    connection.execute("BEGIN")
-    try:
-        yield
-    finally:
-        if connection.in_transaction:
-            connection.execute("COMMIT")
 
 
 # -- the message store ----------------------------------------------------------------------------
@@ -373,10 +148,7 @@ class SQLiteMessageStore:
         ttl: float | None = None,
         timeout: float = 5.0,
     ) -> None:
-        if max_messages is not None and max_messages <= 0:
-            raise ValueError("max_messages must be positive")
-        if ttl is not None and ttl <= 0:
-            raise ValueError("ttl must be positive")
+        check_retention(max_messages, ttl)
         self.max_messages = max_messages
         self.ttl = ttl
         self.database = SQLiteDatabase(path, timeout=timeout)
@@ -405,16 +177,14 @@ class SQLiteMessageStore:
         if not messages:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse before touching anything
-        rows: list[tuple[bytes, int, bytes]] = []
-        for message, body in zip(messages, bodies, strict=True):
-            rows.append((*_identity(message), body))
+        rows = [(*encode_identity(message), body) for message, body in zip(messages, bodies, strict=True)]
         return await self.database.run(partial(self._append, conversation_id, rows))
 
     def _append(
         self, conversation_id: str, rows: list[tuple[bytes, int, bytes]], db: sqlite3.Connection
     ) -> list[int]:
-        now = _now_us()
-        with _write_transaction(db):
+        now = now_us()
+        with write_transaction(db):
             found = _find(db, conversation_id, now, purge=True)
             if found is None:
                 cursor = db.execute(
@@ -476,7 +246,7 @@ class SQLiteMessageStore:
         new: list[_NewSummary] = []
         for summary in summaries:
             body = encode_body(summary.message)
-            summary_id, summary_time = _identity(summary.message)
+            summary_id, summary_time = encode_identity(summary.message)
             replaced = [encoded for encoded in map(_encode_known_id, summary.replaces) if encoded is not None]
             replaces = msgspec.json.encode(list(summary.replaces))
             new.append(
@@ -487,8 +257,8 @@ class SQLiteMessageStore:
     def _compact(
         self, conversation_id: str, excluded: set[bytes], summaries: list[_NewSummary], db: sqlite3.Connection
     ) -> int:
-        with _write_transaction(db):
-            found = _find(db, conversation_id, _now_us(), purge=True)
+        with write_transaction(db):
+            found = _find(db, conversation_id, now_us(), purge=True)
             if found is None:
                 if summaries:
                     raise ValueError(f"conversation {conversation_id!r} does not exist")
@@ -601,15 +371,6 @@ class SQLiteMessageStore:
         return f"SQLiteMessageStore({str(self.path)!r})"
 
 
-def _identity(message: Message) -> tuple[bytes, int]:
-    """The encoded id and time of ``message``, given them first if it has none."""
-    message.ensure_identity()
-    message_id, created_at = message.message_id, message.created_at
-    if message_id is None or created_at is None:  # pragma: no cover - ensure_identity() set them
-        raise AssertionError("ensure_identity() left the message without an id or time")
-    return encode_id(message_id), encode_time(created_at)
-
-
 def _chunks(items: list[bytes], size: int = 500) -> Iterator[list[bytes]]:
     """``items`` in slices small enough for one statement's parameters."""
     for start in range(0, len(items), size):
@@ -652,8 +413,8 @@ def _remove(db: sqlite3.Connection, key: int) -> None:
 
 
 def _delete(conversation_id: str, db: sqlite3.Connection) -> bool:
-    with _write_transaction(db):
-        found = _find(db, conversation_id, _now_us(), purge=True)
+    with write_transaction(db):
+        found = _find(db, conversation_id, now_us(), purge=True)
         if found is None:
             return False
         _remove(db, found.key)
@@ -661,8 +422,8 @@ def _delete(conversation_id: str, db: sqlite3.Connection) -> bool:
 
 
 def _expire(conversation_id: str, ttl: float | None, db: sqlite3.Connection) -> bool:
-    now = _now_us()
-    with _write_transaction(db):
+    now = now_us()
+    with write_transaction(db):
         found = _find(db, conversation_id, now, purge=True)
         if found is None:
             return False
@@ -672,12 +433,12 @@ def _expire(conversation_id: str, ttl: float | None, db: sqlite3.Connection) -> 
 
 
 def _purge_expired(db: sqlite3.Connection) -> int:
-    with _write_transaction(db):
+    with write_transaction(db):
         keys = [
             key
             for (key,) in db.execute(
                 "SELECT key FROM agentkeep_conversations WHERE expires_at IS NOT NULL AND expires_at <= ?",
-                (_now_us(),),
+                (now_us(),),
             ).fetchall()
         ]
         for key in keys:
@@ -705,13 +466,13 @@ _LIST_CONVERSATIONS: Final = """
 
 
 def _list_conversations(limit: int | None, db: sqlite3.Connection) -> list[ConversationInfo]:
-    with _read_transaction(db):
-        rows = db.execute(_LIST_CONVERSATIONS, (_now_us(), -1 if limit is None else limit)).fetchall()
+    with read_transaction(db):
+        rows = db.execute(_LIST_CONVERSATIONS, (now_us(), -1 if limit is None else limit)).fetchall()
     infos: list[ConversationInfo] = []
     for conversation_id, message_count, last_seq, updated_at, updated_seq in rows:
         try:
             when = None if updated_at is None else decode_time(updated_at)
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             raise CorruptRecordError(
                 f"bad time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=updated_seq
             ) from exc
@@ -729,7 +490,7 @@ def _entries(conversation_id: str, rows: Iterable[_MessageRow]) -> list[StoredMe
     try:
         for seq, message_id, created_at, body, excluded in rows:
             entries.append(StoredMessage(seq, decode_message(body, message_id, created_at), bool(excluded)))
-    except _DECODE_ERRORS as exc:
+    except DECODE_ERRORS as exc:
         raise CorruptRecordError(str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
     return entries
 
@@ -745,8 +506,8 @@ def _read(
 ) -> list[StoredMessage]:
     if last is not None and last <= 0:
         return []
-    with _read_transaction(db):
-        found = _find(db, conversation_id, _now_us())
+    with read_transaction(db):
+        found = _find(db, conversation_id, now_us())
         if found is None:
             return []
         span = _span(found.key, after or 0)
@@ -761,8 +522,8 @@ def _read(
 def _read_view(
     conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
 ) -> HistoryView:
-    with _read_transaction(db):
-        found = _find(db, conversation_id, _now_us())
+    with read_transaction(db):
+        found = _find(db, conversation_id, now_us())
         if found is None:
             return HistoryView()
         if last is not None and last <= 0:
@@ -802,7 +563,7 @@ def _read_view(
             continue
         try:
             replaced = tuple(msgspec.json.decode(replaces, type=list[str]))
-        except _DECODE_ERRORS as exc:
+        except DECODE_ERRORS as exc:
             raise CorruptRecordError(
                 f"bad replaced ids: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
             ) from exc

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Final
 
 from ..errors import ConflictError, StorageClosedError
 from ..sessions import AgentSession
-from .base import AgentSessionStore, DelegatingSessionStore, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    DelegatingSessionStore,
+    check_conversation_id,
+    session_version,
+    set_session_version,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -74,10 +80,9 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         """The id ``conversation_id`` has in the inner store: ``{isolation_key}::{conversation_id}``.
 
         Raises:
-            ValueError: ``conversation_id`` is not a non-empty string.
+            ValueError: ``conversation_id`` is not a non-empty string of valid Unicode text.
         """
-        if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
+        check_conversation_id(conversation_id)
         return f"{self._isolation_key}{ISOLATION_SEPARATOR}{conversation_id}"
 
     def _check_open(self) -> None:

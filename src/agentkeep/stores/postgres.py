@@ -16,10 +16,10 @@ dead connection (a retry of a save that committed would report a conflict); read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..sessions import AgentSession
-from ..storage.postgres import PostgresConnection, PostgresDatabase, PostgresPool
+from ..storage.postgres import PostgresDatabase, PostgresPool
 from .base import (
     AgentSessionStore,
     agent_key,
@@ -113,11 +113,7 @@ class PostgresSessionStore(AgentSessionStore):
             query, params = self._insert, (key, conversation_id, payload)
         else:
             query, params = self._update, (payload, key, conversation_id, expected)
-
-        async def operation(conn: PostgresConnection) -> list[Any]:
-            return await self.database.fetch(conn, query, params)
-
-        if not await self.database.run(operation):
+        if not await self.database.fetch_rows(query, params):
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
@@ -129,11 +125,7 @@ class PostgresSessionStore(AgentSessionStore):
         """
         self.database.check_open()
         check_conversation_id(conversation_id)
-
-        async def operation(conn: PostgresConnection) -> list[Any]:
-            return await self.database.fetch(conn, self._select, (agent_key(agent), conversation_id))
-
-        rows = await self.database.run(operation, retry=True)
+        rows = await self.database.fetch_rows(self._select, (agent_key(agent), conversation_id), retry=True)
         if not rows:
             return agent.create_session(session_id=conversation_id)
         version, payload = rows[0]
@@ -144,11 +136,7 @@ class PostgresSessionStore(AgentSessionStore):
         """Forget the session; ``False`` if none was stored."""
         self.database.check_open()
         check_conversation_id(conversation_id)
-
-        async def operation(conn: PostgresConnection) -> list[Any]:
-            return await self.database.fetch(conn, self._delete, (agent_key(agent), conversation_id))
-
-        return bool(await self.database.run(operation))
+        return bool(await self.database.fetch_rows(self._delete, (agent_key(agent), conversation_id)))
 
     async def aclose(self) -> None:
         """Close the pool if the store created it; idempotent. The store refuses work afterwards."""

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import SessionFormatError
 from ..sessions import AgentSession
-from ..storage.sqlite import SQLiteDatabase
+from ..storage._sqlite_database import SQLiteDatabase, now_us
 from .base import (
     AgentSessionStore,
     agent_key,
@@ -88,11 +87,11 @@ class SQLiteSessionStore(AgentSessionStore):
         """
         self.database.check_open()
         check_conversation_id(conversation_id)
+        key = agent_key(agent)
         payload = encode_session(agent, session)
         expected = session_version(session)
-        job = partial(_save, agent_key(agent), conversation_id, expected, payload)
-        if not await self.database.run(job):
-            raise conflict_error(self.backend, agent_key(agent), conversation_id, expected=expected)
+        if not await self.database.run(partial(_save, key, conversation_id, expected, payload)):
+            raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
     async def get_session(self, agent: Agent, conversation_id: str) -> AgentSession:
@@ -106,11 +105,9 @@ class SQLiteSessionStore(AgentSessionStore):
         if row is None:
             return agent.create_session(session_id=conversation_id)
         version, payload = row
-        if not isinstance(payload, bytes | str):
-            raise SessionFormatError(
-                f"{self.backend}: session {conversation_id!r} in {self.path}: the payload is not JSON"
-            )
         where = f"{self.backend}: session {conversation_id!r} in {self.path}"
+        if not isinstance(payload, bytes | str):
+            raise SessionFormatError(f"{where}: the payload is not JSON")
         return restore_session(agent, payload, version=version, where=where)
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
@@ -132,7 +129,7 @@ class SQLiteSessionStore(AgentSessionStore):
 def _save(
     agent: str, conversation_id: str, expected: int | None, payload: bytes, db: sqlite3.Connection
 ) -> bool:
-    now = time.time_ns() // 1000  # microseconds, like every time in the database
+    now = now_us()
     if expected is None:
         cursor = db.execute(
             "INSERT INTO agentkeep_sessions (agent, conversation_id, version, payload, updated_at) "

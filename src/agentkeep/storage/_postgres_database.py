@@ -1,0 +1,372 @@
+"""The PostgreSQL database the PostgreSQL stores share: pool, schema, migrations, timeouts, errors.
+
+:class:`PostgresDatabase` (re-exported by :mod:`agentkeep.storage.postgres`, where the tables,
+locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
+URL and then owned), applies the append-only list of migrations and maps driver errors to
+agentkeep's. The message store (:mod:`agentkeep.storage.postgres`) and the session store
+(:mod:`agentkeep.stores.postgres`) run their statements through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, LiteralString, TypeVar, cast
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import tuple_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from ..errors import SchemaVersionError, StorageClosedError, StorageError, StorageUnavailableError
+from .codec import FORMAT_VERSION
+
+__all__ = ["BACKEND", "SCHEMA_VERSION", "PostgresConnection", "PostgresDatabase", "PostgresPool"]
+
+T = TypeVar("T")
+PostgresConnection = psycopg.AsyncConnection[Any]
+"""The connection type operations receive."""
+PostgresPool = AsyncConnectionPool[Any]
+"""The pool type the stores accept."""
+
+BACKEND: Final = "postgres"
+
+# An append-only list: never edit a released migration, add a new one.
+_MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
+    (
+        """CREATE TABLE {conversations} (
+            key bigserial PRIMARY KEY, conversation_id text NOT NULL UNIQUE,
+            last_seq bigint NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0,
+            message_count bigint NOT NULL DEFAULT 0, expires_at timestamptz)""",
+        """CREATE TABLE {messages} (
+            conversation bigint NOT NULL, seq bigint NOT NULL, time bigint NOT NULL,
+            excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL, body bytea NOT NULL,
+            PRIMARY KEY (conversation, seq))""",
+        "ALTER TABLE {messages} ALTER COLUMN id SET STORAGE PLAIN, ALTER COLUMN body SET STORAGE MAIN",
+        """CREATE TABLE {summaries} (
+            conversation bigint NOT NULL, seq bigint NOT NULL, anchor bigint NOT NULL,
+            time bigint NOT NULL, excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL,
+            body bytea NOT NULL, replaces bytea[] NOT NULL, PRIMARY KEY (conversation, seq))""",
+        """CREATE TABLE {sessions} (
+            agent text NOT NULL, conversation_id text NOT NULL, version bigint NOT NULL,
+            payload bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (agent, conversation_id))""",
+        # One round trip per append; each statement of a (volatile) function sees what committed
+        # before it started, so the retry check after the row lock sees a concurrent original.
+        """CREATE FUNCTION {append_messages}(
+            p_conversation text, p_times bigint[], p_ids bytea[], p_bodies bytea[],
+            p_check boolean, p_window bigint, p_max bigint, p_ttl double precision
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_key bigint; v_last bigint; v_count bigint; v_expired boolean; v_found bigint; v_gone bigint;
+        BEGIN
+            SELECT key, last_seq, message_count, coalesce(expires_at <= now(), false)
+                INTO v_key, v_last, v_count, v_expired
+                FROM {conversations} WHERE conversation_id = p_conversation FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO {conversations} AS c (conversation_id) VALUES (p_conversation)
+                    ON CONFLICT (conversation_id) DO UPDATE SET last_seq = c.last_seq
+                    RETURNING key, last_seq, message_count, coalesce(expires_at <= now(), false)
+                    INTO v_key, v_last, v_count, v_expired;
+            END IF;
+            IF v_expired THEN  -- gone for readers: start over
+                DELETE FROM {messages} WHERE conversation = v_key;
+                DELETE FROM {summaries} WHERE conversation = v_key;
+                UPDATE {conversations} SET epoch = 0, expires_at = NULL WHERE key = v_key;
+                v_last := 0; v_count := 0;
+            ELSIF p_check AND v_last > 0 THEN
+                SELECT seq INTO v_found FROM {messages}
+                    WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
+                    ORDER BY seq LIMIT 1;
+                IF FOUND THEN  -- a retry: the batch was stored contiguously from there
+                    RETURN v_found;
+                END IF;
+            END IF;
+            INSERT INTO {messages} (conversation, seq, time, id, body)
+                SELECT v_key, v_last + t.ord, t.time, t.id, t.body
+                FROM unnest(p_times, p_ids, p_bodies) WITH ORDINALITY AS t(time, id, body, ord);
+            v_count := v_count + cardinality(p_ids);
+            IF v_count > p_max THEN
+                DELETE FROM {messages} WHERE conversation = v_key AND seq IN (
+                    SELECT seq FROM {messages} WHERE conversation = v_key ORDER BY seq LIMIT v_count - p_max
+                );
+                GET DIAGNOSTICS v_gone = ROW_COUNT;
+                v_count := v_count - v_gone;
+            END IF;
+            UPDATE {conversations} SET last_seq = v_last + cardinality(p_ids), message_count = v_count,
+                expires_at = coalesce(now() + make_interval(secs => p_ttl), expires_at)
+                WHERE key = v_key;
+            RETURN v_last + 1;
+        END
+        $$""",
+    ),
+    # Compaction excludes and anchors by message id: without these, each record_compaction scanned
+    # the whole conversation.
+    (
+        "CREATE INDEX ON {messages} (conversation, id)",
+        "CREATE INDEX ON {summaries} (conversation, id)",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(_MIGRATIONS)
+"""The schema version this agentkeep creates (the number of migrations)."""
+
+_NAMES: Final = ("conversations", "messages", "summaries", "sessions", "schema_migrations", "append_messages")
+
+_SETUP: Final[dict[str, LiteralString]] = {
+    "versions": "SELECT coalesce(max(version), 0), coalesce(max(format_version), 0) FROM {schema_migrations}",
+    "create_schema": "CREATE SCHEMA IF NOT EXISTS {schema}",
+    "create_migrations": """CREATE TABLE IF NOT EXISTS {schema_migrations} (
+        version integer PRIMARY KEY,
+        format_version integer NOT NULL,
+        applied_at timestamptz NOT NULL DEFAULT now()
+    )""",
+    "record_migration": "INSERT INTO {schema_migrations} (version, format_version) VALUES (%s, %s)",
+    "record_format": """UPDATE {schema_migrations} SET format_version = %(format)s
+        WHERE version = %(version)s AND format_version < %(format)s""",
+}
+
+
+def _connect_kwargs(timeout: float) -> dict[str, Any]:
+    milliseconds = max(1, round(timeout * 1000))
+    return {
+        "autocommit": True,
+        "connect_timeout": max(2, round(timeout)),  # libpq's minimum is 2 seconds
+        "options": f"-c statement_timeout={milliseconds} -c idle_in_transaction_session_timeout="
+        f"{2 * milliseconds}",
+    }
+
+
+def _address(conninfo: object, kwargs: object) -> str:
+    """``postgresql://user@host:port/dbname``, never the password."""
+    params: dict[str, Any] = {}
+    if isinstance(conninfo, str):
+        try:
+            params.update(conninfo_to_dict(conninfo))
+        except psycopg.ProgrammingError:
+            return "postgresql (unparsable connection string)"
+    if isinstance(kwargs, Mapping):
+        params.update(cast("Mapping[str, Any]", kwargs))
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = params.get("host") or params.get("hostaddr") or "localhost"
+    port = params.get("port") or 5432
+    return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class PostgresDatabase:
+    """A connection pool with what agentkeep's PostgreSQL stores share: schema, timeouts, errors.
+
+    Args:
+        pool: An ``AsyncConnectionPool`` to use; the caller opens and closes it.
+        url: Or a connection URL: a pool is created (``min_size`` 1, ``max_size`` 10, connections
+            in autocommit mode with ``connect_timeout``, ``statement_timeout`` and, so that a
+            stuck client cannot keep a conversation locked, ``idle_in_transaction_session_timeout``
+            of twice the timeout), opened on first use and closed by :meth:`aclose`.
+        schema: The schema holding the tables (created by :meth:`setup`).
+        timeout: Seconds to wait for a connection, and (plus one second) for an operation.
+    """
+
+    backend = BACKEND
+
+    def __init__(
+        self,
+        pool: PostgresPool | None = None,
+        *,
+        url: str | None = None,
+        schema: str = "agentkeep",
+        timeout: float = 5.0,
+    ) -> None:
+        if (pool is None) == (url is None):
+            raise ValueError("pass either a pool or a url")
+        if not schema or "\x00" in schema:
+            raise ValueError("schema must be a non-empty name")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.schema = schema
+        self.timeout = timeout
+        self._owns_pool = pool is None
+        if pool is None:
+            pool = AsyncConnectionPool(
+                url or "",
+                kwargs=_connect_kwargs(timeout),
+                min_size=1,
+                max_size=10,
+                open=False,
+                timeout=timeout,
+                name=f"agentkeep-{schema}",
+            )
+        self.pool: PostgresPool = pool
+        self.address = _address(pool.conninfo, pool.kwargs)
+        identifiers: dict[str, sql.Composable] = {name: sql.Identifier(schema, name) for name in _NAMES}
+        identifiers["schema"] = sql.Identifier(schema)
+        self._identifiers = identifiers
+        self._migrations_table = sql.Identifier(schema, "schema_migrations").as_string(None)
+        self._lock_key = int.from_bytes(
+            hashlib.blake2b(f"agentkeep:{schema}".encode(), digest_size=8).digest(), "big", signed=True
+        )
+        self._opened = not self._owns_pool
+        self._ready = False
+        self._closed = False
+        self._setup_lock = asyncio.Lock()
+
+    def query(self, text: LiteralString) -> bytes:
+        """``text`` with ``{table}`` placeholders replaced by this schema's quoted table names."""
+        return sql.SQL(text).format(**self._identifiers).as_bytes(None)
+
+    @staticmethod
+    async def fetch(
+        conn: PostgresConnection, query: bytes, params: Sequence[Any] | Mapping[str, Any]
+    ) -> list[Any]:
+        """Run ``query`` on ``conn``; all result rows as tuples (whatever the pool's row factory)."""
+        async with conn.cursor(row_factory=tuple_row, binary=True) as cur:
+            await cur.execute(query, params)
+            return await cur.fetchall() if cur.description is not None else []
+
+    async def fetch_rows(
+        self, query: bytes, params: Sequence[Any] | Mapping[str, Any] = (), *, retry: bool = False
+    ) -> list[Any]:
+        """Run one statement on a pooled connection (as :meth:`run` does); its rows as tuples."""
+
+        async def operation(conn: PostgresConnection) -> list[Any]:
+            return await self.fetch(conn, query, params)
+
+        return await self.run(operation, retry=retry)
+
+    def unavailable(self, message: str) -> StorageUnavailableError:
+        """A :class:`StorageUnavailableError` for this database."""
+        return StorageUnavailableError(message, backend=BACKEND, address=self.address)
+
+    def check_open(self) -> None:
+        """Raise :class:`StorageClosedError` after :meth:`aclose`."""
+        if self._closed:
+            raise StorageClosedError(f"the {BACKEND} store is closed", backend=BACKEND)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create the schema and tables or migrate them; idempotent and safe to run concurrently.
+
+        Raises:
+            SchemaVersionError: The schema was migrated by a newer agentkeep (or holds records
+                of a newer format).
+            StorageUnavailableError: The server cannot be reached.
+        """
+        self.check_open()
+        await self._open()
+        async with self._setup_lock:
+            if not self._ready:
+                await self._run(self._migrate, retry=True)
+                self._ready = True
+
+    async def _open(self) -> None:
+        if not self._opened:
+            async with self._setup_lock:
+                if not self._opened:
+                    await self.pool.open(wait=False)
+                    self._opened = True
+
+    async def aclose(self) -> None:
+        """Close the pool if it was created here; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool and self._opened:
+            await self.pool.close()
+
+    # -- running operations ----------------------------------------------------------------------
+    async def run(self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool = False) -> T:
+        """Run ``operation`` on a pooled connection (after :meth:`setup`, once), mapping errors.
+
+        Args:
+            operation: Receives the connection; opens its own transaction when it needs one.
+            retry: Run it once more on a fresh connection if the connection turns out to be
+                dead (only for operations that are safe to repeat).
+
+        Raises:
+            StorageUnavailableError: No connection in time, a dead server or no answer in time.
+            StorageError: Any other database error.
+        """
+        self.check_open()
+        if not self._ready:
+            await self.setup()
+        return await self._run(operation, retry=retry)
+
+    async def _run(self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool) -> T:
+        attempts = 2 if retry else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.pool.connection(timeout=self.timeout) as conn:
+                    try:
+                        async with asyncio.timeout(self.timeout + 1):
+                            return await operation(conn)
+                    except psycopg.OperationalError:
+                        if not conn.broken or attempt == attempts:
+                            raise
+            except PoolTimeout as exc:
+                raise self.unavailable(f"no connection within {self.timeout:g} s") from exc
+            except TimeoutError as exc:
+                raise self.unavailable(f"no answer within {self.timeout + 1:g} s") from exc
+            except psycopg.OperationalError as exc:
+                await self._drop_dead_connections()
+                raise self.unavailable(_describe(exc)) from exc
+            except psycopg.Error as exc:
+                raise StorageError(f"{BACKEND} at {self.address}: {_describe(exc)}", backend=BACKEND) from exc
+            # The connection died (server restart, terminated backend): the pool has dropped it;
+            # drop the other dead idle ones too before trying again.
+            await self._drop_dead_connections()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _drop_dead_connections(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.pool.check()
+        except (psycopg.Error, TimeoutError):
+            pass  # the next operation reports the state of the server
+
+    async def _migrate(self, conn: PostgresConnection) -> None:
+        current, newest_format = await self._versions(conn)
+        self._check_versions(current, newest_format)
+        if (current, newest_format) == (SCHEMA_VERSION, FORMAT_VERSION):
+            return
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            await conn.execute(self.query(_SETUP["create_schema"]))
+            await conn.execute(self.query(_SETUP["create_migrations"]))
+            current, newest_format = await self._versions(conn)  # another process may have migrated
+            self._check_versions(current, newest_format)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version - 1]:
+                    await conn.execute(self.query(statement))
+                await conn.execute(self.query(_SETUP["record_migration"]), (version, FORMAT_VERSION))
+            # Records of this format may be written from now on: older readers must refuse them.
+            await conn.execute(
+                self.query(_SETUP["record_format"]), {"format": FORMAT_VERSION, "version": SCHEMA_VERSION}
+            )
+
+    async def _versions(self, conn: PostgresConnection) -> tuple[int, int]:
+        async with conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self._migrations_table,))
+            exists = await cur.fetchone()
+            if exists is None or not exists[0]:
+                return 0, 0
+            await cur.execute(self.query(_SETUP["versions"]))
+            row = await cur.fetchone()
+            return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+
+    def _check_versions(self, schema_version: int, format_version: int) -> None:
+        for what, found, known in (
+            ("schema version", schema_version, SCHEMA_VERSION),
+            ("record format version", format_version, FORMAT_VERSION),
+        ):
+            if found > known:
+                raise SchemaVersionError(
+                    f"{BACKEND} schema {self.schema!r} at {self.address} has {what} {found}, newer "
+                    f"than {what} {known} this agentkeep knows; upgrade agentkeep",
+                    backend=BACKEND,
+                )

@@ -1,0 +1,268 @@
+"""The SQLite database file the SQLite stores share: its schema and the worker thread that owns it.
+
+:class:`SQLiteDatabase` (re-exported by :mod:`agentkeep.storage.sqlite`, where the design is
+described) opens the file in its one worker thread, sets WAL mode, applies the append-only
+:data:`MIGRATIONS` and maps database failures to agentkeep's errors. The message store
+(:mod:`agentkeep.storage.sqlite`) and the session store (:mod:`agentkeep.stores.sqlite`) run their
+jobs through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final, TypeVar
+
+from ..errors import SchemaVersionError, StorageClosedError, StorageUnavailableError
+from .codec import FORMAT_VERSION
+
+__all__ = [
+    "BACKEND",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SQLiteDatabase",
+    "default_database_path",
+    "now_us",
+    "read_transaction",
+    "write_transaction",
+]
+
+T = TypeVar("T")
+
+BACKEND: Final = "sqlite"
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE agentkeep_conversations (
+            key INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL UNIQUE,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            epoch INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            view_floor INTEGER NOT NULL DEFAULT 0,
+            expires_at INTEGER
+        )""",
+        """CREATE INDEX agentkeep_conversations_expiry
+            ON agentkeep_conversations (expires_at) WHERE expires_at IS NOT NULL""",
+        """CREATE TABLE agentkeep_messages (
+            position INTEGER PRIMARY KEY,
+            id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            excluded INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE TABLE agentkeep_summaries (
+            conversation INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            anchor INTEGER NOT NULL,
+            id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            body BLOB NOT NULL,
+            replaces BLOB NOT NULL,
+            excluded INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (conversation, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE agentkeep_sessions (
+            agent TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            payload BLOB NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (agent, conversation_id)
+        )""",
+    ),
+    # Recording a compaction looks its ids up through these instead of reading the current view.
+    (
+        "CREATE INDEX agentkeep_messages_id ON agentkeep_messages (id)",
+        "CREATE INDEX agentkeep_summaries_id ON agentkeep_summaries (conversation, id)",
+    ),
+)
+"""The schema, as an append-only list of migrations (each a list of statements). Never edit one
+that shipped: add a new one."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this agentkeep writes (the number of migrations)."""
+
+
+def default_database_path() -> Path:
+    """Where the stores keep their data by default.
+
+    ``$XDG_DATA_HOME/agentkeep/agentkeep.db``, or ``~/.local/share/agentkeep/agentkeep.db`` when
+    ``XDG_DATA_HOME`` is not set (the folder is created on first use).
+    """
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "agentkeep" / "agentkeep.db"
+
+
+def now_us() -> int:
+    """Now, in microseconds since the epoch (how the database stores every time)."""
+    return time.time_ns() // 1000
+
+
+class SQLiteDatabase:
+    """A SQLite database file and the single worker thread that owns its connection.
+
+    The connection is opened (the folder created, WAL mode set, migrations applied) by the first
+    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` hands one
+    to the worker and awaits its result, so the event loop never blocks on the database.
+
+    Args:
+        path: The database file (default: :func:`default_database_path`).
+        timeout: Seconds to wait for a lock held by another connection before giving up.
+    """
+
+    backend = BACKEND
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.path = Path(path) if path is not None else default_database_path()
+        self.timeout = timeout
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-sqlite")
+        self._connection: sqlite3.Connection | None = None  # used only in the worker thread
+        self._closed = False
+
+    def check_open(self) -> None:
+        """Raise :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`."""
+        if self._closed:
+            raise StorageClosedError(f"the store on {self.path} is closed", backend=BACKEND)
+
+    async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job(connection)`` in the worker thread and return its result.
+
+        Raises:
+            StorageClosedError: After :meth:`aclose`.
+            StorageUnavailableError: The database cannot be opened, or stayed locked too long.
+            SchemaVersionError: The database was written by a newer agentkeep.
+        """
+        self.check_open()
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, job)
+
+    async def setup(self) -> None:
+        """Open the database and apply pending migrations (idempotent)."""
+        await self.run(_nothing)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
+        finally:
+            self._executor.shutdown(wait=False)
+
+    def unavailable(self, message: str) -> StorageUnavailableError:
+        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
+        return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
+
+    # -- the worker thread ----------------------------------------------------------------------
+    def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            connection = self._connection or self._open()
+            return job(connection)
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise self.unavailable(f"database still locked after {self.timeout:g} s ({text})") from exc
+            raise self.unavailable(text) from exc
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our own mistakes: not the database's state
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
+            raise self.unavailable(str(exc)) from exc
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self.unavailable(f"cannot create the folder {self.path.parent}: {exc}") from exc
+        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                try:
+                    self._prepare(connection)
+                    break
+                except sqlite3.OperationalError as exc:
+                    # Switching a new file to WAL while another connection creates it can fail at
+                    # once (SQLite skips the busy handler where waiting could deadlock): retry.
+                    if "locked" not in str(exc) or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.005)
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        connection.execute("PRAGMA page_size=8192")  # new files only: fuller pages for long logs
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        self._migrate(connection)
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        with write_transaction(connection):
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS agentkeep_schema ("
+                "version INTEGER PRIMARY KEY, format INTEGER NOT NULL, applied_at INTEGER NOT NULL)"
+            )
+            version, record_format = connection.execute(
+                "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
+            ).fetchone()
+            if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {version} and record format {record_format}; "
+                    f"this agentkeep reads schema version {SCHEMA_VERSION} and record format "
+                    f"{FORMAT_VERSION} at most: upgrade agentkeep",
+                    backend=BACKEND,
+                )
+            for number in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[number - 1]:
+                    connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, ?, ?)",
+                    (number, FORMAT_VERSION, now_us()),
+                )
+
+    def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteDatabase({str(self.path)!r})"
+
+
+def _nothing(connection: sqlite3.Connection) -> None:
+    return None
+
+
+@contextmanager
+def write_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+
+
+@contextmanager
+def read_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
+    """One read transaction: the statements in the block see one snapshot."""
+    connection.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if connection.in_transaction:
+            connection.execute("COMMIT")
