@@ -16,7 +16,7 @@ together with only the new messages.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -218,19 +218,42 @@ class BaseChatClient:
         response = await self.get_response(messages, options=options)
         last = len(response.messages) - 1
         for index, message in enumerate(response.messages):
-            contents = list(message.contents)
-            if index == last and response.usage is not None:
-                contents.append(UsageContent(response.usage))
-            yield ChatResponseUpdate(
-                contents,
+            yield self._update(
+                response,
+                message.contents,
+                last=index == last,
                 role=message.role,
                 message_id=message.message_id,
                 author_name=message.author_name,
-                conversation_id=response.conversation_id,
-                response_id=response.response_id,
-                finish_reason=response.finish_reason if index == last else None,
-                model=response.model,
             )
+
+    @staticmethod
+    def _update(
+        response: ChatResponse,
+        contents: Iterable[Content],
+        *,
+        last: bool = True,
+        role: Role = "assistant",
+        message_id: str | None = None,
+        author_name: str | None = None,
+    ) -> ChatResponseUpdate:
+        """An update streaming part of ``response``, with its ids and model.
+
+        The ``last`` update of a stream also carries the response's usage and finish reason.
+        """
+        pieces = list(contents)
+        if last and response.usage is not None:
+            pieces.append(UsageContent(response.usage))
+        return ChatResponseUpdate(
+            pieces,
+            role=role,
+            message_id=message_id,
+            author_name=author_name,
+            conversation_id=response.conversation_id,
+            response_id=response.response_id,
+            finish_reason=response.finish_reason if last else None,
+            model=response.model,
+        )
 
     def as_agent(
         self,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 import msgspec
 
-from ..contents import DataContent, FunctionCallContent, TextContent, UriContent, UsageContent, UsageDetails
+from ..contents import DataContent, FunctionCallContent, TextContent, UriContent, UsageDetails
 from ..errors import ChatClientError, ChatRequestError, ModelUnavailableError
 from ..messages import Message
 from ..sessions import from_builtins
@@ -790,10 +790,7 @@ class LocalChatClient(BaseChatClient):
         finally:
             cancelled.set()
         response = self._response(answer, options)
-        tail: list[Any] = list(response.messages[0].function_calls)
-        if response.usage is not None:
-            tail.append(UsageContent(response.usage))
-        yield ChatResponseUpdate(tail, finish_reason=response.finish_reason, model=response.model)
+        yield self._update(response, response.messages[0].function_calls)
 
     def __repr__(self) -> str:
         path = self._model_path if self._model_path is not None else "<default>"

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from ..contents import (
     Content,
@@ -54,6 +55,7 @@ from ..errors import ChatClientError, ChatRequestError, ModelUnavailableError
 from ..messages import Message
 from ..tools import FunctionTool
 from ._openai_wire import (
+    OutputFormat,
     PartialCall,
     chat_usage,
     one_line,
@@ -74,8 +76,6 @@ if TYPE_CHECKING:
     from openai.types.responses import Response
 
 __all__ = ["OpenAIChatClient", "OpenAIResponsesClient", "to_chat_messages", "to_response_items"]
-
-T = TypeVar("T")
 
 _NOT_NEEDED = "not-needed"
 _USERINFO = re.compile(r"//[^/@]*@")
@@ -199,13 +199,40 @@ class _OpenAIClientBase(BaseChatClient):
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
         return ChatClientError(self._redact(f"{where}: {one_line(str(message))}"))
 
-    async def _call(self, request: Callable[[], Awaitable[T]]) -> T:
+    @contextmanager
+    def _mapped_errors(self) -> Generator[None, None, None]:
+        """Raise the SDK's errors inside the block as agentkeep errors (see :meth:`_error`)."""
         import openai
 
         try:
-            return await request()
+            yield
         except openai.OpenAIError as exc:
             raise self._error(exc) from exc
+
+    def _request(
+        self, messages: Sequence[Message], options: ChatOptions
+    ) -> tuple[dict[str, Any], OutputFormat | None]:
+        """The SDK keyword arguments for ``messages`` and ``options``, and the structured output asked for."""
+        model = self._model_for(options)  # first: a closed client or no model is the error to report
+        output = output_format(options.get("response_format"))
+        request = {"model": model, **self._body(messages, options, output)}
+        extra = options.get("additional_properties")
+        if extra:
+            request["extra_body"] = dict(extra)
+        return request, output
+
+    def _body(
+        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
+    ) -> dict[str, Any]:
+        """The client's own part of the request: messages, tools, sampling, output format."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _with_value(response: ChatResponse, output: OutputFormat | None) -> ChatResponse:
+        """``response`` with its structured output parsed, unless the model called a tool instead."""
+        if output is not None and not response.messages[0].function_calls:
+            response.value = output.parse(response.text)
+        return response
 
     def _tool_choice(self, options: ChatOptions, tools: Sequence[FunctionTool]) -> Any:
         choice: Any = options.get("tool_choice") or "auto"
@@ -247,10 +274,11 @@ class OpenAIChatClient(_OpenAIClientBase):
         ```
     """
 
-    def _request(self, messages: Sequence[Message], options: ChatOptions) -> dict[str, Any]:
+    def _body(
+        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
+    ) -> dict[str, Any]:
         request: dict[str, Any] = {
-            "model": self._model_for(options),
-            "messages": to_chat_messages(messages, instructions=options.get("instructions")),
+            "messages": to_chat_messages(messages, instructions=options.get("instructions"))
         }
         tools = options.get("tools") or []
         if tools:
@@ -260,12 +288,8 @@ class OpenAIChatClient(_OpenAIClientBase):
             value = options.get(key)
             if value is not None:
                 request[key] = value
-        output = output_format(options.get("response_format"))
         if output is not None:
             request["response_format"] = output.for_chat()
-        extra = options.get("additional_properties")
-        if extra:
-            request["extra_body"] = dict(extra)
         return request
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
@@ -277,15 +301,10 @@ class OpenAIChatClient(_OpenAIClientBase):
             ChatClientError: The answer cannot be used (no choices, structured output that does
                 not fit ``response_format``).
         """
-        request = self._request(messages, options)
-        completion: ChatCompletion = await self._call(
-            lambda: self._client.chat.completions.create(stream=False, **request)
-        )
-        response = self._from_completion(completion)
-        output = output_format(options.get("response_format"))
-        if output is not None and not response.messages[0].function_calls:
-            response.value = output.parse(response.text)
-        return response
+        request, output = self._request(messages, options)
+        with self._mapped_errors():
+            completion: ChatCompletion = await self._client.chat.completions.create(stream=False, **request)
+        return self._with_value(self._from_completion(completion), output)
 
     def _from_completion(self, completion: ChatCompletion) -> ChatResponse:
         if not completion.choices:
@@ -331,21 +350,17 @@ class OpenAIChatClient(_OpenAIClientBase):
             ModelUnavailableError: As :meth:`get_response`, also when the stream breaks off.
             ChatRequestError: As :meth:`get_response`.
         """
-        import openai
-
-        request = self._request(messages, options)
-        stream = await self._call(
-            lambda: self._client.chat.completions.create(
-                stream=True, stream_options={"include_usage": True}, **request
-            )
-        )
+        request, _ = self._request(messages, options)
         calls: dict[int, PartialCall] = {}
         usage: UsageDetails | None = None
         finish_reason: str | None = None
         response_id: str | None = None
         model: str | None = None
-        async with stream:
-            try:
+        with self._mapped_errors():
+            stream = await self._client.chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **request
+            )
+            async with stream:
                 async for chunk in stream:
                     response_id = chunk.id or response_id
                     model = chunk.model or model
@@ -372,8 +387,6 @@ class OpenAIChatClient(_OpenAIClientBase):
                                     partial.arguments.append(piece.function.arguments)
                         if contents:
                             yield ChatResponseUpdate(contents, response_id=response_id, model=model)
-            except openai.OpenAIError as exc:
-                raise self._error(exc) from exc
         final: list[Content] = [
             FunctionCallContent(
                 call.call_id or f"call_{index}", call.name, parse_arguments("".join(call.arguments))
@@ -428,8 +441,10 @@ class OpenAIResponsesClient(_OpenAIClientBase):
 
     stores_by_default = True
 
-    def _request(self, messages: Sequence[Message], options: ChatOptions) -> dict[str, Any]:
-        request: dict[str, Any] = {"model": self._model_for(options), "input": to_response_items(messages)}
+    def _body(
+        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {"input": to_response_items(messages)}
         instructions = options.get("instructions")
         if instructions:
             request["instructions"] = instructions
@@ -467,12 +482,8 @@ class OpenAIResponsesClient(_OpenAIClientBase):
             value = options.get(key)
             if value is not None:
                 request[wire] = value
-        output = output_format(options.get("response_format"))
         if output is not None:
             request["text"] = output.for_responses()
-        extra = options.get("additional_properties")
-        if extra:
-            request["extra_body"] = dict(extra)
         return request
 
     def _conversation_id(self, response: Response, options: ChatOptions) -> str | None:
@@ -528,13 +539,10 @@ class OpenAIResponsesClient(_OpenAIClientBase):
                 ``previous_response_id``, ...), or no model name is set.
             ChatClientError: The response failed, or its structured output does not fit.
         """
-        request = self._request(messages, options)
-        response: Response = await self._call(lambda: self._client.responses.create(stream=False, **request))
-        result = self._from_response(response, options)
-        output = output_format(options.get("response_format"))
-        if output is not None and not result.messages[0].function_calls:
-            result.value = output.parse(result.text)
-        return result
+        request, output = self._request(messages, options)
+        with self._mapped_errors():
+            response: Response = await self._client.responses.create(stream=False, **request)
+        return self._with_value(self._from_response(response, options), output)
 
     async def get_streaming_response(
         self, messages: Sequence[Message], *, options: ChatOptions
@@ -551,15 +559,13 @@ class OpenAIResponsesClient(_OpenAIClientBase):
             ChatRequestError: As :meth:`get_response`, also for an ``error`` event with a code.
             ChatClientError: The response failed.
         """
-        import openai
-
-        request = self._request(messages, options)
-        stream = await self._call(lambda: self._client.responses.create(stream=True, **request))
+        request, _ = self._request(messages, options)
         calls: list[Content] = []
         final: Response | None = None
         response_id: str | None = None
-        async with stream:
-            try:
+        with self._mapped_errors():
+            stream = await self._client.responses.create(stream=True, **request)
+            async with stream:
                 async for event in stream:
                     if event.type == "response.created":
                         response_id = event.response.id
@@ -581,23 +587,10 @@ class OpenAIResponsesClient(_OpenAIClientBase):
                         final = getattr(event, "response", None)
                     elif event.type == "error":
                         raise stream_error(event.code, event.message, f"{self.base_url}: stream error")
-            except openai.OpenAIError as exc:
-                raise self._error(exc) from exc
         if final is None:
             raise ModelUnavailableError(f"{self.base_url}: the stream ended before the response completed")
         result = self._from_response(final, options)  # raises for a failed response
-        if not calls:
-            calls = [c for c in result.messages[0].contents if isinstance(c, FunctionCallContent)]
-        contents: list[Content] = list(calls)
-        if result.usage is not None:
-            contents.append(UsageContent(result.usage))
-        yield ChatResponseUpdate(
-            contents,
-            conversation_id=result.conversation_id,
-            response_id=final.id,
-            finish_reason=result.finish_reason,
-            model=result.model,
-        )
+        yield self._update(result, calls or result.messages[0].function_calls)
 
 
 def _finish_reason(response: Response, contents: Sequence[Content]) -> str:

@@ -70,15 +70,12 @@ class ScriptedChatClient(BaseChatClient):
         service_managed: bool = False,
         usage: UsageDetails | Callable[[Sequence[Message], Message], UsageDetails] | None = None,
     ) -> None:
+        self._script: list[Reply] | None = None
         self._responder: Callable[[Sequence[Message], ChatOptions], Reply] | None = None
-        if replies is None:
-            self._script: list[Reply] | None = None
-        elif callable(replies):
-            self._script = None
+        if callable(replies):
             self._responder = _two_argument(replies)
-        else:
+        elif replies is not None:
             self._script = list(replies)
-            self._responder = None
         self._next = 0
         self.service_managed = service_managed
         self.usage = usage
@@ -214,15 +211,11 @@ class ScriptedChatClient(BaseChatClient):
 def _two_argument(responder: Responder) -> Callable[[Sequence[Message], ChatOptions], Reply]:
     """The responder as a ``(messages, options)`` callable, whichever form it was given in."""
     try:
-        parameters = inspect.signature(responder).parameters.values()
+        parameters = list(inspect.signature(responder).parameters.values())
     except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        parameters = None
-    positional = (
-        None
-        if parameters is None
-        else [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    )
-    if positional is not None and len(positional) >= 2:
+        parameters = []
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2:
         return cast("Callable[[Sequence[Message], ChatOptions], Reply]", responder)
     one = cast("Callable[[Sequence[Message]], Reply]", responder)
     return lambda messages, _options: one(messages)
