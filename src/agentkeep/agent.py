@@ -199,6 +199,18 @@ class Agent:
             strategy, tokenizer=tokenizer, phase="model_call", source_id=self.COMPACTION_SOURCE_ID
         )
 
+    def _compaction_for_run(
+        self, strategy: CompactionStrategy | None, tokenizer: Tokenizer | None
+    ) -> CompactionProvider | None:
+        """The per-model-call compaction of a run, given ``run()``'s overrides."""
+        if strategy is None and tokenizer is None:
+            return self._compaction
+        strategy = strategy or self.compaction_strategy
+        tokenizer = tokenizer or self.tokenizer
+        # A new provider per run is cheap: the session's index is keyed by strategy and tokenizer,
+        # so runs passing the same strategy continue it.
+        return self._model_call_compaction(strategy, tokenizer)
+
     def history_provider(self, source_id: str | None = None) -> HistoryProvider | None:
         """The history provider that loads this agent's history (the built-in in-memory one if
         none is configured), or the history provider with ``source_id``."""
@@ -320,11 +332,7 @@ class Agent:
             MessageFormatError: ``messages`` holds something that is not text or a message.
         """
         inputs = normalize_messages(messages)
-        compaction = self._compaction
-        if compaction_strategy is not None or tokenizer is not None:
-            compaction = self._model_call_compaction(
-                compaction_strategy or self.compaction_strategy, tokenizer or self.tokenizer
-            )
+        compaction = self._compaction_for_run(compaction_strategy, tokenizer)
         if stream:
             return AgentRunStream(self._execute(inputs, session, tools, options, compaction, stream=True))
         return self._run(inputs, session, tools, options, compaction)
@@ -337,10 +345,8 @@ class Agent:
         compaction: CompactionProvider | None,
     ) -> _RunPlan:
         merged = {**self.default_options, **(options or {})}
-        conversation_id = (session.service_session_id if session is not None else None) or merged.pop(
-            "conversation_id", None
-        )
-        merged.pop("conversation_id", None)
+        requested = merged.pop("conversation_id", None)
+        conversation_id = (session.service_session_id if session is not None else None) or requested
         store = merged.get("store")
         service_managed = bool(conversation_id) or (
             store if store is not None else self.client.stores_by_default
@@ -658,17 +664,14 @@ class Agent:
 class _UpdateIds:
     """Gives streamed updates without a message id a stable one per message."""
 
-    __slots__ = ("_last_given", "_last_id", "_last_role")
+    __slots__ = ("_last_id", "_last_role")
 
     def __init__(self) -> None:
         self._last_role: str | None = None
         self._last_id: str | None = None
-        self._last_given: str | None = None
 
     def assign(self, update: ChatResponseUpdate) -> None:
         if update.message_id is not None:
-            if update.message_id != self._last_given:
-                self._last_given = update.message_id
             self._last_role, self._last_id = update.role, update.message_id
             return
         if self._last_id is None or update.role != self._last_role:

@@ -205,15 +205,7 @@ class Message:
     def to_dict(self) -> dict[str, Any]:
         """The wire form (a JSON-compatible dict); empty optional fields are left out."""
         contents = self.contents
-        if len(contents) == 1:
-            only = contents[0]
-            wire = (
-                [{"type": "text", "text": only.text}]
-                if type(only) is TextContent and not only.additional_properties and not only.extra_fields
-                else [only.to_dict()]
-            )
-        else:
-            wire = [c.to_dict() for c in contents]
+        wire = [contents[0].to_dict()] if len(contents) == 1 else [c.to_dict() for c in contents]
         out: dict[str, Any] = {"role": self.role, "contents": wire}
         if self.author_name is not None:
             out["author_name"] = self.author_name

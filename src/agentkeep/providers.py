@@ -159,6 +159,10 @@ class SessionContext:
         """Messages added per provider ``source_id``, in provider order."""
         return {source: MessageChain(*parts) for source, parts in self._context.items()}
 
+    def message_parts(self, source_id: str) -> tuple[Sequence[Message], ...]:
+        """The message sequences ``source_id`` added, as added (a loaded history view stays a view)."""
+        return tuple(self._context.get(source_id, ()))
+
     @property
     def history_sources(self) -> frozenset[str]:
         """The source ids whose messages were added as chat history."""

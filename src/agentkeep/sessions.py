@@ -94,6 +94,13 @@ def from_builtins(data: Any, typ: Any) -> Any:
     return msgspec.convert(data, typ, dec_hook=_dec_hook, strict=False)
 
 
+def _type_name(typ: Any) -> str:
+    try:
+        return typ.__name__
+    except AttributeError:
+        return repr(typ)
+
+
 def _is_instance(value: Any, typ: Any) -> bool:
     origin = typing.get_origin(typ) or typ
     return isinstance(origin, type) and isinstance(value, origin)
@@ -175,14 +182,14 @@ class StateBag:
             self._entries[key] = _Entry(obj=value, typ=type)
 
     def _read(self, key: str, entry: _Entry, typ: Any) -> Any:
-        name = getattr(typ, "__name__", repr(typ))
         obj = entry.obj
         if obj is not _MISSING:
             if typ is None or entry.typ == typ or _is_instance(obj, typ):
                 return obj
             # An object someone stored is never silently converted (and so rewritten) to another type.
             raise StateTypeError(
-                f"state value {key!r} holds a {type(obj).__name__}, which is not a {name}", key=key
+                f"state value {key!r} holds a {type(obj).__name__}, which is not a {_type_name(typ)}",
+                key=key,
             )
         data = entry.json
         if typ is None:
@@ -190,7 +197,9 @@ class StateBag:
         try:
             value = from_builtins(data, typ)
         except (msgspec.ValidationError, NotImplementedError, TypeError, ValueError) as exc:
-            raise StateTypeError(f"state value {key!r} cannot be read as {name}: {exc}", key=key) from exc
+            raise StateTypeError(
+                f"state value {key!r} cannot be read as {_type_name(typ)}: {exc}", key=key
+            ) from exc
         entry.obj = value
         entry.typ = typ
         entry.json = _MISSING  # the typed object is now the source of truth

@@ -192,3 +192,18 @@ async def test_history_provider_lookup() -> None:
     assert agent.history_provider("other") is None
     bare = Agent(ScriptedChatClient(["x"]))
     assert isinstance(bare.history_provider(), InMemoryHistoryProvider)  # the built-in default
+
+
+async def test_a_per_run_strategy_continues_the_sessions_index() -> None:
+    client = ScriptedChatClient(lambda messages: "ok")
+    agent = Agent(client)
+    window = SlidingWindowStrategy(keep_last_groups=4)
+    session = agent.create_session()
+    await agent.run("first", session=session, compaction_strategy=window)
+    cache = session._runtime[f"compaction:{Agent.COMPACTION_SOURCE_ID}"]  # pyright: ignore[reportPrivateUsage]
+    index = cache.index
+    for turn in range(4):  # a new default tokenizer each run counts alike: the index is continued
+        await agent.run(f"turn {turn}", session=session, compaction_strategy=window)
+        assert cache.index is index
+    assert index.message_count == 9  # four stored runs (input and reply) and this run's input
+    assert len(client.calls[-1]) == 4

@@ -36,7 +36,6 @@ from ..responses import AgentResponse
 from ..storage.base import MessageStore
 from ..storage.history import StorageHistoryProvider
 from ._stores import CLIError, describe_store, open_store, redact_url
-from ._transfer import conversation_exists
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -243,7 +242,6 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
         client: ChatClient | None = None
         try:
             runner.run(store.setup())
-            existed = runner.run(conversation_exists(store, session_id))
             client = make_client(
                 model_path=settings.model_path,
                 base_url=settings.base_url,
@@ -274,15 +272,7 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
                     hint = _continue_hint(session_id, settings.store_url)
                     err.print(f"new session [bold]{escape(session_id)}[/] ({escape(hint)})", soft_wrap=True)
                 return
-            _interactive(
-                runner,
-                chat,
-                settings.store_url,
-                existed=existed,
-                model_note=model_note,
-                err=err,
-                out=stream,
-            )
+            _interactive(runner, chat, settings.store_url, model_note=model_note, err=err, out=stream)
         finally:
             try:
                 if client is not None:
@@ -313,7 +303,6 @@ def _interactive(
     chat: ChatSession,
     store_url: str | None,
     *,
-    existed: bool,
     model_note: str,
     err: Console,
     out: TextIO,
@@ -321,8 +310,9 @@ def _interactive(
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # line editing for input(), where the platform has it
             importlib.import_module("readline")
-    stored = len(runner.run(chat.store.read_view(chat.session_id)).entries) if existed else 0
-    state = f"{stored} stored messages" if existed else "new"
+    view = runner.run(chat.store.read_view(chat.session_id))
+    existed = bool(view.entries) or view.last_seq > 0  # as conversation_exists() tells
+    state = f"{len(view.entries)} stored messages" if existed else "new"
     err.print(
         f"session [bold]{escape(chat.session_id)}[/] ({state}) in {escape(describe_store(chat.store))}; "
         f"{escape(model_note)}. Type /quit or press Ctrl-D to leave.",

@@ -26,41 +26,18 @@ included messages once per phase.
 
 from __future__ import annotations
 
-from ..messages import Message
-from .groups import MessageGroup, MessageIndex
+from .groups import MessageIndex
 from .strategies import (
     PipelineCompactionStrategy,
+    TokenMeter,
     ToolResultCompactionStrategy,
     TruncationStrategy,
-    tool_group_summary_text,
+    tool_group_summary,
 )
-from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, count_message_tokens
-from .triggers import CompactionTrigger, CompactionTriggers
+from .tokenizers import Tokenizer
+from .triggers import CompactionTrigger, CompactionTriggers, non_negative
 
 __all__ = ["ContextWindowCompactionStrategy"]
-
-
-class _Meter:
-    """Included tokens as ``tokenizer`` counts them: the index's running totals when it is the
-    index's own tokenizer (O(1)), a recount otherwise."""
-
-    __slots__ = ("_index", "_tokenizer")
-
-    def __init__(self, index: MessageIndex, tokenizer: Tokenizer | None) -> None:
-        self._index = index
-        self._tokenizer = tokenizer if tokenizer is not None and tokenizer is not index.tokenizer else None
-
-    def total(self) -> int:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            return self._index.included_token_count
-        return sum(count_message_tokens(m, tokenizer=tokenizer) for m in self._index.included_messages())
-
-    def group(self, group: MessageGroup) -> int:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            return group.token_count
-        return sum(count_message_tokens(m, tokenizer=tokenizer) for m in group.messages)
 
 
 class _ToolEviction(ToolResultCompactionStrategy):
@@ -79,16 +56,12 @@ class _ToolEviction(ToolResultCompactionStrategy):
         self.tokenizer = tokenizer
         super().__init__(
             keep_last_tool_call_groups=keep_last_tool_call_groups,
-            trigger=self._over_limit,
-            target=self._within_limit,
+            trigger=self._over_limit,  # the target is its inverse
             minimum_preserved=minimum_preserved,
         )
 
     def _over_limit(self, index: MessageIndex) -> bool:
-        return _Meter(index, self.tokenizer).total() > self.limit
-
-    def _within_limit(self, index: MessageIndex) -> bool:
-        return not self._over_limit(index)
+        return TokenMeter(index, self.tokenizer)() > self.limit
 
     async def compact(self, index: MessageIndex) -> bool:
         """Collapse the oldest tool-call groups until within the limit (see the module docstring).
@@ -99,8 +72,8 @@ class _ToolEviction(ToolResultCompactionStrategy):
         Returns:
             Whether anything changed.
         """
-        meter = _Meter(index, self.tokenizer)
-        total = meter.total()
+        meter = TokenMeter(index, self.tokenizer)
+        total = meter()
         if total <= self.limit:
             return False
         changed = False
@@ -108,7 +81,7 @@ class _ToolEviction(ToolResultCompactionStrategy):
             if total <= self.limit:
                 break
             before = meter.group(group)
-            summary = index.replace([group], Message("assistant", tool_group_summary_text(group.messages)))
+            summary = index.replace([group], tool_group_summary(group))
             total += meter.group(summary) - before
             changed = True
         return changed
@@ -124,21 +97,6 @@ def _within(limit: int) -> CompactionTrigger:
         return not over(index)
 
     return target
-
-
-def _counts_like(tokenizer: Tokenizer | None, index_tokenizer: Tokenizer) -> bool:
-    """Whether ``tokenizer`` counts as the index's own does, so the index's totals can be used.
-
-    ``None``, the same object, or an equally configured default estimator (two agents' separate
-    ``CharacterEstimatorTokenizer()`` instances count alike).
-    """
-    if tokenizer is None or tokenizer is index_tokenizer:
-        return True
-    return (
-        type(tokenizer) is CharacterEstimatorTokenizer
-        and type(index_tokenizer) is CharacterEstimatorTokenizer
-        and tokenizer.chars_per_token == index_tokenizer.chars_per_token
-    )
 
 
 def _check_threshold(name: str, value: float) -> float:
@@ -193,14 +151,10 @@ class ContextWindowCompactionStrategy:
         tokenizer: Tokenizer | None = None,
         minimum_preserved: int = 1,
     ) -> None:
-        for name, value in (
-            ("max_context_window_tokens", max_context_window_tokens),
-            ("max_output_tokens", max_output_tokens),
-            ("keep_last_tool_call_groups", keep_last_tool_call_groups),
-            ("minimum_preserved", minimum_preserved),
-        ):
-            if value < 0:
-                raise ValueError(f"{name} must not be negative, not {value}")
+        non_negative("max_context_window_tokens", max_context_window_tokens)
+        non_negative("max_output_tokens", max_output_tokens)
+        non_negative("keep_last_tool_call_groups", keep_last_tool_call_groups)
+        non_negative("minimum_preserved", minimum_preserved)
         if max_output_tokens >= max_context_window_tokens:
             raise ValueError(
                 f"max_output_tokens ({max_output_tokens}) must be less than "
@@ -223,12 +177,11 @@ class ContextWindowCompactionStrategy:
         self.input_budget = max_context_window_tokens - max_output_tokens
         self.tool_eviction_limit = int(self.input_budget * tool_eviction_threshold)
         self.truncation_limit = int(self.input_budget * truncation_threshold)
-        # Two pipelines, chosen per call: one on the index's running totals, one recounting with
-        # a tokenizer that counts differently from the index's.
-        self._native = self._phases(None)
-        self._measured = self._phases(tokenizer) if tokenizer is not None else self._native
+        # Each phase reads the index's running totals when the tokenizer counts as the index's
+        # does (see TokenMeter), and recounts otherwise.
+        self._phases = self._pipeline(tokenizer)
 
-    def _phases(self, tokenizer: Tokenizer | None) -> PipelineCompactionStrategy:
+    def _pipeline(self, tokenizer: Tokenizer | None) -> PipelineCompactionStrategy:
         limit = self.truncation_limit
         if tokenizer is None:
             # Without a tokenizer TruncationStrategy counts messages: give it the index's tokens.
@@ -258,8 +211,7 @@ class ContextWindowCompactionStrategy:
         Returns:
             Whether anything changed.
         """
-        native = _counts_like(self.tokenizer, index.tokenizer)
-        return await (self._native if native else self._measured).compact(index)
+        return await self._phases.compact(index)
 
     def __repr__(self) -> str:
         return (

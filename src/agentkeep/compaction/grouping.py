@@ -246,7 +246,6 @@ def append_messages(index: MessageIndex, messages: Iterable[Message]) -> None:
     overhead = MESSAGE_OVERHEAD_TOKENS
     all_messages = index._messages
     token_list = index._tokens
-    byte_list = index._bytes
     group_of = index._group_of
     groups = index._groups
     turn_live = index._turn_live
@@ -274,7 +273,6 @@ def append_messages(index: MessageIndex, messages: Iterable[Message]) -> None:
             position = len(all_messages)
             all_messages.append(message)
             token_list.append(tokens)
-            byte_list.append(size)
             total_tokens += tokens
             total_bytes += size
 
@@ -425,7 +423,7 @@ def _new_group(index: MessageIndex, kind: MessageGroupKind, position: int) -> Me
     index._groups.append(group)
     if kind is MessageGroupKind.TOOL_CALL:
         index._tool_groups.append(group)
-    index._enter(group)
+    index._tally(group, 1)
     return group
 
 
@@ -449,7 +447,7 @@ def _absorb(index: MessageIndex, reasoning_tail: list[MessageGroup]) -> MessageG
     first = reasoning_tail[0]
     group = MessageGroup(index, MessageGroupKind.TOOL_CALL, first._turn, first._order)
     for old in reasoning_tail:
-        index._leave(old)
+        index._tally(old, -1)
         old._excluded = True  # contributes nothing any more
         index._groups.pop()
         for i in old._index_list():
@@ -461,7 +459,7 @@ def _absorb(index: MessageIndex, reasoning_tail: list[MessageGroup]) -> MessageG
     index._tool_groups.append(group)
     index._head = min(index._head, len(index._groups) - 1)
     index._layout += 1
-    index._enter(group)
+    index._tally(group, 1)
     return group
 
 
@@ -475,10 +473,10 @@ def _merge(index: MessageIndex, targets: list[MessageGroup]) -> MessageGroup:
     """
     targets.sort(key=lambda g: g.first_index)
     keep = targets[0]
-    index._leave(keep)
+    index._tally(keep, -1)
     indices = keep._index_list()
     for other in targets[1:]:
-        index._leave(other)
+        index._tally(other, -1)
         other._excluded = True
         with suppress(ValueError):  # raised when a summary replaced it: it is not listed
             index._groups.remove(other)
@@ -499,5 +497,5 @@ def _merge(index: MessageIndex, targets: list[MessageGroup]) -> MessageGroup:
     indices.sort()
     index._head = index._tool_head = 0  # removals shifted the lists under the cursors
     index._layout += 1
-    index._enter(keep)
+    index._tally(keep, 1)
     return keep

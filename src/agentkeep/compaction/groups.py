@@ -75,8 +75,6 @@ class MessageIndex:
     """
 
     __slots__ = (
-        "_anchor_of",
-        "_bytes",
         "_calls",
         "_group_of",
         "_groups",
@@ -87,7 +85,6 @@ class MessageIndex:
         "_included_tokens",
         "_included_tool_groups",
         "_included_turns",
-        "_inserted",
         "_journal",
         "_layout",
         "_layout_seen",
@@ -95,6 +92,7 @@ class MessageIndex:
         "_pinned",
         "_pinned_upto",
         "_reasoning_tail",
+        "_summaries",
         "_tokenizer",
         "_tokens",
         "_tool_groups",
@@ -108,7 +106,6 @@ class MessageIndex:
         self._tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharacterEstimatorTokenizer()
         self._messages: list[Message] = []
         self._tokens: list[int] = []
-        self._bytes: list[int] = []
         self._group_of: list[MessageGroup] = []
         self._groups: list[MessageGroup] = []
         self._calls: dict[str, MessageGroup] = {}
@@ -127,9 +124,9 @@ class MessageIndex:
         self._pinned_upto = 0
         self._layout = 0
         self._layout_seen = 0
-        # Summaries put in by replace(): anchor position -> their positions, and back.
-        self._inserted: dict[int, list[int]] = {}
-        self._anchor_of: dict[int, int] = {}
+        # Positions of the summaries replace() put in that may be included: the projection drops
+        # those it finds excluded (include() adds one back), so it never walks every summary made.
+        self._summaries: set[int] = set()
         # Since track_changes(): the groups excluded, and the summaries replace() made.
         self._journal: tuple[list[MessageGroup], list[MessageGroup]] | None = None
         self._total_tokens = 0
@@ -213,43 +210,54 @@ class MessageIndex:
         messages, group_of = (
             (all_messages[start:], all_groups[start:]) if start else (all_messages, all_groups)
         )
-        if not self._inserted:
+        summaries = self._live_summaries()
+        if not summaries:
             return [m for m, g in zip(messages, group_of, strict=True) if not g._excluded]
         # Usually each included summary stands alone at its anchor, whose own message it replaced
         # (so is excluded): then it takes that message's place and one sweep does the rest.
         shown = messages[:] if not start else messages
         keep = [not g._excluded for g in group_of]
-        anchor_of = self._anchor_of
-        for position in anchor_of:
-            if position >= start:
-                keep[position - start] = False  # a summary is shown at its anchor, not at its position
-        for position, anchor in anchor_of.items():
-            if not all_groups[position]._excluded:
-                slot = anchor - start
-                if slot < 0 or keep[slot]:  # the anchor's message is shown, or another summary is there
-                    return self._included_in_order(start)
-                shown[slot] = all_messages[position]
-                keep[slot] = True
+        for position in summaries:
+            if all_groups[position]._order < start:
+                return self._included_in_order(start, summaries)
+            keep[position - start] = False  # a summary is shown at its anchor, not at its position
+        for position in summaries:
+            slot = all_groups[position]._order - start
+            if keep[slot]:  # the anchor's message is shown, or another summary is there
+                return self._included_in_order(start, summaries)
+            shown[slot] = all_messages[position]
+            keep[slot] = True
         return list(compress(shown, keep))
 
-    def _included_in_order(self, start: int = 0) -> list[Message]:
-        """:meth:`included_messages` position by position from ``start``, summaries first at their anchor."""
+    def _live_summaries(self) -> list[int]:
+        """The positions of the included summaries put in by :meth:`replace` (forgetting the others)."""
+        group_of = self._group_of
+        live = [p for p in self._summaries if not group_of[p]._excluded]
+        if len(live) < len(self._summaries):
+            self._summaries = set(live)
+        return live
+
+    def _included_in_order(self, start: int, summaries: list[int]) -> list[Message]:
+        """:meth:`included_messages` position by position from ``start``, the included ``summaries``
+        first at their anchor (for when one does not simply take its anchor's place)."""
         out: list[Message] = []
         messages, group_of = self._messages, self._group_of
-        inserted, anchor_of = self._inserted, self._anchor_of
+        at_anchor: dict[int, list[Message]] = {}
+        for position in sorted(summaries):
+            at_anchor.setdefault(group_of[position]._order, []).append(messages[position])
+        shown_elsewhere = set(summaries)
         for position in range(start, len(messages)):
-            if position in anchor_of:
-                continue  # emitted at its anchor
-            summaries = inserted.get(position)
-            if summaries is not None:
-                out.extend(messages[s] for s in summaries if not group_of[s]._excluded)
-            if not group_of[position]._excluded:
+            if position in at_anchor:
+                out.extend(at_anchor[position])
+            if not group_of[position]._excluded and position not in shown_elsewhere:
                 out.append(messages[position])
         return out
 
     def is_inserted(self, position: int) -> bool:
         """Whether the message at ``position`` is a summary put in by :meth:`replace`."""
-        return position in self._anchor_of
+        group = self._group_of[position]
+        # Such a summary stands at its anchor, an older position; any other summary at its own.
+        return group._kind is MessageGroupKind.SUMMARY and group._order != position
 
     @property
     def message_count(self) -> int:
@@ -313,12 +321,7 @@ class MessageIndex:
         Raises:
             ValueError: ``group`` belongs to another index, or was merged into another group.
         """
-        self._check_owned(group)
-        if not group._excluded:
-            self._leave(group)
-            group._excluded = True
-            if self._journal is not None:
-                self._journal[0].append(group)
+        self.exclude_many((group,))
 
     def exclude_many(self, groups: Iterable[MessageGroup]) -> int:
         """:meth:`exclude` every group of ``groups``, in order, adjusting the included totals once.
@@ -388,8 +391,10 @@ class MessageIndex:
             if slot >= len(groups) or groups[slot] is not group:
                 raise ValueError(f"{group!r} was replaced by a summary; include the summary's groups instead")
             group._excluded = False
-            self._enter(group)
+            self._tally(group, 1)
             self._head = self._tool_head = 0  # the group may lie before a cursor
+            if self.is_inserted(group.first_index):
+                self._summaries.add(group.first_index)
 
     # -- replacing ----------------------------------------------------------------------------
     def replace(self, groups: Sequence[MessageGroup], summary: Message) -> MessageGroup:
@@ -471,8 +476,8 @@ class MessageIndex:
         # A cold compaction replaces thousands of groups, so this loop is written like the one in
         # append_messages: state in locals, the summary group made directly, totals added once.
         messages, all_groups, group_of = self._messages, self._groups, self._group_of
-        token_list, byte_list, turn_live = self._tokens, self._bytes, self._turn_live
-        inserted, anchor_of, journal = self._inserted, self._anchor_of, self._journal
+        token_list, turn_live, summaries = self._tokens, self._turn_live, self._summaries
+        journal = self._journal
         count_tokens = self._tokenizer.count_tokens
         new_group = MessageGroup.__new__
         summary_kind, tool_kind, system_kind = (
@@ -501,7 +506,6 @@ class MessageIndex:
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 messages.append(summary)
                 token_list.append(tokens)
-                byte_list.append(size)
                 added_tokens += tokens
                 added_bytes += size
                 summary_group = new_group(MessageGroup)
@@ -518,12 +522,7 @@ class MessageIndex:
                 all_groups[slot] = summary_group  # the summary takes the group's slot
                 if slot < self._head:
                     self._head = slot
-                anchored = inserted.get(order)
-                if anchored is None:
-                    inserted[order] = [position]
-                else:
-                    anchored.append(position)
-                anchor_of[position] = order
+                summaries.add(position)
 
                 # The summary takes the group's place in the included totals: one group for one.
                 group._excluded = True
@@ -670,39 +669,23 @@ class MessageIndex:
         append_messages(self, messages)
 
     # -- included totals ----------------------------------------------------------------------
-    def _enter(self, group: MessageGroup) -> None:
-        """Add an included ``group`` to the included totals."""
+    def _tally(self, group: MessageGroup, sign: int) -> None:
+        """Add (``sign`` 1) an included ``group`` to the included totals, or take it out (-1)."""
         if group._excluded:
             return
-        self._included_groups += 1
-        self._included_messages += group.message_count
-        self._included_tokens += group._token_count
-        self._included_bytes += group._byte_count
+        self._included_groups += sign
+        self._included_messages += sign * group.message_count
+        self._included_tokens += sign * group._token_count
+        self._included_bytes += sign * group._byte_count
         kind = group._kind
         if kind is MessageGroupKind.TOOL_CALL:
-            self._included_tool_groups += 1
+            self._included_tool_groups += sign
         turn = group._turn
         if turn is not None and kind is not MessageGroupKind.SYSTEM:
-            self._turn_live[turn] += 1
-            if self._turn_live[turn] == 1:
-                self._included_turns += 1
-
-    def _leave(self, group: MessageGroup) -> None:
-        """Take an included ``group`` out of the included totals."""
-        if group._excluded:
-            return
-        self._included_groups -= 1
-        self._included_messages -= group.message_count
-        self._included_tokens -= group._token_count
-        self._included_bytes -= group._byte_count
-        kind = group._kind
-        if kind is MessageGroupKind.TOOL_CALL:
-            self._included_tool_groups -= 1
-        turn = group._turn
-        if turn is not None and kind is not MessageGroupKind.SYSTEM:
-            self._turn_live[turn] -= 1
-            if self._turn_live[turn] == 0:
-                self._included_turns -= 1
+            live = self._turn_live[turn] + sign
+            self._turn_live[turn] = live
+            if live == (1 if sign > 0 else 0):  # the turn's count just left 0, or just reached it
+                self._included_turns += sign
 
     def __repr__(self) -> str:
         return (

@@ -34,8 +34,8 @@ from ..providers import AIContext, ContextProvider, SessionContext
 from ..sequences import MessageChain, MessageView
 from ..sessions import AgentSession
 from .groups import MessageIndex
-from .strategies import CompactionStrategy, apply_compaction
-from .tokenizers import CharacterEstimatorTokenizer, Tokenizer
+from .strategies import CompactionStrategy, apply_compaction, counts_like, resolve_tokenizer
+from .tokenizers import Tokenizer
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -46,15 +46,6 @@ logger = logging.getLogger("agentkeep.compaction")
 
 CompactionPhase = Literal["before_run", "model_call", "after_run"]
 _PHASES: tuple[CompactionPhase, ...] = ("before_run", "model_call", "after_run")
-
-
-def resolve_tokenizer(strategy: object, tokenizer: Tokenizer | None) -> Tokenizer:
-    """The tokenizer an index for ``strategy`` counts with: the given one, else the strategy's own
-    ``tokenizer`` attribute, else :class:`CharacterEstimatorTokenizer`."""
-    if tokenizer is not None:
-        return tokenizer
-    found: object = getattr(strategy, "tokenizer", None)
-    return found if isinstance(found, Tokenizer) else CharacterEstimatorTokenizer()
 
 
 class _IndexCache:
@@ -76,26 +67,24 @@ class _IndexCache:
         index, view = self.index, self.view
         if index is not None and view is not None and isinstance(history, MessageView):
             new = history.extension_of(view)
-            if new is not None:
-                pending = self.pending
-                matched = 0
-                fresh: list[Message] = []
-                for message in new:
-                    if matched < len(pending):
-                        if message.message_id != pending[matched]:
-                            break
-                        matched += 1
-                    else:
-                        fresh.append(message)
-                else:
-                    if matched == len(pending):
-                        index.append(fresh)
-                        self.view, self.pending = history, []
-                        return index
+            fresh = _past_pending(self.pending, new) if new is not None else None
+            if fresh is not None:
+                index.append(fresh)
+                self.view, self.pending = history, []
+                return index
         index = self.index = MessageIndex(history, tokenizer=self.tokenizer)
         self.view = history if isinstance(history, MessageView) else None
         self.pending = []
         return index
+
+
+def _past_pending(pending: list[str | None], new: Iterable[Message]) -> list[Message] | None:
+    """The messages of ``new`` after the run messages with the ``pending`` ids, or ``None`` if
+    ``new`` does not start with them (the index holds those already)."""
+    messages = list(new)
+    if [m.message_id for m in messages[: len(pending)]] != pending:
+        return None
+    return messages[len(pending) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +147,7 @@ class CompactionProvider(ContextProvider):
         if (
             not isinstance(cache, _IndexCache)
             or cache.strategy is not self.strategy
-            or cache.tokenizer is not self.tokenizer
+            or not counts_like(self.tokenizer, cache.tokenizer)  # its counts would be wrong
         ):
             cache = _IndexCache(self.strategy, self.tokenizer)
             session._runtime[key] = cache  # pyright: ignore[reportPrivateUsage]
@@ -205,9 +194,7 @@ class CompactionProvider(ContextProvider):
         provider = agent.history_provider()
         if provider is None:
             return
-        history = await provider.get_messages(
-            context.session_id, state=provider.get_state(session), session=session
-        )
+        history = await provider.get_session_messages(session)
         outcome = await self._compact(session, history)
         if outcome is not None:
             await self._record(session, provider, outcome)
@@ -226,18 +213,7 @@ class CompactionProvider(ContextProvider):
             index = cache.sync(history)
             shared = True
         index.track_changes()
-        if shared:
-            cache.busy = True
-        try:
-            changed = await self.strategy.compact(index)
-        except BaseException:
-            if shared:
-                cache.index = None  # half-compacted: rebuild next time
-            raise
-        finally:
-            if shared:
-                cache.busy = False
-        if not changed:
+        if not await self._run_strategy(index, cache if shared else None):
             return None
         excluded, summaries = index.changes()
         return _Outcome(excluded, summaries, index.included_messages(), history, shared)
@@ -257,6 +233,20 @@ class CompactionProvider(ContextProvider):
             )
         if outcome.shared and stored is not None:
             self._cache(session).view = stored  # the log now holds the compacted view: continue it
+
+    async def _run_strategy(self, index: MessageIndex, cache: _IndexCache | None) -> bool:
+        """Run the strategy on ``index``; with the ``cache`` that holds it, keep other runs off the
+        index meanwhile and have it rebuilt if the strategy fails half-way."""
+        if cache is None:
+            return await self.strategy.compact(index)
+        cache.busy = True
+        try:
+            return await self.strategy.compact(index)
+        except BaseException:
+            cache.index = None  # half-compacted: rebuild next time
+            raise
+        finally:
+            cache.busy = False
 
     # -- model_call: compact what is sent ------------------------------------------------------------
     async def compact_request(
@@ -297,18 +287,7 @@ class CompactionProvider(ContextProvider):
             assert cache is not None
             cache.pending.extend(m.message_id for m in new)
             context.metadata[run_key] = (len(run_messages), run_start)
-            cache.busy = True
-        try:
-            await self.strategy.compact(index)
-        except BaseException:
-            if shared:
-                assert cache is not None
-                cache.index = None
-            raise
-        finally:
-            if shared:
-                assert cache is not None
-                cache.busy = False
+        await self._run_strategy(index, cache if shared else None)
         projected = index.included_messages()
         split = len(projected) - _run_region_count(index, run_start)
         if not others:
@@ -324,7 +303,7 @@ def _history_of(context: SessionContext, sources: Iterable[str]) -> Sequence[Mes
     can tell it continues the last one, even while empty), else the messages joined in a list."""
     chosen = list(sources)
     if len(chosen) == 1:
-        parts = context._context.get(chosen[0], [])  # pyright: ignore[reportPrivateUsage]
+        parts = context.message_parts(chosen[0])
         if len(parts) == 1:
             return parts[0]
     return list(context.get_messages(sources=chosen)) if chosen else []

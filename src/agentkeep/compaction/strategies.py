@@ -39,14 +39,15 @@ Names and defaults follow the Python edition of the reference (seed 002):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 from ..contents import FunctionCallContent, FunctionResultContent
 from ..messages import Message
 from .groups import MessageGroup, MessageGroupKind, MessageIndex
-from .tokenizers import Tokenizer, count_message_tokens
-from .triggers import CompactionTrigger, CompactionTriggers
+from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, count_message_tokens
+from .triggers import CompactionTrigger, CompactionTriggers, non_negative
 
 __all__ = [
     "CompactionStrategy",
@@ -127,12 +128,6 @@ def _never_holds(target: CompactionTrigger) -> bool:
     )
 
 
-def _check_floor(name: str, value: int) -> int:
-    if value < 0:
-        raise ValueError(f"{name} must not be negative, not {value}")
-    return value
-
-
 def _boundary(index: MessageIndex, keep: int) -> MessageGroup | None:
     """The oldest of the newest ``max(1, keep)`` included non-system groups; ``None`` if there are
     no more groups than that (nothing may go)."""
@@ -154,40 +149,79 @@ def _unprotected(
     return index.oldest_included(include_system=include_system, before=boundary.order)
 
 
-class _TokenMeter:
-    """Included tokens as counted by ``tokenizer``: the index's own count when it is the same one."""
+def counts_like(tokenizer: Tokenizer | None, index_tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` counts as the index's own does, so the index's totals can be used.
+
+    ``None``, the same object, or an equally configured default estimator (two agents' separate
+    ``CharacterEstimatorTokenizer()`` instances count alike).
+    """
+    if tokenizer is None or tokenizer is index_tokenizer:
+        return True
+    return (
+        type(tokenizer) is CharacterEstimatorTokenizer
+        and type(index_tokenizer) is CharacterEstimatorTokenizer
+        and tokenizer.chars_per_token == index_tokenizer.chars_per_token
+    )
+
+
+class TokenMeter:
+    """Included tokens as ``tokenizer`` counts them: the index's running totals (O(1)) when it
+    counts as the index's own does, else a recount of the included messages, each counted once
+    per meter."""
 
     __slots__ = ("_counts", "_index", "_tokenizer")
 
     def __init__(self, index: MessageIndex, tokenizer: Tokenizer | None) -> None:
         self._index = index
-        self._tokenizer = tokenizer if tokenizer is not None and tokenizer is not index.tokenizer else None
-        self._counts: dict[int, int] = {}
+        self._tokenizer = None if counts_like(tokenizer, index.tokenizer) else tokenizer
+        self._counts: dict[int, int] = {}  # by id(): the index holds the messages meanwhile
 
-    def _message_tokens(self, position: int) -> int:
-        tokenizer = self._tokenizer
-        if tokenizer is None:
-            return self._index.message_token_count(position)
-        count = self._counts.get(position)
-        if count is None:
-            count = count_message_tokens(self._index.messages[position], tokenizer=tokenizer)
-            self._counts[position] = count
-        return count
+    def _count(self, messages: Iterable[Message], tokenizer: Tokenizer) -> int:
+        counts, total = self._counts, 0
+        for message in messages:
+            count = counts.get(id(message))
+            if count is None:
+                count = counts[id(message)] = count_message_tokens(message, tokenizer=tokenizer)
+            total += count
+        return total
 
     def __call__(self) -> int:
         """Tokens of the included messages now."""
-        index = self._index
         if self._tokenizer is None:
-            return index.included_token_count
-        return sum(
-            self._message_tokens(p) for p in range(index.message_count) if not index.group_of(p).excluded
-        )
+            return self._index.included_token_count
+        # The projection skips the excluded history before it, where a walk of positions would not.
+        return self._count(self._index.included_messages(), self._tokenizer)
 
     def group(self, group: MessageGroup) -> int:
         """Tokens of ``group``."""
         if self._tokenizer is None:
             return group.token_count
-        return sum(self._message_tokens(p) for p in group.indices)
+        return self._count(group.messages, self._tokenizer)
+
+
+_message_count: Callable[[MessageGroup], int] = attrgetter("message_count")
+
+
+def _exclude_oldest(
+    index: MessageIndex,
+    candidates: Iterable[MessageGroup],
+    total: int,
+    limit: int,
+    cost: Callable[[MessageGroup], int],
+) -> bool:
+    """Exclude ``candidates`` in order while ``total``, less each excluded group's ``cost``, is
+    above ``limit``: a running measure instead of re-measuring, and one exclusion for the lot.
+
+    Returns:
+        Whether any group was excluded.
+    """
+    doomed: list[MessageGroup] = []
+    for group in candidates:
+        if total <= limit:
+            break
+        total -= cost(group)
+        doomed.append(group)
+    return index.exclude_many(doomed) > 0
 
 
 class _StepStrategy:
@@ -202,7 +236,7 @@ class _StepStrategy:
     ) -> None:
         self.trigger: CompactionTrigger = trigger
         self.target: CompactionTrigger = target if target is not None else _Inverse(trigger)
-        self.minimum_preserved: int = _check_floor("minimum_preserved", minimum_preserved)
+        self.minimum_preserved: int = non_negative("minimum_preserved", minimum_preserved)
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         return _unprotected(index, self.minimum_preserved)
@@ -279,8 +313,8 @@ class TruncationStrategy(_StepStrategy):
         target: CompactionTrigger | None = None,
         minimum_preserved: int = 1,
     ) -> None:
-        _check_floor("max_n", max_n)
-        _check_floor("compact_to", compact_to)
+        non_negative("max_n", max_n)
+        non_negative("compact_to", compact_to)
         if compact_to > max_n:
             raise ValueError(f"compact_to ({compact_to}) must not exceed max_n ({max_n})")
         self.max_n = max_n
@@ -296,7 +330,7 @@ class TruncationStrategy(_StepStrategy):
     def _measure(self, index: MessageIndex) -> int:
         if self.tokenizer is None:
             return index.included_message_count
-        return _TokenMeter(index, self.tokenizer)()
+        return TokenMeter(index, self.tokenizer)()
 
     def _over_max(self, index: MessageIndex) -> bool:
         return self._measure(index) > self.max_n
@@ -321,17 +355,12 @@ class TruncationStrategy(_StepStrategy):
             return await super().compact(index)
         # The default target: keep a running measure instead of re-measuring after each group, and
         # exclude the groups that go at once.
-        meter = _TokenMeter(index, self.tokenizer) if self.tokenizer is not None else None
+        meter = TokenMeter(index, self.tokenizer) if self.tokenizer is not None else None
         total = meter() if meter is not None else index.included_message_count
         if not self.trigger(index):
             return False
-        doomed: list[MessageGroup] = []
-        for group in self._candidates(index):
-            if total <= self.compact_to:
-                break
-            total -= meter.group(group) if meter is not None else group.message_count
-            doomed.append(group)
-        return index.exclude_many(doomed) > 0
+        cost = meter.group if meter is not None else _message_count
+        return _exclude_oldest(index, self._candidates(index), total, self.compact_to, cost)
 
     def __repr__(self) -> str:
         return (
@@ -368,7 +397,7 @@ class SlidingWindowStrategy(_StepStrategy):
     ) -> None:
         if not preserve_system:
             raise ValueError("SlidingWindowStrategy always preserves system messages")
-        self.keep_last_groups = _check_floor("keep_last_groups", keep_last_groups)
+        self.keep_last_groups = non_negative("keep_last_groups", keep_last_groups)
         self.preserve_system = preserve_system
         super().__init__(
             trigger=trigger if trigger is not None else CompactionTriggers.always,
@@ -510,7 +539,8 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
     return f"[Tool calls: {', '.join(called) or 'unknown'}]"
 
 
-def _tool_group_summary(group: MessageGroup) -> Message:
+def tool_group_summary(group: MessageGroup) -> Message:
+    """The summary message a collapsed tool-call ``group`` becomes (see :func:`tool_group_summary_text`)."""
     return Message("assistant", tool_group_summary_text(group.messages))
 
 
@@ -525,7 +555,7 @@ class _ToolGroupStrategy(_StepStrategy):
         target: CompactionTrigger | None = None,
         minimum_preserved: int = 1,
     ) -> None:
-        self.keep_last_tool_call_groups = _check_floor(
+        self.keep_last_tool_call_groups = non_negative(
             "keep_last_tool_call_groups", keep_last_tool_call_groups
         )
         super().__init__(
@@ -567,10 +597,10 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         return (g for g in groups if g.is_complete)
 
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
-        index.replace([group], _tool_group_summary(group))
+        index.replace([group], tool_group_summary(group))
 
     def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
-        return bool(index.replace_each(groups, _tool_group_summary))
+        return bool(index.replace_each(groups, tool_group_summary))
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
@@ -665,15 +695,15 @@ class TokenBudgetComposedStrategy:
         *,
         minimum_preserved: int = 1,
     ) -> None:
-        self.token_budget = _check_floor("token_budget", token_budget)
+        self.token_budget = non_negative("token_budget", token_budget)
         self.tokenizer = tokenizer
         self.strategies: tuple[CompactionStrategy, ...] = tuple(strategies)
         self.early_stop = early_stop
-        self.minimum_preserved = _check_floor("minimum_preserved", minimum_preserved)
+        self.minimum_preserved = non_negative("minimum_preserved", minimum_preserved)
 
     def trigger(self, index: MessageIndex) -> bool:
         """Whether the included tokens exceed the budget."""
-        return _TokenMeter(index, self.tokenizer)() > self.token_budget
+        return TokenMeter(index, self.tokenizer)() > self.token_budget
 
     async def compact(self, index: MessageIndex) -> bool:
         """Run the children, then the oldest-first fallback, until within the budget.
@@ -691,15 +721,9 @@ class TokenBudgetComposedStrategy:
             changed = await strategy.compact(index) or changed
             if self.early_stop and not self.trigger(index):
                 return changed
-        meter = _TokenMeter(index, self.tokenizer)
-        total = meter()
-        doomed: list[MessageGroup] = []
-        for group in _unprotected(index, self.minimum_preserved):
-            if total <= self.token_budget:
-                break
-            total -= meter.group(group)
-            doomed.append(group)
-        return index.exclude_many(doomed) > 0 or changed
+        meter = TokenMeter(index, self.tokenizer)
+        candidates = _unprotected(index, self.minimum_preserved)
+        return _exclude_oldest(index, candidates, meter(), self.token_budget, meter.group) or changed
 
     def __repr__(self) -> str:
         return (
@@ -734,12 +758,15 @@ async def apply_compaction(
         ...     messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000)
         ... )
     """
-    chosen = tokenizer if tokenizer is not None else _strategy_tokenizer(strategy)
-    index = MessageIndex(messages, tokenizer=chosen)
+    index = MessageIndex(messages, tokenizer=resolve_tokenizer(strategy, tokenizer))
     await strategy.compact(index)
     return project(index)
 
 
-def _strategy_tokenizer(strategy: object) -> Tokenizer | None:
+def resolve_tokenizer(strategy: object, tokenizer: Tokenizer | None) -> Tokenizer:
+    """The tokenizer an index for ``strategy`` counts with: the given one, else the strategy's own
+    ``tokenizer`` attribute, else :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`."""
+    if tokenizer is not None:
+        return tokenizer
     found: object = getattr(strategy, "tokenizer", None)
-    return found if isinstance(found, Tokenizer) else None
+    return found if isinstance(found, Tokenizer) else CharacterEstimatorTokenizer()

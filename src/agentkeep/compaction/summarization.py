@@ -29,7 +29,7 @@ from ..messages import Message
 from .groups import MessageGroup, MessageIndex, is_summary_message
 from .strategies import one_line
 from .tokenizers import Tokenizer, count_message_tokens
-from .triggers import CompactionTrigger
+from .triggers import CompactionTrigger, non_negative
 
 __all__ = ["DEFAULT_SUMMARIZATION_PROMPT", "SummarizationError", "SummarizationStrategy"]
 
@@ -53,12 +53,6 @@ _TRANSCRIPT_HEADING: Final[str] = "Transcript to summarize, oldest first:"
 
 _PREVIEW_CHARS: Final[int] = 400
 """How many characters of each tool-call argument list or tool result the transcript keeps."""
-
-
-def _check_count(name: str, value: int) -> int:
-    if value < 0:
-        raise ValueError(f"{name} must not be negative, not {value}")
-    return value
 
 
 def _preview(value: Any) -> str:
@@ -165,17 +159,17 @@ class SummarizationStrategy:
         minimum_preserved: int = 1,
     ) -> None:
         self.client = client
-        self.target_count = _check_count("target_count", target_count)
-        self.threshold = _check_count("threshold", threshold)
+        self.target_count = non_negative("target_count", target_count)
+        self.threshold = non_negative("threshold", threshold)
         self.prompt: str = prompt if prompt is not None else DEFAULT_SUMMARIZATION_PROMPT
         if max_summary_input_tokens is not None:
-            _check_count("max_summary_input_tokens", max_summary_input_tokens)
+            non_negative("max_summary_input_tokens", max_summary_input_tokens)
         self.max_summary_input_tokens = max_summary_input_tokens
         self.tokenizer = tokenizer
         self._custom_trigger = trigger
         self.trigger: CompactionTrigger = trigger if trigger is not None else self._too_many_messages
         self.target: CompactionTrigger | None = target
-        self.minimum_preserved = _check_count("minimum_preserved", minimum_preserved)
+        self.minimum_preserved = non_negative("minimum_preserved", minimum_preserved)
         self.last_error: SummarizationError | None = None
 
     # -- what to keep ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ The .NET names map as: ``Always`` → ``always``, ``Never`` → ``never``, ``Tok
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TypeAlias
 
 from .groups import MessageIndex
@@ -41,10 +42,22 @@ class _Trigger:
         return f"CompactionTriggers.{self._text}"
 
 
-def _threshold(name: str, value: int) -> int:
+def non_negative(name: str, value: int) -> int:
+    """``value``, checked for the compaction settings that count something (tokens, groups, ...).
+
+    Raises:
+        ValueError: ``value`` is negative (the message names the setting ``name``).
+    """
     if value < 0:
         raise ValueError(f"{name} must not be negative, not {value}")
     return value
+
+
+def _exceeds(factory: str, name: str, value: int, included: str) -> CompactionTrigger:
+    """The trigger ``factory(value)``: the index's ``included`` count is above ``value``."""
+    limit = non_negative(name, value)
+    count: Callable[[MessageIndex], int] = attrgetter(included)
+    return _Trigger(f"{factory}({limit})", lambda index: count(index) > limit)
 
 
 class CompactionTriggers:
@@ -69,8 +82,7 @@ class CompactionTriggers:
         Raises:
             ValueError: ``max_tokens`` is negative.
         """
-        limit = _threshold("max_tokens", max_tokens)
-        return _Trigger(f"tokens_exceed({limit})", lambda index: index.included_token_count > limit)
+        return _exceeds("tokens_exceed", "max_tokens", max_tokens, "included_token_count")
 
     @staticmethod
     def messages_exceed(max_messages: int) -> CompactionTrigger:
@@ -79,8 +91,7 @@ class CompactionTriggers:
         Raises:
             ValueError: ``max_messages`` is negative.
         """
-        limit = _threshold("max_messages", max_messages)
-        return _Trigger(f"messages_exceed({limit})", lambda index: index.included_message_count > limit)
+        return _exceeds("messages_exceed", "max_messages", max_messages, "included_message_count")
 
     @staticmethod
     def turns_exceed(max_turns: int) -> CompactionTrigger:
@@ -92,8 +103,7 @@ class CompactionTriggers:
         Raises:
             ValueError: ``max_turns`` is negative.
         """
-        limit = _threshold("max_turns", max_turns)
-        return _Trigger(f"turns_exceed({limit})", lambda index: index.included_turn_count > limit)
+        return _exceeds("turns_exceed", "max_turns", max_turns, "included_turn_count")
 
     @staticmethod
     def groups_exceed(max_groups: int) -> CompactionTrigger:
@@ -102,8 +112,7 @@ class CompactionTriggers:
         Raises:
             ValueError: ``max_groups`` is negative.
         """
-        limit = _threshold("max_groups", max_groups)
-        return _Trigger(f"groups_exceed({limit})", lambda index: index.included_group_count > limit)
+        return _exceeds("groups_exceed", "max_groups", max_groups, "included_group_count")
 
     @staticmethod
     def has_tool_calls() -> CompactionTrigger:
