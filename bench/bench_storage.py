@@ -126,8 +126,8 @@ Factory = Callable[
 async def _measure_size(store: MessageStore, size: int, reps: int) -> dict[str, float]:
     conversation = f"bench-{size}"
     await _fill(store, conversation, size)
-    counter = iter(range(size, 10**9))
-    append_ms = await _median_ms(lambda: store.append(conversation, _turn(next(counter))), reps)
+    turns = iter([_turn(i) for i in range(size, size + reps)])  # built before the clock starts
+    append_ms = await _median_ms(lambda: store.append(conversation, next(turns)), reps)
     last_ms = await _median_ms(lambda: store.read_view(conversation, last=50), reps)
     all_reps = 3 if size >= 100_000 else max(3, reps // 10)
     all_ms = await _median_ms(lambda: store.read_view(conversation), all_reps)
@@ -341,8 +341,8 @@ _REFERENCE_SCRIPT = textwrap.dedent(
                     await client.rpush(key, *batch); batch = []
             if batch:
                 await client.rpush(key, *batch)
-            counter = iter(range(size, 10**9))
-            append = await median(lambda: provider.save_messages(session, turn(next(counter))), reps)
+            turns = iter([turn(i) for i in range(size, size + reps)])
+            append = await median(lambda: provider.save_messages(session, next(turns)), reps)
             load = await median(lambda: provider.get_messages(session), reps)
             count = await client.llen(key)
             usage = await client.memory_usage(key, samples=0) or 0

@@ -33,6 +33,7 @@ from agentkeep.testing import ScriptedChatClient
 HERE = Path(__file__).resolve().parent
 REF_VENV = HERE / ".venv-ref"
 SIZES = (100, 1_000, 10_000, 100_000)
+SESSION_SIZE = 10_000  # messages in the (de)serialized session
 REF_PACKAGE = "agent-framework-core"
 TEXT = "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut labore. "
 
@@ -198,7 +199,7 @@ def _reference(quick: bool) -> dict[str, object] | None:
     reps = {100: 200, 1_000: 60, 10_000: 10, 100_000: 3}
     plan = {
         "turn": [[size, max(3, reps[size] // (4 if quick else 1))] for size in SIZES],
-        "session_size": 10_000,
+        "session_size": SESSION_SIZE,
         "session_reps": 3 if quick else 5,
     }
     done = subprocess.run(
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     compacted = {
         size: asyncio.run(_turn_agentkeep(size, _reps(size, args.quick), compaction=True)) for size in SIZES
     }
-    dump_ms, load_ms, read_ms, payload_bytes = _session_agentkeep(10_000, 5 if args.quick else 15)
+    dump_ms, load_ms, read_ms, payload_bytes = _session_agentkeep(SESSION_SIZE, 5 if args.quick else 15)
     ref = None if args.no_reference else _reference(args.quick)
 
     print("\nPer-turn framework overhead: median time of one agent.run (scripted client, in-memory history)")
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{size:>16,} | {compacted[size][0]:9.3f} ms | {compacted[size][1]:>6}")
     print(f"agentkeep compacted turn(100k) / turn(100) = {compacted[100_000][0] / compacted[100][0]:.2f}")
 
-    print("\nSession with 10,000 messages (JSON payload, median)")
+    print(f"\nSession with {SESSION_SIZE:,} messages (JSON payload, median)")
     print(f"{'operation':>34} | {'agentkeep':>12} | {'reference':>12} | {'ref/ours':>9}")
     print("-" * 78)
     ref_session = None if ref is None else ref["session"]

@@ -1,26 +1,63 @@
 """Shared fixtures for the agentkeep test suite.
 
 The local model's path and the ``llama_cpp.server`` serving it are session-wide, so every test
-module that needs them (clients, CLI) shares one model file lookup and one server process.
+module that needs them (clients, CLI) shares one model file lookup and one server process. The CLI
+tests (``test_cli*.py``) share the subprocess environment and their store URLs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agentkeep.clients.local import default_model_path
 from tests.clients.servers import llama_server
+from tests.storage.backend_postgres import URL as POSTGRES_URL
+from tests.storage.backend_postgres import drop_schema, new_schema
+from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
-__all__ = ["llama_server", "local_model_path"]
+__all__ = ["env", "llama_server", "local_model_path", "server_store", "store_url"]
 
 
 @pytest.fixture(scope="session")
 def local_model_path() -> Path:
     """The packaged SmolLM2-135M-Instruct ``.gguf`` file."""
     return default_model_path()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """The CLI subprocess environment: a private data dir, no store from the caller's environment."""
+    variables = {
+        key: value for key, value in os.environ.items() if not key.startswith(("AGENTKEEP_", "OPENAI_"))
+    }
+    variables.update(XDG_DATA_HOME=str(tmp_path / "data"), PYTHONIOENCODING="utf-8", COLUMNS="160")
+    return variables
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    """A CLI store URL on a SQLite file of the test's own."""
+    return f"sqlite://{tmp_path / 'sessions.db'}"
+
+
+@pytest.fixture
+def server_store(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A CLI store URL on the real Redis or PostgreSQL server (``request.param``), with a namespace
+    of its own."""
+    if request.param == "redis":
+        prefix = unique_prefix("cli")
+        yield f"{REDIS_URL}?key_prefix={prefix}"
+        asyncio.run(delete_prefix(prefix))
+    else:
+        schema = new_schema("akcli")
+        yield f"{POSTGRES_URL}?schema={schema}"
+        asyncio.run(drop_schema(schema))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -18,7 +18,6 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +41,6 @@ from agentkeep.storage import InMemoryMessageStore, Summary
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import LlamaServer, closed_port_url
-from tests.storage.backend_postgres import URL as POSTGRES_URL
-from tests.storage.backend_postgres import drop_schema, new_schema
-from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
 CLI = [sys.executable, "-m", "agentkeep.cli"]
 MAX_TOKENS = "12"
@@ -52,21 +48,6 @@ TIMEOUT = 120
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """The subprocess environment: a private data dir, no store from the caller's environment."""
-    variables = {
-        key: value for key, value in os.environ.items() if not key.startswith(("AGENTKEEP_", "OPENAI_"))
-    }
-    variables.update(XDG_DATA_HOME=str(tmp_path / "data"), PYTHONIOENCODING="utf-8", COLUMNS="160")
-    return variables
-
-
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite://{tmp_path / 'sessions.db'}"
 
 
 def run(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -434,21 +415,6 @@ def test_console_script_is_installed() -> None:
 
 
 # -- the same commands on the servers ------------------------------------------------------------------
-
-
-@pytest.fixture
-def server_store(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A store URL on the real Redis or PostgreSQL server, with a namespace of its own."""
-    import asyncio
-
-    if request.param == "redis":
-        prefix = unique_prefix("cli")
-        yield f"{REDIS_URL}?key_prefix={prefix}"
-        asyncio.run(delete_prefix(prefix))
-    else:
-        schema = new_schema("akcli")
-        yield f"{POSTGRES_URL}?schema={schema}"
-        asyncio.run(drop_schema(schema))
 
 
 @pytest.mark.parametrize("server_store", ["redis", "postgres"], indirect=True)

@@ -8,11 +8,7 @@ behind the command are also tested in process.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,42 +21,11 @@ from agentkeep.compaction import MessageIndex
 from agentkeep.storage import InMemoryMessageStore, Summary
 from agentkeep.storage.base import HistoryView, MessageStore, StoredMessage
 from agentkeep.testing import ScriptedChatClient
-from tests.storage.backend_postgres import URL as POSTGRES_URL
-from tests.storage.backend_postgres import drop_schema, new_schema
-from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 from tests.test_cli import ok, one_line_error, run, shown_roles
 
 SESSION = "weather"
 
 # -- helpers ------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    """The subprocess environment: a private data dir, no store from the caller's environment."""
-    variables = {
-        key: value for key, value in os.environ.items() if not key.startswith(("AGENTKEEP_", "OPENAI_"))
-    }
-    variables.update(XDG_DATA_HOME=str(tmp_path / "data"), PYTHONIOENCODING="utf-8", COLUMNS="160")
-    return variables
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite://{tmp_path / 'sessions.db'}"
-
-
-@pytest.fixture
-def server_store(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A store URL on the real Redis or PostgreSQL server, with a namespace of its own."""
-    if request.param == "redis":
-        prefix = unique_prefix("cli-compact")
-        yield f"{REDIS_URL}?key_prefix={prefix}"
-        asyncio.run(delete_prefix(prefix))
-    else:
-        schema = new_schema("akcompact")
-        yield f"{POSTGRES_URL}?schema={schema}"
-        asyncio.run(drop_schema(schema))
 
 
 def weather_messages() -> list[Message]:
@@ -131,12 +96,12 @@ def estimated_tokens(messages: list[Message]) -> int:
 # -- tool-result: dry run, then for real --------------------------------------------------------------
 
 
-async def test_tool_result_dry_run_then_recorded(env: dict[str, str], url: str) -> None:
-    messages = await seed(url, weather_messages())
-    view_before, raw_before = await stored(url)
+async def test_tool_result_dry_run_then_recorded(env: dict[str, str], store_url: str) -> None:
+    messages = await seed(store_url, weather_messages())
+    view_before, raw_before = await stored(store_url)
     tokens_before = estimated_tokens(messages)
 
-    dry = compact(env, url, "--strategy", "tool-result", "--dry-run")
+    dry = compact(env, store_url, "--strategy", "tool-result", "--dry-run")
     assert "strategy: tool-result (keep 1 tool-call group)" in dry
     table = counts(dry)
     assert table["system"] == (1, 1)
@@ -149,15 +114,15 @@ async def test_tool_result_dry_run_then_recorded(env: dict[str, str], url: str) 
     assert table["tokens"][0] == tokens_before
     assert table["tokens"][1] < tokens_before
     assert "dry run: nothing stored (would exclude 2 messages, add 1 summary)" in dry
-    view, raw = await stored(url)
+    view, raw = await stored(store_url)
     assert view.epoch == view_before.epoch == 0
     assert view_dicts(view) == view_dicts(view_before)
     assert [(e.seq, e.excluded) for e in raw] == [(e.seq, e.excluded) for e in raw_before]
 
-    real = compact(env, url, "--strategy", "tool-result")
+    real = compact(env, store_url, "--strategy", "tool-result")
     assert counts(real) == table  # the same computation
     assert "recorded compaction (epoch 1): excluded 2 messages, added 1 summary" in real
-    view, raw = await stored(url)
+    view, raw = await stored(store_url)
     assert view.epoch == 1
     summary = view.entries[2]
     assert summary.is_summary
@@ -170,28 +135,28 @@ async def test_tool_result_dry_run_then_recorded(env: dict[str, str], url: str) 
     assert [e.message.message_id for e in raw] == [m.message_id for m in messages]
     assert [e.seq for e in raw if e.excluded] == [3, 4]
 
-    shown = ok(run(env, "sessions", "show", SESSION, "--store", url))
+    shown = ok(run(env, "sessions", "show", SESSION, "--store", store_url))
     assert "10 messages" in shown
     assert "summary of 2 messages (assistant): [Tool results: get_weather: " in shown
     assert "call-1" not in shown
     assert "-> call get_weather" in shown  # the newest tool call is kept
-    raw_shown = ok(run(env, "sessions", "show", SESSION, "--store", url, "--raw"))
+    raw_shown = ok(run(env, "sessions", "show", SESSION, "--store", store_url, "--raw"))
     assert raw_shown.count("(excluded)") == 2
     assert "[call-1]" in raw_shown
 
     # the newest tool-call group is kept, so a second run has nothing to do
-    again = compact(env, url, "--strategy", "tool-result")
+    again = compact(env, store_url, "--strategy", "tool-result")
     assert "nothing to compact (9 groups, 10 messages" in again
     assert "nothing stored" in again
-    assert (await stored(url))[0].epoch == 1
+    assert (await stored(store_url))[0].epoch == 1
 
 
-async def test_chat_loads_the_compacted_view(env: dict[str, str], url: str) -> None:
+async def test_chat_loads_the_compacted_view(env: dict[str, str], store_url: str) -> None:
     """What a later ``agentkeep chat --session ID`` sends: the summary, not the collapsed call."""
-    await seed(url, weather_messages())
-    compact(env, url, "--strategy", "tool-result")
+    await seed(store_url, weather_messages())
+    compact(env, store_url, "--strategy", "tool-result")
     client = ScriptedChatClient(["Cloudy, probably."])
-    store = open_store(url)
+    store = open_store(store_url)
     try:
         await store.setup()
         await ChatSession(client, store, SESSION).send("And tomorrow?")
@@ -208,9 +173,9 @@ async def test_chat_loads_the_compacted_view(env: dict[str, str], url: str) -> N
 # -- pipelines and the other strategies ---------------------------------------------------------------
 
 
-async def test_pipeline_runs_strategies_in_order(env: dict[str, str], url: str) -> None:
-    messages = await seed(url, weather_messages())
-    output = compact(env, url, "--strategy", "tool-result", "--strategy", "turns", "--keep", "1")
+async def test_pipeline_runs_strategies_in_order(env: dict[str, str], store_url: str) -> None:
+    messages = await seed(store_url, weather_messages())
+    output = compact(env, store_url, "--strategy", "tool-result", "--strategy", "turns", "--keep", "1")
     assert "strategy: tool-result (keep 1 tool-call group) → turns (keep 1 turn)" in output
     table = counts(output)
     assert table["user"] == (3, 1)
@@ -219,24 +184,24 @@ async def test_pipeline_runs_strategies_in_order(env: dict[str, str], url: str) 
     assert table["messages"] == (11, 3)
     # the summary was made and dropped within the run: it is not recorded
     assert "recorded compaction (epoch 1): excluded 8 messages;" in output
-    view, raw = await stored(url)
+    view, raw = await stored(store_url)
     assert [e.message.message_id for e in view.entries] == [
         messages[0].message_id,
         *(m.message_id for m in messages[-2:]),
     ]
     assert len(raw) == 11
     assert sum(e.excluded for e in raw) == 8
-    shown = ok(run(env, "sessions", "show", SESSION, "--store", url))
+    shown = ok(run(env, "sessions", "show", SESSION, "--store", store_url))
     assert shown_roles(shown) == ["system", "user", "assistant"]
 
 
-async def test_a_later_compaction_excludes_an_earlier_summary(env: dict[str, str], url: str) -> None:
-    await seed(url, weather_messages())
-    compact(env, url, "--strategy", "tool-result")
-    output = compact(env, url, "--strategy", "turns", "--keep", "1")
+async def test_a_later_compaction_excludes_an_earlier_summary(env: dict[str, str], store_url: str) -> None:
+    await seed(store_url, weather_messages())
+    compact(env, store_url, "--strategy", "tool-result")
+    output = compact(env, store_url, "--strategy", "turns", "--keep", "1")
     assert counts(output)["summary"] == (1, 0)
     assert "recorded compaction (epoch 2): excluded 6 messages and 1 earlier summary;" in output
-    view, raw = await stored(url)
+    view, raw = await stored(store_url)
     assert view.epoch == 2
     assert [e.message.text for e in view.entries] == [
         "You are a weather assistant.",
@@ -244,53 +209,64 @@ async def test_a_later_compaction_excludes_an_earlier_summary(env: dict[str, str
         "You're welcome.",
     ]
     assert len(raw) == 11
-    shown = ok(run(env, "sessions", "show", SESSION, "--store", url))
+    shown = ok(run(env, "sessions", "show", SESSION, "--store", store_url))
     assert "summary of" not in shown
 
 
-async def test_selective_tool_calls_and_sliding_window(env: dict[str, str], url: str) -> None:
-    await seed(url, weather_messages())
-    selective = compact(env, url, "--strategy", "selective-tool-calls", "--keep", "0", "--dry-run")
+async def test_selective_tool_calls_and_sliding_window(env: dict[str, str], store_url: str) -> None:
+    await seed(store_url, weather_messages())
+    selective = compact(env, store_url, "--strategy", "selective-tool-calls", "--keep", "0", "--dry-run")
     assert counts(selective)["tool_call"] == (2, 0)
     assert "would exclude 4 messages)" in selective
-    window = compact(env, url, "--strategy", "sliding-window", "--keep", "2")
+    window = compact(env, store_url, "--strategy", "sliding-window", "--keep", "2")
     assert counts(window)["groups"] == (9, 3)  # the system message and the newest two groups
     assert "excluded 8 messages" in window
-    shown = ok(run(env, "sessions", "show", SESSION, "--store", url))
+    shown = ok(run(env, "sessions", "show", SESSION, "--store", store_url))
     assert shown_roles(shown) == ["system", "user", "assistant"]
 
 
-async def test_token_strategies(env: dict[str, str], url: str) -> None:
-    messages = await seed(url, weather_messages())
+async def test_token_strategies(env: dict[str, str], store_url: str) -> None:
+    messages = await seed(store_url, weather_messages())
     total = estimated_tokens(messages)
-    fits = compact(env, url, "--strategy", "token-budget", "--max-tokens", str(total))
+    fits = compact(env, store_url, "--strategy", "token-budget", "--max-tokens", str(total))
     assert f"nothing to compact (9 groups, 11 messages, {total} tokens): nothing stored" in fits
 
     target = total // 2
     limits = ["--max-tokens", str(total - 1), "--target-tokens", str(target)]
-    truncation = compact(env, url, "--strategy", "truncation", *limits, "--dry-run")
+    truncation = compact(env, store_url, "--strategy", "truncation", *limits, "--dry-run")
     assert f"truncation (over {total - 1} tokens: down to {target})" in truncation
     before, after = counts(truncation)["tokens"]
     assert before == total
     assert after <= target
     assert counts(truncation)["system"] == (1, 1)
 
-    budget = compact(env, url, "--strategy", "token-budget", "--max-tokens", str(total - 1))
+    budget = compact(env, store_url, "--strategy", "token-budget", "--max-tokens", str(total - 1))
     assert f"token-budget (to at most {total - 1} tokens)" in budget
     table = counts(budget)
     assert table["tokens"][1] <= total - 1
     assert table["summary"] == (0, 1)  # collapsing the older tool result was enough
     assert table["groups"] == (9, 9)
-    assert (await stored(url))[0].epoch == 1
+    assert (await stored(store_url))[0].epoch == 1
 
 
-async def test_openai_tokenizer(env: dict[str, str], url: str) -> None:
+async def test_openai_tokenizer(env: dict[str, str], store_url: str) -> None:
     pytest.importorskip("bpe_openai")
-    await seed(url, weather_messages())
-    output = compact(env, url, "--strategy", "tool-result", "--tokenizer", "openai:o200k_base", "--dry-run")
+    await seed(store_url, weather_messages())
+    output = compact(
+        env, store_url, "--strategy", "tool-result", "--tokenizer", "openai:o200k_base", "--dry-run"
+    )
     assert "tokens counted with o200k_base" in output
     unknown = run(
-        env, "sessions", "compact", SESSION, "--store", url, "--strategy", "turns", "--tokenizer", "openai:x"
+        env,
+        "sessions",
+        "compact",
+        SESSION,
+        "--store",
+        store_url,
+        "--strategy",
+        "turns",
+        "--tokenizer",
+        "openai:x",
     )
     one_line_error(unknown, "unknown OpenAI encoding 'x'")
 
@@ -298,13 +274,13 @@ async def test_openai_tokenizer(env: dict[str, str], url: str) -> None:
 # -- nothing to do, errors ----------------------------------------------------------------------------
 
 
-async def test_nothing_to_compact_leaves_the_store_alone(env: dict[str, str], url: str) -> None:
-    await seed(url, [Message("user", ["Hello"]), Message("assistant", ["Hi!"])], "small")
+async def test_nothing_to_compact_leaves_the_store_alone(env: dict[str, str], store_url: str) -> None:
+    await seed(store_url, [Message("user", ["Hello"]), Message("assistant", ["Hi!"])], "small")
     for strategy in ("tool-result", "selective-tool-calls", "sliding-window", "turns"):
-        output = compact(env, url, "--strategy", strategy, session="small")
+        output = compact(env, store_url, "--strategy", strategy, session="small")
         assert "nothing to compact (2 groups, 2 messages, " in output, output
         assert "recorded" not in output
-    view, raw = await stored(url, "small")
+    view, raw = await stored(store_url, "small")
     assert view.epoch == 0
     assert [e.excluded for e in raw] == [False, False]
 
@@ -340,18 +316,18 @@ async def test_nothing_to_compact_leaves_the_store_alone(env: dict[str, str], ur
     ],
 )
 async def test_bad_option_combinations_exit_with_status_2(
-    env: dict[str, str], url: str, args: list[str], fragment: str
+    env: dict[str, str], store_url: str, args: list[str], fragment: str
 ) -> None:
-    await seed(url, weather_messages())
-    result = run(env, "sessions", "compact", SESSION, "--store", url, *args)
+    await seed(store_url, weather_messages())
+    result = run(env, "sessions", "compact", SESSION, "--store", store_url, *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert fragment in " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.stderr).split()), result.stderr
-    assert (await stored(url))[0].epoch == 0
+    assert (await stored(store_url))[0].epoch == 0
 
 
-def test_unknown_session_is_a_one_line_error(env: dict[str, str], url: str) -> None:
-    result = run(env, "sessions", "compact", "nope", "--store", url, "--strategy", "tool-result")
+def test_unknown_session_is_a_one_line_error(env: dict[str, str], store_url: str) -> None:
+    result = run(env, "sessions", "compact", "nope", "--store", store_url, "--strategy", "tool-result")
     one_line_error(result, "no session 'nope' in sqlite at")
     assert result.stdout == ""
 

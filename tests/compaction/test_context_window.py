@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,14 +20,9 @@ from agentkeep.compaction import (
     project,
     tool_group_summary_text,
 )
-from tests.compaction.messages import assistant, call, result, system, user
+from tests.compaction.messages import assistant, call, histories, result, system, texts, user
 
 K = MessageGroupKind
-_ids = itertools.count()
-
-
-def texts(messages: Sequence[Message]) -> list[str]:
-    return [m.text or m.role for m in messages]
 
 
 def tool_turn(i: int, size: int) -> list[Message]:
@@ -288,26 +280,13 @@ async def test_a_differently_counting_tokenizer_recounts() -> None:
 # -- properties ---------------------------------------------------------------------------------
 
 
-@st.composite
-def histories(draw: st.DrawFn) -> list[Message]:
-    messages: list[Message] = []
-    for _ in range(draw(st.integers(0, 18))):
-        kind = draw(st.sampled_from(["system", "user", "assistant", "tool", "tool"]))
-        size = draw(st.integers(1, 600))
-        if kind == "system":
-            messages.append(system("s" * (size // 8 + 1)))
-        elif kind == "user":
-            messages.append(user("u" * size))
-        elif kind == "assistant":
-            messages.append(assistant("a" * size))
-        else:
-            ids = [f"c{next(_ids)}" for _ in range(draw(st.integers(1, 3)))]
-            messages.append(call(*ids))
-            if draw(st.booleans()):
-                messages += [result(i, value="v" * size) for i in ids]
-            else:
-                messages.append(result(*ids, value="v" * size))
-    return messages
+# Up to 600 characters a message, tool turns drawn twice as often, system prompts an eighth the size.
+HISTORIES = histories(
+    max_length=18,
+    max_size=600,
+    kinds=["system", "user", "assistant", "tool", "tool"],
+    system_size=lambda size: size // 8 + 1,
+)
 
 
 @st.composite
@@ -327,7 +306,7 @@ def windows(draw: st.DrawFn) -> ContextWindowCompactionStrategy:
 
 
 @settings(max_examples=200, deadline=None)
-@given(histories(), windows())
+@given(HISTORIES, windows())
 async def test_within_budget_unless_only_protected_groups_remain(
     messages: list[Message], strategy: ContextWindowCompactionStrategy
 ) -> None:
@@ -354,7 +333,7 @@ async def test_within_budget_unless_only_protected_groups_remain(
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), windows())
+@given(HISTORIES, windows())
 async def test_compacting_again_changes_nothing(
     messages: list[Message], strategy: ContextWindowCompactionStrategy
 ) -> None:

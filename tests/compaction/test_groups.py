@@ -16,12 +16,12 @@ from agentkeep.compaction import (
     CharacterEstimatorTokenizer,
     MessageGroupKind,
     MessageIndex,
-    count_message_tokens,
     is_summary_message,
     summarized_message_ids,
 )
 from agentkeep.messages import new_message_id
 from tests.compaction.messages import (
+    assert_included_counts_match_a_recount,
     assert_totals_match_a_recount,
     assistant,
     call,
@@ -30,6 +30,7 @@ from tests.compaction.messages import (
     result,
     summary,
     system,
+    texts,
     user,
 )
 
@@ -289,17 +290,7 @@ def signature(index: MessageIndex) -> tuple[Any, ...]:
 
 
 def assert_aggregates_match_a_recount(index: MessageIndex) -> None:
-    included = [g for g in index.groups if not g.excluded]
-    tokenizer = index.tokenizer
-    assert index.included_group_count == len(included)
-    assert index.included_message_count == sum(g.message_count for g in included)
-    assert index.included_token_count == sum(
-        count_message_tokens(m, tokenizer=tokenizer) for g in included for m in g.messages
-    )
-    assert index.included_byte_count == sum(g.byte_count for g in included)
-    assert index.included_tool_call_group_count == sum(g.kind is K.TOOL_CALL for g in included)
-    live_turns = {g.turn for g in included if g.turn is not None and g.kind is not K.SYSTEM}
-    assert index.included_turn_count == len(live_turns)
+    assert_included_counts_match_a_recount(index)
     excluded_positions = {i for g in index.groups if g.excluded for i in g.indices}
     assert index.included_messages() == [
         m for i, m in enumerate(index.messages) if i not in excluded_positions
@@ -399,10 +390,6 @@ def test_replace_puts_the_summary_in_the_slot_of_the_oldest_group() -> None:
     assert texts(index.included_messages()) == ["q", "both calls", "mid", "next"]
     assert index.included_tool_call_group_count == 0
     assert_totals_match_a_recount(index)
-
-
-def texts(messages: list[Message]) -> list[str]:
-    return [m.text or m.role for m in messages]
 
 
 def test_replace_marks_the_summary_and_names_messages_without_an_id() -> None:

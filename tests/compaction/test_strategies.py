@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import pytest
@@ -33,19 +32,15 @@ from tests.compaction.messages import (
     assert_totals_match_a_recount,
     assistant,
     call,
-    reasoning,
+    histories,
     reference_projection,
     result,
     system,
+    texts,
     user,
 )
 
 K = MessageGroupKind
-_ids = itertools.count()
-
-
-def texts(messages: list[Message]) -> list[str]:
-    return [m.text or m.role for m in messages]
 
 
 def weather_history() -> list[Message]:
@@ -313,29 +308,10 @@ async def test_token_budget_falls_back_to_dropping_oldest_groups() -> None:
 # -- properties ---------------------------------------------------------------------------------
 
 
-@st.composite
-def histories(draw: st.DrawFn) -> list[Message]:
-    messages: list[Message] = []
-    for _ in range(draw(st.integers(0, 14))):
-        kind = draw(st.sampled_from(["system", "user", "assistant", "tool", "reasoning_tool"]))
-        size = draw(st.integers(1, 120))
-        if kind == "system":
-            messages.append(system("s" * size))
-        elif kind == "user":
-            messages.append(user("u" * size))
-        elif kind == "assistant":
-            messages.append(assistant("a" * size))
-        else:
-            if kind == "reasoning_tool":
-                messages.append(reasoning("r" * size))
-            ids = [f"c{next(_ids)}" for _ in range(draw(st.integers(1, 3)))]
-            messages.append(call(*ids))
-            split = draw(st.booleans())
-            if split:
-                messages += [result(i, value="v" * size) for i in ids]
-            else:
-                messages.append(result(*ids, value="v" * size))
-    return messages
+# Up to 120 characters a message; some tool calls follow a reasoning message.
+HISTORIES = histories(
+    max_length=14, max_size=120, kinds=["system", "user", "assistant", "tool", "reasoning_tool"]
+)
 
 
 @st.composite
@@ -365,7 +341,7 @@ def origin(index: MessageIndex) -> dict[int, int]:
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), strategies_st())
+@given(HISTORIES, strategies_st())
 async def test_no_split_tool_groups_no_lost_system_messages_order_kept(
     messages: list[Message], strategy: CompactionStrategy
 ) -> None:
@@ -397,7 +373,7 @@ async def test_no_split_tool_groups_no_lost_system_messages_order_kept(
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), strategies_st())
+@given(HISTORIES, strategies_st())
 async def test_applying_twice_changes_nothing_the_second_time(
     messages: list[Message], strategy: CompactionStrategy
 ) -> None:
@@ -419,7 +395,7 @@ def turns_of(messages: list[Message]) -> list[list[Message]]:
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), strategies_st())
+@given(HISTORIES, strategies_st())
 async def test_compacting_after_every_turn_keeps_the_invariants_and_exact_totals(
     messages: list[Message], strategy: CompactionStrategy
 ) -> None:
@@ -454,7 +430,7 @@ def _stepwise(strategy: Any) -> CompactionStrategy:
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), st.integers(0, 4), st.integers(0, 400))
+@given(HISTORIES, st.integers(0, 4), st.integers(0, 400))
 async def test_batched_strategies_equal_their_step_by_step_runs(
     messages: list[Message], m: int, n: int
 ) -> None:

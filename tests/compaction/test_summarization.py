@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Sequence
 
@@ -31,15 +30,10 @@ from agentkeep.compaction import (
 )
 from agentkeep.errors import ChatClientError, ModelUnavailableError, ScriptExhaustedError
 from agentkeep.testing import ScriptedChatClient
-from tests.compaction.messages import assistant, call, result, summary, system, user
+from tests.compaction.messages import assistant, call, histories, result, summary, system, texts, user
 
 K = MessageGroupKind
 HEADING = "[Summary of the earlier conversation]"
-_ids = itertools.count()
-
-
-def texts(messages: Sequence[Message]) -> list[str]:
-    return [m.text or m.role for m in messages]
 
 
 def chat(n: int) -> list[Message]:
@@ -447,25 +441,13 @@ async def test_custom_target_with_a_failing_call_restores_every_group() -> None:
 # -- properties ---------------------------------------------------------------------------------
 
 
-@st.composite
-def histories(draw: st.DrawFn) -> list[Message]:
-    messages: list[Message] = []
-    for _ in range(draw(st.integers(0, 16))):
-        kind = draw(st.sampled_from(["system", "user", "assistant", "tool", "summary"]))
-        size = draw(st.integers(1, 300))
-        if kind == "system":
-            messages.append(system("s" * size))
-        elif kind == "user":
-            messages.append(user("u" * size))
-        elif kind == "assistant":
-            messages.append(assistant("a" * size))
-        elif kind == "summary":
-            messages.append(summary("p" * size, replaces=[f"gone{next(_ids)}"]))
-        else:
-            ids = [f"c{next(_ids)}" for _ in range(draw(st.integers(1, 3)))]
-            messages.append(call(*ids))
-            messages += [result(i, value="v" * size) for i in ids]
-    return messages
+# Earlier summaries among the messages; every result in a message of its own.
+HISTORIES = histories(
+    max_length=16,
+    max_size=300,
+    kinds=["system", "user", "assistant", "tool", "summary"],
+    split_results=True,
+)
 
 
 def at_most(count: int) -> CompactionTrigger:
@@ -488,7 +470,7 @@ def summarizers(draw: st.DrawFn) -> SummarizationStrategy:
 
 
 @settings(max_examples=150, deadline=None)
-@given(histories(), summarizers())
+@given(HISTORIES, summarizers())
 async def test_summary_stands_in_place_of_whole_groups_and_keeps_the_tail(
     messages: list[Message], strategy: SummarizationStrategy
 ) -> None:
@@ -537,7 +519,7 @@ async def test_summary_stands_in_place_of_whole_groups_and_keeps_the_tail(
 
 
 @settings(max_examples=100, deadline=None)
-@given(histories(), summarizers())
+@given(HISTORIES, summarizers())
 async def test_a_failing_summarizer_never_changes_the_projection(
     messages: list[Message], strategy: SummarizationStrategy
 ) -> None:

@@ -18,19 +18,13 @@ The ``backend`` fixture runs every conformance test once per module found.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-BACKEND_MODULES: list[ModuleType] = [
-    importlib.import_module(f"tests.storage.{info.name}")
-    for info in sorted(pkgutil.iter_modules([str(_HERE)]), key=lambda i: i.name)
-    if info.name.startswith("backend_")
-]
+from tests.discovery import backend_modules
+
+BACKEND_MODULES: list[ModuleType] = backend_modules("tests.storage")
 
 
 @pytest.fixture(params=BACKEND_MODULES, ids=lambda module: module.NAME)

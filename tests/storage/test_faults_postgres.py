@@ -9,7 +9,6 @@ stores the turn exactly once.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -18,22 +17,14 @@ import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from agentkeep import Agent, Message, StorageUnavailableError
+from agentkeep import Agent, StorageUnavailableError
 from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.stores.postgres import PostgresSessionStore
 from agentkeep.testing import ScriptedChatClient
+from tests.clients.servers import free_port
 
 from .backend_postgres import URL, drop_schema, execute, new_schema
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def turn(i: int) -> list[Message]:
-    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
+from .helpers import turn
 
 
 @pytest.fixture

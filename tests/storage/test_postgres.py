@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import random
-import subprocess
 import sys
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,8 +32,7 @@ from agentkeep.stores.postgres import PostgresSessionStore
 from agentkeep.testing import ScriptedChatClient
 
 from .backend_postgres import URL, drop_schema, execute, new_schema, open_store
-
-REPO = Path(__file__).resolve().parents[2]
+from .helpers import day, turn, turn_in_new_process
 
 
 @pytest.fixture
@@ -48,10 +43,6 @@ async def schema() -> AsyncIterator[str]:
         yield name
     finally:
         await drop_schema(name)
-
-
-def turn(i: int) -> list[Message]:
-    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
 
 
 def table(schema: str, name: str) -> sql.Identifier:
@@ -371,24 +362,20 @@ async def test_a_corrupt_summary_is_reported_with_its_seq() -> None:
 # -- listing ----------------------------------------------------------------------------------------
 
 
-def _day(number: int) -> datetime:
-    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
-
-
 async def test_listing_skips_expired_conversations_and_counts_after_trims() -> None:
     async with open_store(max_messages=3) as store:
         for number, name in enumerate(["a", "b", "c"]):
-            await store.append(name, [Message("user", [name], created_at=_day(number)) for _ in range(2)])
-        await store.append("a", [Message("user", ["a"], created_at=_day(5)) for _ in range(2)])
+            await store.append(name, [Message("user", [name], created_at=day(number)) for _ in range(2)])
+        await store.append("a", [Message("user", ["a"], created_at=day(5)) for _ in range(2)])
         [oldest, *_] = await store.read("a")
-        summary = Summary(Message("assistant", ["s"], created_at=_day(9)), [oldest.message.message_id or ""])
+        summary = Summary(Message("assistant", ["s"], created_at=day(9)), [oldest.message.message_id or ""])
         await store.record_compaction("a", summaries=[summary])  # a summary is no message
         assert await store.expire("b", 0.2) is True
         await asyncio.sleep(0.4)
         listed = await store.list_conversations()
         assert [(i.conversation_id, i.message_count, i.last_seq, i.updated_at) for i in listed] == [
-            ("a", 3, 5, _day(5)),
-            ("c", 2, 2, _day(2)),
+            ("a", 3, 5, day(5)),
+            ("c", 2, 2, day(2)),
         ]
         assert [i.conversation_id for i in await store.list_conversations(limit=1)] == ["a"]
         assert await store.list_conversations(limit=0) == []
@@ -536,47 +523,18 @@ async def test_history_provider_on_an_injected_pool_leaves_it_open(schema: str) 
         await pool.close()
 
 
-_RUN_ONE_TURN = """
-import asyncio, json, sys
-from agentkeep import Agent
+_OPEN_STORES = """
 from agentkeep.storage.postgres import PostgresHistoryProvider
 from agentkeep.stores.postgres import PostgresSessionStore
-from agentkeep.testing import ScriptedChatClient
 
-async def main(url, schema, text):
-    provider = PostgresHistoryProvider(url, schema=schema)
-    sessions = PostgresSessionStore.from_url(url, schema=schema)
-    client = ScriptedChatClient(lambda messages: "re: " + messages[-1].text)
-    agent = Agent(client, name="assistant", context_providers=[provider])
-    try:
-        session = await sessions.get_session(agent, "conv-1")
-        await agent.run(text, session=session)
-        await sessions.save_session(agent, "conv-1", session)
-        print(json.dumps({"sent": [m.text for m in client.calls[-1]], "session": len(session.to_json())}))
-    finally:
-        await provider.aclose()
-        await sessions.aclose()
-
-asyncio.run(main(*sys.argv[1:]))
+def open_stores(url, schema):
+    return PostgresHistoryProvider(url, schema=schema), PostgresSessionStore.from_url(url, schema=schema)
 """
 
 
-def _turn_in_new_process(schema: str, text: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_ONE_TURN, URL, schema, text],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 async def test_a_session_persists_across_process_restarts(schema: str) -> None:
-    first = await asyncio.to_thread(_turn_in_new_process, schema, "my name is Ada")
+    first = await asyncio.to_thread(turn_in_new_process, _OPEN_STORES, "my name is Ada", URL, schema)
     assert first["sent"] == ["my name is Ada"]
-    second = await asyncio.to_thread(_turn_in_new_process, schema, "what is my name?")
+    second = await asyncio.to_thread(turn_in_new_process, _OPEN_STORES, "what is my name?", URL, schema)
     assert second["sent"] == ["my name is Ada", "re: my name is Ada", "what is my name?"]
     assert second["session"] < 300  # the session holds the key, the database the messages

@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import random
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -38,8 +36,10 @@ from agentkeep.storage.redis import (
     escape_key_part,
 )
 from agentkeep.testing import ScriptedChatClient
+from tests.clients.servers import free_port
 
 from .backend_redis import REDIS_URL, delete_prefix, open_store, unique_prefix
+from .helpers import day, turn
 
 
 @pytest.fixture
@@ -54,16 +54,6 @@ async def client() -> AsyncIterator[aioredis.Redis]:
 
 async def keys_under(client: aioredis.Redis, prefix: str) -> set[str]:
     return {key.decode() async for key in client.scan_iter(match=f"{prefix}:*", count=1000)}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def turn(i: int) -> list[Message]:
-    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
 
 
 # -- key layout ---------------------------------------------------------------------------------
@@ -142,7 +132,7 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
     async with open_store() as store:
         odd = ["a:b}{c", "", "ü *?[x]"]
         for number, name in enumerate([*odd, long_id, "plain"]):
-            await store.append(name, [Message("user", [name], created_at=_day(number))])
+            await store.append(name, [Message("user", [name], created_at=day(number))])
         await store.expire("plain", 100)
         # what layout 1 left: the same conversation keys, no index, the old marker
         await client.delete(store.index_key, store.expiry_key)
@@ -151,12 +141,12 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
         try:
             listed = await fresh.list_conversations()
             assert [info.conversation_id for info in listed] == ["plain", *reversed(odd)]
-            assert [info.updated_at for info in listed] == [_day(4), _day(2), _day(1), _day(0)]
+            assert [info.updated_at for info in listed] == [day(4), day(2), day(1), day(0)]
             assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
             assert (
                 99_000 < (await client.zscore(store.expiry_key, "plain") or 0) - time.time() * 1000 <= 100_000
             )
-            await fresh.append(long_id, [Message("user", ["again"], created_at=_day(9))])
+            await fresh.append(long_id, [Message("user", ["again"], created_at=day(9))])
             assert (await fresh.list_conversations(limit=1))[0].conversation_id == long_id
         finally:
             await fresh.aclose()
@@ -165,16 +155,12 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
 # -- listing --------------------------------------------------------------------------------------
 
 
-def _day(number: int) -> datetime:
-    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
-
-
 async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.Redis) -> None:
     async with open_store(ttl=0.3) as store:
         forever = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
         try:
-            await store.append("short", [Message("user", ["a"], created_at=_day(2))])
-            await forever.append("kept", [Message("user", ["b"], created_at=_day(1))])
+            await store.append("short", [Message("user", ["a"], created_at=day(2))])
+            await forever.append("kept", [Message("user", ["b"], created_at=day(1))])
             assert [i.conversation_id for i in await store.list_conversations()] == ["short", "kept"]
             assert await client.zrange(store.expiry_key, 0, -1) == [b"short"]
             await asyncio.sleep(0.4)
@@ -184,10 +170,10 @@ async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.
             # an append purges the index of conversations whose deadline passed over a second ago
             await store.append("gone", [Message("user", ["c"])])
             await client.zadd(store.expiry_key, {"gone": time.time() * 1000 - 1500})
-            await forever.append("kept", [Message("user", ["d"], created_at=_day(3))])
+            await forever.append("kept", [Message("user", ["d"], created_at=day(3))])
             assert await client.zrange(store.index_key, 0, -1) == [b"kept"]
             # expire(None) keeps a conversation for good: it leaves the expiry set
-            await store.append("s", [Message("user", ["e"], created_at=_day(0))])
+            await store.append("s", [Message("user", ["e"], created_at=day(0))])
             assert await store.expire("s", None) is True
             assert await client.zscore(store.expiry_key, "s") is None
             await asyncio.sleep(0.4)
@@ -217,7 +203,7 @@ async def test_listing_reads_the_index_in_batches(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(redis_module, "_LIST_BATCH", 4)
     async with open_store() as store:
         for number in range(11):
-            await store.append(f"c{number}", [Message("user", ["x"], created_at=_day(number))])
+            await store.append(f"c{number}", [Message("user", ["x"], created_at=day(number))])
         for number in (9, 4, 5):
             await store.expire(f"c{number}", 0)
         expected = [f"c{number}" for number in (10, 8, 7, 6, 3, 2, 1, 0)]

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +33,7 @@ from agentkeep.stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
 
 from .backend_sqlite import execute
-
-REPO = Path(__file__).resolve().parents[2]
+from .helpers import day, turn, turn_in_new_process
 
 
 @pytest.fixture
@@ -48,10 +43,6 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteMessageStore]:
         yield opened
     finally:
         await opened.aclose()
-
-
-def _turn(i: int) -> list[Message]:
-    return [Message("user", [f"question {i}"]), Message("assistant", [f"answer {i}"])]
 
 
 async def _sql(path: Path, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
@@ -66,7 +57,7 @@ async def test_default_path_is_under_xdg_data_home(tmp_path: Path, monkeypatch: 
     assert default_database_path() == tmp_path / "data" / "agentkeep" / "agentkeep.db"
     store = SQLiteMessageStore()
     try:
-        await store.append("c", _turn(1))  # creates the folder and the file on first use
+        await store.append("c", turn(1))  # creates the folder and the file on first use
         assert store.path == tmp_path / "data" / "agentkeep" / "agentkeep.db"
         assert store.path.is_file()
     finally:
@@ -98,7 +89,7 @@ async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_
     path = tmp_path / "old.db"
     first = SQLiteMessageStore(path)
     try:
-        await first.append("c", _turn(1))
+        await first.append("c", turn(1))
     finally:
         await first.aclose()
     for name in ("agentkeep_messages_id", "agentkeep_summaries_id"):  # back to what version 1 made
@@ -107,7 +98,7 @@ async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_
     again = SQLiteMessageStore(path)
     try:
         await again.setup()
-        assert [m.message.text for m in await again.read("c")] == [m.text for m in _turn(1)]
+        assert [m.message.text for m in await again.read("c")] == [m.text for m in turn(1)]
         names = await _sql(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%_id'")
         assert sorted(name for (name,) in names) == ["agentkeep_messages_id", "agentkeep_summaries_id"]
         versions = await _sql(path, "SELECT version FROM agentkeep_schema ORDER BY version")
@@ -141,7 +132,7 @@ async def test_a_folder_that_cannot_be_created_is_unavailable(tmp_path: Path) ->
     store = SQLiteMessageStore(path)
     try:
         with pytest.raises(StorageUnavailableError) as caught:
-            await store.append("c", _turn(1))
+            await store.append("c", turn(1))
         assert caught.value.backend == "sqlite"
         assert caught.value.address == str(path)
         assert str(path) in str(caught.value)
@@ -171,18 +162,18 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
 async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
     store = SQLiteMessageStore(path, timeout=0.2)
-    await store.append("c", _turn(1))
+    await store.append("c", turn(1))
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")  # another writer holds the lock
         started = time.monotonic()
         with pytest.raises(StorageUnavailableError, match="locked") as caught:
-            await store.append("c", _turn(2))
+            await store.append("c", turn(2))
         assert 0.15 <= time.monotonic() - started < 3
         assert caught.value.address == str(path)
         assert len(await store.read("c")) == 2  # WAL: readers are not blocked by the writer
         await asyncio.to_thread(holder.execute, "ROLLBACK")
-        assert await store.append("c", _turn(2)) == [3, 4]  # nothing partial was left
+        assert await store.append("c", turn(2)) == [3, 4]  # nothing partial was left
         # a store opening while the lock is held cannot migrate either
         await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")
         late = SQLiteMessageStore(path, timeout=0.2)
@@ -200,21 +191,21 @@ async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Pat
 async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_stores_once(
     store: SQLiteMessageStore,
 ) -> None:
-    await store.append("f", _turn(1))
+    await store.append("f", turn(1))
     # the second row of the next append fails after the first one was written
     await _sql(
         store.path,
         "CREATE TRIGGER agentkeep_test_fault BEFORE INSERT ON agentkeep_messages "
         "WHEN NEW.body = x'0102616e737765722032' BEGIN SELECT abs(-9223372036854775808); END",
     )
-    turn = _turn(2)
+    retried = turn(2)
     with pytest.raises(StorageUnavailableError, match="integer overflow"):
-        await store.append("f", turn)
+        await store.append("f", retried)
     assert [e.seq for e in await store.read("f")] == [1, 2]
     assert (await store.read_view("f")).last_seq == 2
     await _sql(store.path, "DROP TRIGGER agentkeep_test_fault")
-    assert await store.append("f", turn) == [3, 4]
-    assert await store.append("f", turn) == [3, 4]  # a second retry is recognised
+    assert await store.append("f", retried) == [3, 4]
+    assert await store.append("f", retried) == [3, 4]  # a second retry is recognised
     assert [e.message.text for e in await store.read("f")] == [
         "question 1",
         "answer 1",
@@ -224,7 +215,7 @@ async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_store
 
 
 async def test_a_newer_record_format_is_refused(store: SQLiteMessageStore) -> None:
-    await store.append("c", _turn(1))
+    await store.append("c", turn(1))
     await _sql(store.path, "UPDATE agentkeep_schema SET format = ?", (FORMAT_VERSION + 1,))
     fresh = SQLiteMessageStore(store.path)
     try:
@@ -254,7 +245,7 @@ async def test_a_newer_schema_is_refused_naming_both_versions(store: SQLiteMessa
 
 async def test_expired_conversations_are_invisible_then_purged(store: SQLiteMessageStore) -> None:
     for name in ("a", "b", "c"):
-        await store.append(name, _turn(1))
+        await store.append(name, turn(1))
     await store.expire("a", 0.05)
     await store.expire("b", 0.05)
     await asyncio.sleep(0.1)
@@ -271,9 +262,9 @@ async def test_expired_conversations_are_invisible_then_purged(store: SQLiteMess
 async def test_an_append_to_an_expired_conversation_starts_afresh(tmp_path: Path) -> None:
     store = SQLiteMessageStore(tmp_path / "ttl.db", ttl=0.05)
     try:
-        await store.append("t", _turn(1))
+        await store.append("t", turn(1))
         await asyncio.sleep(0.1)
-        assert await store.append("t", _turn(2)) == [1, 2]
+        assert await store.append("t", turn(2)) == [1, 2]
         assert [e.message.text for e in await store.read("t")] == ["question 2", "answer 2"]
         assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(2,)]
     finally:
@@ -284,7 +275,7 @@ async def test_delete_and_max_messages_leave_no_rows_behind(tmp_path: Path) -> N
     store = SQLiteMessageStore(tmp_path / "rows.db", max_messages=6)
     try:
         for i in range(10):
-            await store.append("m", _turn(i))
+            await store.append("m", turn(i))
         assert await _sql(
             store.path,
             "SELECT min(position & 0xffffffff), max(position & 0xffffffff), count(*) FROM agentkeep_messages",
@@ -303,25 +294,21 @@ async def test_delete_and_max_messages_leave_no_rows_behind(tmp_path: Path) -> N
 # -- listing ---------------------------------------------------------------------------------------
 
 
-def _day(number: int) -> datetime:
-    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=number)
-
-
 async def test_listing_skips_expired_conversations_and_counts_after_trims(tmp_path: Path) -> None:
     store = SQLiteMessageStore(tmp_path / "list.db", max_messages=3)
     try:
         for number, name in enumerate(["a", "b", "c"]):
-            await store.append(name, [Message("user", [name], created_at=_day(number)) for _ in range(2)])
-        await store.append("a", [Message("user", ["a"], created_at=_day(5)) for _ in range(2)])
+            await store.append(name, [Message("user", [name], created_at=day(number)) for _ in range(2)])
+        await store.append("a", [Message("user", ["a"], created_at=day(5)) for _ in range(2)])
         [oldest, *_] = await store.read("a")
-        summary = Summary(Message("assistant", ["s"], created_at=_day(9)), [oldest.message.message_id or ""])
+        summary = Summary(Message("assistant", ["s"], created_at=day(9)), [oldest.message.message_id or ""])
         await store.record_compaction("a", summaries=[summary])  # a summary is no message
         await store.expire("b", 0.05)
         await asyncio.sleep(0.1)
         listed = await store.list_conversations()
         assert [(i.conversation_id, i.message_count, i.last_seq, i.updated_at) for i in listed] == [
-            ("a", 3, 5, _day(5)),
-            ("c", 2, 2, _day(2)),
+            ("a", 3, 5, day(5)),
+            ("c", 2, 2, day(2)),
         ]
         assert [i.conversation_id for i in await store.list_conversations(limit=1)] == ["a"]
         assert await store.list_conversations(limit=0) == []
@@ -350,7 +337,7 @@ async def test_listing_probes_one_row_per_conversation(store: SQLiteMessageStore
 
 async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessageStore) -> None:
     for i in range(4):
-        await store.append("f", _turn(i))
+        await store.append("f", turn(i))
     ids = [e.message.message_id or "" for e in await store.read("f")]
     await store.record_compaction("f", excluded=ids[:4])  # the view now starts above seq 4
     assert [e.seq for e in (await store.read_view("f")).entries] == [5, 6, 7, 8]
@@ -359,7 +346,7 @@ async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessage
     assert [e.message.text for e in view.entries] == ["S", "question 2", "answer 2", "question 3", "answer 3"]
     assert view.entries[0].replaces == tuple(ids[1:3])
     await store.record_compaction("f", excluded=[ids[6]])  # a middle exclusion keeps the floor
-    await store.append("f", _turn(9))
+    await store.append("f", turn(9))
     assert [e.message.text for e in (await store.read_view("f", last=3)).entries] == [
         "answer 3",
         "question 9",
@@ -372,7 +359,7 @@ async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessage
 
 
 async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:
-    await store.append("s", _turn(1))
+    await store.append("s", turn(1))
     [first, _] = await store.read("s")
     await store.record_compaction(
         "s", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
@@ -506,48 +493,19 @@ async def test_options_are_checked_and_an_unused_store_closes(tmp_path: Path) ->
 
 # -- across process restarts -----------------------------------------------------------------------
 
-_RUN_ONE_TURN = """
-import asyncio, json, sys
-from agentkeep import Agent
+_OPEN_STORES = """
 from agentkeep.storage.sqlite import SQLiteHistoryProvider
 from agentkeep.stores.sqlite import SQLiteSessionStore
-from agentkeep.testing import ScriptedChatClient
 
-async def main(path, text):
-    provider = SQLiteHistoryProvider(path)
-    sessions = SQLiteSessionStore(path)
-    client = ScriptedChatClient(lambda messages: "re: " + messages[-1].text)
-    agent = Agent(client, name="assistant", context_providers=[provider])
-    try:
-        session = await sessions.get_session(agent, "conv-1")
-        await agent.run(text, session=session)
-        await sessions.save_session(agent, "conv-1", session)
-        print(json.dumps({"sent": [m.text for m in client.calls[-1]], "session": len(session.to_json())}))
-    finally:
-        await provider.aclose()
-        await sessions.aclose()
-
-asyncio.run(main(sys.argv[1], sys.argv[2]))
+def open_stores(path):
+    return SQLiteHistoryProvider(path), SQLiteSessionStore(path)
 """
-
-
-def _turn_in_new_process(path: Path, text: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_ONE_TURN, str(path), text],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
 
 
 def test_a_session_persists_across_process_restarts(tmp_path: Path) -> None:
     path = tmp_path / "restart.db"
-    first = _turn_in_new_process(path, "my name is Ada")
+    first = turn_in_new_process(_OPEN_STORES, "my name is Ada", str(path))
     assert first["sent"] == ["my name is Ada"]
-    second = _turn_in_new_process(path, "what is my name?")
+    second = turn_in_new_process(_OPEN_STORES, "what is my name?", str(path))
     assert second["sent"] == ["my name is Ada", "re: my name is Ada", "what is my name?"]
     assert second["session"] < 300  # the session holds the key, the database the messages

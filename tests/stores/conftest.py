@@ -17,19 +17,13 @@ The ``session_backend`` fixture runs every conformance test once per module foun
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-_HERE = Path(__file__).resolve().parent
-SESSION_BACKEND_MODULES: list[ModuleType] = [
-    importlib.import_module(f"tests.stores.{info.name}")
-    for info in sorted(pkgutil.iter_modules([str(_HERE)]), key=lambda i: i.name)
-    if info.name.startswith("backend_")
-]
+from tests.discovery import backend_modules
+
+SESSION_BACKEND_MODULES: list[ModuleType] = backend_modules("tests.stores")
 
 
 @pytest.fixture(params=SESSION_BACKEND_MODULES, ids=lambda module: module.NAME)
