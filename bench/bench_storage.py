@@ -128,9 +128,9 @@ async def _measure_size(store: MessageStore, size: int, reps: int) -> dict[str, 
     await _fill(store, conversation, size)
     turns = iter([_turn(i) for i in range(size, size + reps)])  # built before the clock starts
     append_ms = await _median_ms(lambda: store.append(conversation, next(turns)), reps)
-    last_ms = await _median_ms(lambda: store.read_view(conversation, last=50), reps)
+    last_ms = await _median_ms(lambda: store.read(conversation, last=50), reps)
     all_reps = 3 if size >= 100_000 else max(3, reps // 10)
-    all_ms = await _median_ms(lambda: store.read_view(conversation), all_reps)
+    all_ms = await _median_ms(lambda: store.read(conversation), all_reps)
     return {
         "append": append_ms,
         "last50": last_ms,
@@ -160,7 +160,7 @@ async def _measure_store(make: Factory, sizes: list[int], reps: int) -> dict[int
         store, measure_bytes, cleanup = await make()
         try:
             row = await _measure_size(store, size, reps)
-            row["bytes"] = await measure_bytes(len(await store.read(f"bench-{size}")))
+            row["bytes"] = await measure_bytes(len((await store.read(f"bench-{size}", raw=True)).entries))
             results[size] = row
         finally:
             await cleanup()

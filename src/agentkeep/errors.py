@@ -9,6 +9,8 @@ the whole family in one clause and the specific kinds where they can act on them
     ├── StateTypeError              a state-bag value that cannot be read as the requested type
     ├── ProviderConfigurationError  providers that clash (same source id or state key)
     ├── SessionModeError            local and service-managed history mixed on one run
+    ├── StoreURLError               a store URL that names no usable store (unknown scheme,
+    │                               malformed URL, a store of the wrong kind)
     ├── CLIError                    a command-line request that cannot be done (bad store URL,
     │                               missing session, unreadable file): one "error:" line, exit 1
     ├── ToolError                   a tool definition or invocation that cannot work
@@ -53,6 +55,7 @@ __all__ = [
     "StorageClosedError",
     "StorageError",
     "StorageUnavailableError",
+    "StoreURLError",
     "SummarizationError",
     "ToolArgumentError",
     "ToolError",
@@ -137,6 +140,11 @@ class ChatRequestError(ChatClientError):
 
 class ScriptExhaustedError(ChatClientError):
     """A :class:`~agentkeep.testing.ScriptedChatClient` was called more often than it has replies."""
+
+
+class StoreURLError(AgentkeepError, ValueError):
+    """A store URL names no store agentkeep can open: an unknown scheme, a malformed URL, or a
+    store of the wrong kind (see :mod:`agentkeep.store_urls`)."""
 
 
 class CLIError(AgentkeepError):

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import AgentkeepError
-from ..storage.base import MessageStore, StoredMessage
+from ..storage.base import MessageStore, StoredMessage, SupportsListing, close_store, setup_store
 from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
 from ._compact import (
     CompactionReport,
@@ -132,10 +132,10 @@ def _with_store(url: str | None, job: Callable[[MessageStore], Awaitable[T]]) ->
     async def run() -> T:
         store = open_store(url)
         try:
-            await store.setup()
+            await setup_store(store)
             return await job(store)
         finally:
-            await store.aclose()
+            await close_store(store)
 
     return asyncio.run(run())
 
@@ -217,6 +217,8 @@ def list_sessions(
     with _reported():
 
         async def job(message_store: MessageStore) -> tuple[str, list[tuple[str, int, int, str]]]:
+            if not isinstance(message_store, SupportsListing):
+                raise CLIError(f"{describe_store(message_store)} cannot list its sessions")
             infos = await message_store.list_conversations(limit=limit)
             rows = [
                 (

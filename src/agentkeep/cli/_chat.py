@@ -26,15 +26,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from ..agent import Agent, AgentRunStream
+from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient
 from ..compaction.context_window import ContextWindowCompactionStrategy
 from ..compaction.strategies import CompactionStrategy
 from ..compaction.tokenizers import Tokenizer
 from ..errors import AgentkeepError
-from ..responses import AgentResponse
-from ..storage.base import MessageStore
-from ..storage.history import StorageHistoryProvider
+from ..providers.storage import StorageHistoryProvider
+from ..storage.base import MessageStore, close_store, setup_store
 from ._stores import CLIError, describe_store, open_store, redact_url
 
 __all__ = [
@@ -241,7 +240,7 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
         store = open_store(settings.store_url)
         client: ChatClient | None = None
         try:
-            runner.run(store.setup())
+            runner.run(setup_store(store))
             client = make_client(
                 model_path=settings.model_path,
                 base_url=settings.base_url,
@@ -278,7 +277,7 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
                 if client is not None:
                     runner.run(close_client(client))
             finally:
-                runner.run(store.aclose())
+                runner.run(close_store(store))
 
 
 class _Printer:
@@ -310,7 +309,7 @@ def _interactive(
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):  # line editing for input(), where the platform has it
             importlib.import_module("readline")
-    view = runner.run(chat.store.read_view(chat.session_id))
+    view = runner.run(chat.store.read(chat.session_id))
     existed = bool(view.entries) or view.last_seq > 0  # as conversation_exists() tells
     state = f"{len(view.entries)} stored messages" if existed else "new"
     err.print(

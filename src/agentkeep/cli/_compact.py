@@ -427,7 +427,7 @@ async def compact_conversation(
     if (excluded or summaries) and not dry_run:
         # Appends since the read are harmless (they are simply kept); another compaction is not:
         # this one was computed on the view it replaced.
-        if (await store.read_view(conversation_id, last=1)).epoch != view.epoch:
+        if (await store.read(conversation_id, last=1)).epoch != view.epoch:
             raise CLIError(
                 f"session {conversation_id!r} was compacted by someone else meanwhile; nothing stored, "
                 "run the command again"

@@ -112,7 +112,7 @@ async def read_conversation(store: MessageStore, conversation_id: str) -> Histor
     Raises:
         CLIError: No such conversation in ``store``.
     """
-    view = await store.read_view(conversation_id)
+    view = await store.read(conversation_id)
     if not view.entries and view.last_seq == 0:
         raise _missing(store, conversation_id)
     return view
@@ -126,10 +126,7 @@ async def read_entries(
     Raises:
         CLIError: No such conversation in ``store``.
     """
-    if raw:
-        entries = await store.read(conversation_id, last=last)
-    else:
-        entries = (await store.read_view(conversation_id, last=last)).entries
+    entries = (await store.read(conversation_id, raw=raw, last=last)).entries
     if not entries and not await conversation_exists(store, conversation_id):
         raise _missing(store, conversation_id)
     return entries
@@ -137,7 +134,7 @@ async def read_entries(
 
 async def conversation_exists(store: MessageStore, conversation_id: str) -> bool:
     """Whether ``store`` holds anything under ``conversation_id``."""
-    view = await store.read_view(conversation_id, last=1)
+    view = await store.read(conversation_id, last=1)
     return bool(view.entries) or view.last_seq > 0
 
 
@@ -155,7 +152,7 @@ async def export_conversation(store: MessageStore, conversation_id: str) -> Conv
         CLIError: No such conversation in ``store``.
     """
     view = await read_conversation(store, conversation_id)
-    log = await store.read(conversation_id)
+    log = (await store.read(conversation_id, raw=True)).entries
     return ConversationExport(
         conversation_id,
         [entry.message for entry in log],

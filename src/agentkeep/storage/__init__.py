@@ -1,22 +1,59 @@
-"""Durable history: the storage contract, its backends and the history providers built on it.
+"""Durable history: the storage contract and its backends.
 
-The contract (:mod:`.base`) is an append-only message log per conversation with a compacted view.
-Backends: :mod:`.memory` (in process), :mod:`.sqlite` (embedded default), :mod:`.redis`
-(extra ``[redis]``), :mod:`.postgres` (extra ``[postgres]``). Import a backend module to use it.
+The contract (:mod:`.base`) is an append-only message log per conversation with a compacted
+view: a core every backend implements (:class:`MessageStore`) and optional capabilities
+(:class:`SupportsSetup`, :class:`SupportsClose`, :class:`SupportsListing`,
+:class:`SupportsExpiry`, :class:`SupportsPurge`). Backends: :mod:`.memory` (in process),
+:mod:`.sqlite` (embedded default), :mod:`.redis` (extra ``[redis]``), :mod:`.postgres` (extra
+``[postgres]``); import a backend module to use it, or open one from a URL with
+:mod:`agentkeep.store_urls`. The history provider on top of it is
+:class:`agentkeep.providers.StorageHistoryProvider`; the record codec is :mod:`.codec`.
 """
 
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, MessageStore, StoredMessage, Summary
-from .history import ConversationState, StorageHistoryProvider
+from typing import Any
+
+from .base import (
+    DEDUP_WINDOW,
+    ConversationInfo,
+    HistoryView,
+    MessageStore,
+    StoredMessage,
+    Summary,
+    SupportsClose,
+    SupportsExpiry,
+    SupportsListing,
+    SupportsPurge,
+    SupportsSetup,
+    close_store,
+    setup_store,
+)
 from .memory import InMemoryMessageStore
 
 __all__ = [
     "DEDUP_WINDOW",
     "ConversationInfo",
-    "ConversationState",
     "HistoryView",
     "InMemoryMessageStore",
     "MessageStore",
-    "StorageHistoryProvider",
     "StoredMessage",
     "Summary",
+    "SupportsClose",
+    "SupportsExpiry",
+    "SupportsListing",
+    "SupportsPurge",
+    "SupportsSetup",
+    "close_store",
+    "setup_store",
 ]
+
+_MOVED = {"ConversationState", "StorageHistoryProvider"}
+
+
+def __getattr__(name: str) -> Any:
+    # The history provider moved to agentkeep.providers, which imports this package: importing
+    # it here at once would be circular, so the old names (no longer in __all__) resolve on use.
+    if name in _MOVED:
+        from ..providers import storage
+
+        return getattr(storage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,8 +7,7 @@ processes. The key layout they work on is described in :mod:`agentkeep.storage.r
 
 from __future__ import annotations
 
-import hashlib
-
+from .._db.redis import RedisScript
 from .base import DEDUP_WINDOW
 
 __all__ = [
@@ -21,22 +20,7 @@ __all__ = [
     "REINDEX",
     "SETUP",
     "UPGRADE",
-    "RedisScript",
 ]
-
-
-class RedisScript:
-    """A Lua script run by SHA (``EVALSHA``), sent again with ``EVAL`` if the server lacks it.
-
-    Args:
-        source: The Lua source.
-    """
-
-    __slots__ = ("sha", "source")
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
 
 
 # -- Lua ------------------------------------------------------------------------------------------

@@ -1,26 +1,41 @@
 """The storage contract: an append-only message log per conversation, with a compacted view.
 
 Every durable history backend (SQLite, Redis, PostgreSQL) and the in-memory one implement
-:class:`MessageStore`, and all of them pass one conformance suite (``tests/storage``). The contract:
+:class:`MessageStore`, and all of them pass one conformance suite
+(:mod:`agentkeep.testing.conformance`, which a third-party backend can run too).
 
-* **append** messages to a conversation, atomically (a turn is stored whole or not at all). The
-  backend assigns each message a per-conversation sequence number (``seq``, from 1, increasing,
-  shared with summaries). Messages keep their ids and creation times. Appending a batch whose
-  message ids were already appended (a retry after a failure) stores nothing again and returns
-  the original sequence numbers.
-* **read** the raw log (every appended message, excluded ones included), all or a window: the last
-  ``n`` and/or those after a sequence number; oldest first.
-* **read_view**: the compacted view, what history loads: non-excluded messages, with each
-  non-excluded summary placed where the first message it replaces was. It carries the compaction
-  ``epoch`` and the conversation's ``last_seq`` so a reader can cache it and later ask only for
-  what is new (``after=``) as long as the epoch is unchanged.
-* **record_compaction**: mark messages excluded and add summaries (each listing the ids it
-  replaces). Originals are kept; the epoch goes up.
-* **delete** a conversation and everything derived from it; **expire** it after a time to live.
-* **list_conversations**: what is stored (for tools and hosts that inspect history), most recently
-  active first.
+**The core** (:class:`MessageStore`, every backend):
 
-Optional retention settings every backend honours: ``max_messages`` (keep only the newest raw
+* ``backend``: the backend's name, for errors and messages.
+* :meth:`~MessageStore.append` messages to a conversation, atomically (a turn is stored whole or
+  not at all). The backend assigns each message a per-conversation sequence number (``seq``,
+  from 1, increasing, shared with summaries). Messages keep their ids and creation times.
+  Appending a batch whose message ids were already appended (a retry after a failure) stores
+  nothing again and returns the original sequence numbers.
+* :meth:`~MessageStore.read` the compacted **view** (what history loads: non-excluded messages,
+  each non-excluded summary placed where the first message it replaces was) or, with
+  ``raw=True``, the **raw log** (every appended message, excluded ones flagged, summaries not);
+  all of it or a window (the last ``n`` and/or those after a sequence number), oldest first. The
+  result carries the compaction ``epoch`` and the conversation's ``last_seq``, so a reader can
+  cache a view and later ask only for what is new (``after=``) as long as the epoch is unchanged.
+* :meth:`~MessageStore.record_compaction`: mark messages excluded and add summaries (each listing
+  the ids it replaces). Originals are kept; the epoch goes up.
+* :meth:`~MessageStore.delete` a conversation and everything derived from it.
+
+**Optional capabilities**, each a small protocol a backend implements (and so declares) when it
+can; the conformance suite checks each one a backend declares:
+
+* :class:`SupportsSetup`: ``setup()`` creates or migrates what the backend needs (idempotent);
+  backends that need it also run it before their first operation.
+* :class:`SupportsClose`: ``aclose()`` releases what the store owns.
+* :class:`SupportsListing`: ``list_conversations()``, most recently active first.
+* :class:`SupportsExpiry`: ``expire(conversation_id, ttl)``, and the ``ttl`` option honoured.
+* :class:`SupportsPurge`: ``purge_expired()`` deletes expired conversations in bulk (for backends
+  whose expired data stays on disk until then).
+
+:func:`setup_store` and :func:`close_store` call the first two when a store has them.
+
+Retention settings the built-in backends take: ``max_messages`` (keep only the newest raw
 messages; applied atomically with the append) and ``ttl`` (seconds of inactivity after which the
 conversation expires; refreshed by every append).
 """
@@ -41,8 +56,15 @@ __all__ = [
     "MessageStore",
     "StoredMessage",
     "Summary",
+    "SupportsClose",
+    "SupportsExpiry",
+    "SupportsListing",
+    "SupportsPurge",
+    "SupportsSetup",
     "check_retention",
+    "close_store",
     "newest_first",
+    "setup_store",
 ]
 
 DEDUP_WINDOW = 256
@@ -81,10 +103,12 @@ class Summary:
 
 @dataclass(frozen=True, slots=True)
 class HistoryView:
-    """The compacted view of a conversation (or the part of it a read asked for).
+    """What :meth:`MessageStore.read` returns: the compacted view of a conversation (or, for a raw
+    read, its raw log), all of it or the window the read asked for.
 
     Attributes:
-        entries: View entries in view order (summaries at their anchors).
+        entries: View entries in view order (summaries at their anchors); for a raw read, log
+            entries in sequence order, excluded ones flagged, no summaries.
         epoch: The compaction epoch: 0 until the first compaction, then +1 per compaction.
         last_seq: The highest sequence number the conversation has assigned (0 when empty).
     """
@@ -143,20 +167,12 @@ class MessageStore(Protocol):
 
     Every method raises :class:`~agentkeep.errors.StorageUnavailableError` when the backend cannot
     be reached (after its timeout), :class:`~agentkeep.errors.CorruptRecordError` for a record it
-    cannot decode, and :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`.
+    cannot decode, and :class:`~agentkeep.errors.StorageClosedError` after ``aclose()``.
     """
 
     @property
     def backend(self) -> str:
         """The backend's name: ``"memory"``, ``"sqlite"``, ``"redis"``, ``"postgres"``."""
-        ...
-
-    async def setup(self) -> None:
-        """Create or migrate what the backend needs; idempotent.
-
-        Raises:
-            SchemaVersionError: The stored data was written by a newer format version.
-        """
         ...
 
     async def append(self, conversation_id: str, messages: Sequence[Message]) -> list[int]:
@@ -169,25 +185,19 @@ class MessageStore(Protocol):
         ...
 
     async def read(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
-    ) -> list[StoredMessage]:
-        """Raw log entries (excluded ones included, summaries not), oldest first.
-
-        Args:
-            conversation_id: The conversation.
-            last: Only the newest ``last`` entries (of those after ``after``).
-            after: Only entries with ``seq > after``.
-        """
-        ...
-
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
     ) -> HistoryView:
-        """The compacted view, in view order.
+        """The compacted view in view order, or with ``raw`` the raw log in sequence order.
 
         Args:
             conversation_id: The conversation.
-            last: Only the last ``last`` view entries.
+            raw: Read the raw log (every appended message, excluded ones flagged, no summaries).
+            last: Only the last ``last`` entries (of those after ``after``).
             after: Only entries with ``seq > after`` (for readers that cached an earlier view
                 with the same epoch: these are exactly the messages appended since).
         """
@@ -211,14 +221,63 @@ class MessageStore(Protocol):
         """Delete the conversation and everything derived from it; ``False`` if it did not exist."""
         ...
 
+
+@runtime_checkable
+class SupportsSetup(Protocol):
+    """A store that creates or migrates what it needs before use."""
+
+    async def setup(self) -> None:
+        """Create or migrate what the backend needs; idempotent.
+
+        Raises:
+            SchemaVersionError: The stored data was written by a newer format version.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsClose(Protocol):
+    """A store that owns something to release (a connection, a client, a worker thread)."""
+
+    async def aclose(self) -> None:
+        """Release what this store owns; idempotent. The store refuses work afterwards."""
+        ...
+
+
+@runtime_checkable
+class SupportsListing(Protocol):
+    """A store that can list its conversations."""
+
     async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
         """Stored (unexpired) conversations, most recently active first; at most ``limit``."""
         ...
+
+
+@runtime_checkable
+class SupportsExpiry(Protocol):
+    """A store whose conversations can expire (its ``ttl`` option, and :meth:`expire`)."""
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
         """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
         ...
 
-    async def aclose(self) -> None:
-        """Release what this store owns (a client it created); idempotent."""
+
+@runtime_checkable
+class SupportsPurge(Protocol):
+    """A store whose expired conversations stay stored until purged."""
+
+    async def purge_expired(self) -> int:
+        """Delete every expired conversation; returns how many."""
         ...
+
+
+async def setup_store(store: object) -> None:
+    """``await store.setup()`` if ``store`` has that capability (:class:`SupportsSetup`)."""
+    if isinstance(store, SupportsSetup):
+        await store.setup()
+
+
+async def close_store(store: object) -> None:
+    """``await store.aclose()`` if ``store`` has that capability (:class:`SupportsClose`)."""
+    if isinstance(store, SupportsClose):
+        await store.aclose()

@@ -1,7 +1,8 @@
 """An in-process :class:`~agentkeep.storage.base.MessageStore`: the contract's reference behaviour.
 
 Useful in tests and for single-process apps that want the storage contract (compaction records,
-windows, retention) without a database. Nothing survives the process.
+windows, retention) without a database. Nothing survives the process. It has every optional
+capability (setup, close, listing, expiry, purge).
 """
 
 from __future__ import annotations
@@ -116,31 +117,27 @@ class InMemoryMessageStore:
             return seqs
 
     async def read(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
-    ) -> list[StoredMessage]:
-        self._check()
-        conversation = self._get(conversation_id)
-        if conversation is None:
-            return []
-        entries = _after(conversation.log, after)
-        if last is not None:
-            entries = entries[-last:] if last > 0 else []
-        return [e.stored() for e in entries]
-
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
     ) -> HistoryView:
         self._check()
         conversation = self._get(conversation_id)
         if conversation is None:
             return HistoryView()
-        view = [entry for entry in _after(conversation.log, after) if not entry.excluded]
-        for summary in conversation.summaries:
-            if not summary.excluded and (after is None or summary.seq > after):
-                insort(view, summary, key=_view_key)
+        if raw:
+            entries = _after(conversation.log, after)
+        else:
+            entries = [entry for entry in _after(conversation.log, after) if not entry.excluded]
+            for summary in conversation.summaries:
+                if not summary.excluded and (after is None or summary.seq > after):
+                    insort(entries, summary, key=_view_key)
         if last is not None:
-            view = view[-last:] if last > 0 else []
-        return HistoryView([e.stored() for e in view], conversation.epoch, conversation.last_seq)
+            entries = entries[-last:] if last > 0 else []
+        return HistoryView([e.stored() for e in entries], conversation.epoch, conversation.last_seq)
 
     async def record_compaction(
         self,
@@ -212,6 +209,15 @@ class InMemoryMessageStore:
                 return False
             conversation.expires_at = None if ttl is None else self._clock() + ttl
             return True
+
+    async def purge_expired(self) -> int:
+        """Forget every expired conversation; returns how many."""
+        self._check()
+        async with self._lock:
+            before = len(self._conversations)
+            for conversation_id in list(self._conversations):
+                self._get(conversation_id)  # forgets it when expired
+            return before - len(self._conversations)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -1,7 +1,7 @@
 """PostgreSQL storage: the message store, the connection layer it shares, and the history provider.
 
 Needs psycopg 3 and its pool (``pip install 'agentkeep[postgres]'``). :class:`PostgresDatabase`
-(in the private module ``_postgres_database``, re-exported here) holds an ``AsyncConnectionPool``
+(in the database layer, ``agentkeep._db.postgres``, re-exported here) holds an ``AsyncConnectionPool``
 (injected, or created from a URL and then owned), the schema, the timeouts, the migrations and
 the mapping of driver errors; :class:`PostgresMessageStore` (the
 :class:`~agentkeep.storage.base.MessageStore` contract), :class:`PostgresHistoryProvider` and
@@ -61,8 +61,9 @@ try:
     # the rest of the package was imported before.
     from psycopg import rows as psycopg_rows
 
-    from ._postgres_database import (
+    from .._db.postgres import (
         BACKEND,
+        DEFAULT_SCHEMA,
         SCHEMA_VERSION,
         PostgresConnection,
         PostgresDatabase,
@@ -74,8 +75,9 @@ except ImportError as exc:
     ) from exc
 
 from ..errors import CorruptRecordError
-from ..history import HistoryOptions
 from ..messages import Message
+from ..providers.history import HistoryOptions
+from ..providers.storage import StorageHistoryProvider
 from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, check_retention
 from .codec import (
     DECODE_ERRORS,
@@ -86,7 +88,6 @@ from .codec import (
     encode_id,
     encode_identity,
 )
-from .history import StorageHistoryProvider
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -98,10 +99,16 @@ __all__ = [
 ]
 
 _LIVE: Final = "(expires_at IS NULL OR expires_at > now())"
-_VIEW_HEAD: Final = f"""WITH c AS (
+_LIVE_CONVERSATION: Final = f"""WITH c AS (
         SELECT key, epoch, last_seq FROM {{conversations}}
         WHERE conversation_id = %(conversation)s AND {_LIVE}
-    ) SELECT c.epoch, c.last_seq, e.anchor, e.kind, e.seq, e.id, e.time, e.body, e.replaces
+    )"""
+_RAW_HEAD: Final = f"""{_LIVE_CONVERSATION}
+    SELECT c.epoch, c.last_seq, e.seq, e.id, e.time, e.body, e.excluded
+    FROM c LEFT JOIN LATERAL"""
+_RAW_MESSAGE: Final = """seq, id, time, body, excluded FROM {messages} WHERE conversation = c.key"""
+_VIEW_HEAD: Final = f"""{_LIVE_CONVERSATION}
+    SELECT c.epoch, c.last_seq, e.anchor, e.kind, e.seq, e.id, e.time, e.body, e.replaces
     FROM c LEFT JOIN LATERAL"""
 _VIEW_MESSAGE: Final = """seq AS anchor, 1 AS kind, seq, id, time, body, NULL::bytea[] AS replaces
     FROM {messages} WHERE conversation = c.key AND NOT excluded"""
@@ -113,14 +120,12 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     "drop_messages": "DELETE FROM {messages} WHERE conversation = %s",
     "drop_summaries": "DELETE FROM {summaries} WHERE conversation = %s",
     # -- reads
-    "read_last": f"""SELECT seq, id, time, body, excluded FROM {{messages}}
-        WHERE conversation = (SELECT key FROM {{conversations}} WHERE conversation_id = %s AND {_LIVE})
-        AND seq > %s ORDER BY seq DESC LIMIT %s""",
+    "read_last": f"""{_RAW_HEAD} (
+            SELECT {_RAW_MESSAGE} AND seq > %(after)s ORDER BY seq DESC LIMIT %(last)s
+        ) AS e ON true""",
     # Whole reads are ordered in Python: rows come nearly in order, and a server-side sort of a
     # long conversation would spill to disk.
-    "read_all": f"""SELECT seq, id, time, body, excluded FROM {{messages}}
-        WHERE conversation = (SELECT key FROM {{conversations}} WHERE conversation_id = %s AND {_LIVE})
-        AND seq > %s""",
+    "read_all": f"""{_RAW_HEAD} (SELECT {_RAW_MESSAGE} AND seq > %(after)s) AS e ON true""",
     # The view order is (anchor, summaries before messages, seq); windows are read newest first.
     "view_last": f"""{_VIEW_HEAD} (
             (SELECT {_VIEW_MESSAGE} AND seq > %(after)s ORDER BY seq DESC LIMIT %(last)s)
@@ -179,13 +184,14 @@ class PostgresMessageStore:
     """
 
     backend = BACKEND
+    DEFAULT_SCHEMA = DEFAULT_SCHEMA
 
     def __init__(
         self,
         pool: PostgresPool | None = None,
         *,
         url: str | None = None,
-        schema: str = "agentkeep",
+        schema: str = DEFAULT_SCHEMA,
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
@@ -201,7 +207,7 @@ class PostgresMessageStore:
         cls,
         url: str,
         *,
-        schema: str = "agentkeep",
+        schema: str = DEFAULT_SCHEMA,
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
@@ -259,40 +265,39 @@ class PostgresMessageStore:
 
     # -- reads ----------------------------------------------------------------------------------
     async def read(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
-    ) -> list[StoredMessage]:
-        """Raw log entries (excluded ones included, summaries not), oldest first."""
-        self.database.check_open()
-        if last is not None and last <= 0:
-            return []
-        since = after if after is not None else 0
-        if last is None:
-            query, params = self._q["read_all"], (conversation_id, since)
-        else:
-            query, params = self._q["read_last"], (conversation_id, since, last)
-        rows = await self.database.fetch_rows(query, params, retry=True)
-        if last is None:
-            rows.sort(key=itemgetter(0))
-        else:
-            rows.reverse()
-        return [
-            StoredMessage(seq, self._decode(conversation_id, seq, body, raw_id, time), excluded)
-            for seq, raw_id, time, body, excluded in rows
-        ]
-
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
     ) -> HistoryView:
-        """The compacted view, in view order (summaries where their first replaced message was)."""
+        """The compacted view in view order (summaries where their first replaced message was), or
+        with ``raw`` the raw log in sequence order: one statement either way."""
         self.database.check_open()
+        if last is not None and last < 0:
+            last = 0
         params = {"conversation": conversation_id, "after": after if after is not None else 0, "last": last}
-        query = self._q["view_all" if last is None else "view_last"]
+        if raw:
+            query = self._q["read_all" if last is None else "read_last"]
+        else:
+            query = self._q["view_all" if last is None else "view_last"]
         rows = await self.database.fetch_rows(query, params, retry=True)
         if not rows:
             return HistoryView()
         epoch, last_seq = rows[0][0], rows[0][1]
-        if rows[0][4] is None:  # the conversation exists, nothing matched
+        if rows[0][2 if raw else 4] is None:  # the conversation exists, nothing matched
             return HistoryView([], epoch, last_seq)
+        if raw:
+            if last is None:
+                rows.sort(key=itemgetter(2))
+            else:
+                rows.reverse()
+            entries = [
+                StoredMessage(seq, self._decode(conversation_id, seq, body, raw_id, time), excluded)
+                for _, _, seq, raw_id, time, body, excluded in rows
+            ]
+            return HistoryView(entries, epoch, last_seq)
         if last is None:
             rows.sort(key=itemgetter(2, 3, 4))
         else:
@@ -479,7 +484,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         *,
         pool: PostgresPool | None = None,
         source_id: str = "postgres_history",
-        schema: str = "agentkeep",
+        schema: str = DEFAULT_SCHEMA,
         load_limit: int | None = None,
         max_messages: int | None = None,
         ttl: float | None = None,

@@ -2,8 +2,9 @@
 
 What lives here:
 
-* :class:`RedisConnection`: a redis-py asyncio client (injected, or created from a URL and then
-  owned), its timeouts, Lua scripts run by SHA and the mapping of redis-py errors to agentkeep's.
+* :class:`RedisConnection` (from the database layer, ``agentkeep._db.redis``, re-exported here):
+  a redis-py asyncio client (injected, or created from a URL and then owned), its timeouts, Lua
+  scripts run by SHA and the mapping of redis-py errors to agentkeep's.
   :class:`RedisMessageStore` and :class:`~agentkeep.stores.redis.RedisSessionStore` both use it.
 * :class:`RedisMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
 * :class:`RedisHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider` on a
@@ -84,45 +85,29 @@ credentials; an entry that does not decode raises :class:`~agentkeep.errors.Corr
 
 from __future__ import annotations
 
-import hashlib
 import re
 from bisect import bisect_right
-from collections.abc import Collection, Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from datetime import datetime
-from typing import Any, Final, NamedTuple, Unpack, cast
-from urllib.parse import quote, unquote
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Unpack, cast
+from urllib.parse import unquote
 
 import msgspec
 
-try:
-    import redis.asyncio as aioredis
-    from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError, RedisError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("the Redis backend needs the redis package: pip install 'agentkeep[redis]'") from exc
-
-from ..errors import (
-    CorruptRecordError,
-    MessageFormatError,
-    SchemaVersionError,
-    StorageClosedError,
-    StorageError,
-    StorageUnavailableError,
-)
-from ..history import HistoryOptions
+from .._db.redis import RedisConnection, escape_key_part
+from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
 from ..messages import Message
+from ..providers.history import HistoryOptions
+from ..providers.storage import StorageHistoryProvider
 from . import _redis_lua as _lua
-from ._redis_lua import RedisScript
 from .base import ConversationInfo, HistoryView, StoredMessage, Summary, check_retention, newest_first
 from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_identity
-from .history import StorageHistoryProvider
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 __all__ = [
+    "DEFAULT_KEY_PREFIX",
     "LAYOUT_VERSION",
     "ConversationKeys",
     "RedisConnection",
@@ -131,138 +116,16 @@ __all__ = [
     "escape_key_part",
 ]
 
+DEFAULT_KEY_PREFIX: Final = "chat_messages"
+"""The key prefix of a message store (and history provider) when none is given."""
+
 LAYOUT_VERSION: Final = 2
 """Version of the key layout described in the module docs (2: with the listing index)."""
 
-_MAX_KEY_PART: Final = 100
 _ESCAPED_PART: Final = re.compile(r"[A-Za-z0-9_.~%-]*")
 _LIST_BATCH: Final = 200  # conversations looked at per listing script
 _REINDEX_BATCH: Final = 100  # conversations indexed per script when upgrading from layout 1
 _replaces_decoder = msgspec.msgpack.Decoder(list[str])
-
-
-def escape_key_part(value: str) -> str:
-    """``value`` as a safe, collision-free part of a Redis key.
-
-    Percent-encodes everything but ASCII letters, digits and ``_.-~``; a result longer than 100
-    characters becomes ``#`` and the SHA-256 of ``value`` (``#`` never appears otherwise).
-    """
-    escaped = quote(value, safe="")
-    if len(escaped) > _MAX_KEY_PART:
-        return "#" + hashlib.sha256(value.encode()).hexdigest()
-    return escaped
-
-
-class RedisConnection:
-    """A redis-py asyncio client with agentkeep's timeouts, ownership and error mapping.
-
-    Args:
-        redis_client: A client to use (not closed by :meth:`aclose`). It must not decode
-            responses; its own timeouts apply.
-        redis_url: Create a client for this URL (closed by :meth:`aclose`), e.g.
-            ``"redis://localhost:6379/0"``.
-        timeout: Seconds to wait for a connection and for each reply of a client created here.
-
-    Raises:
-        ValueError: Neither or both of ``redis_client`` and ``redis_url``, or a client that decodes
-            responses.
-    """
-
-    backend: Final = "redis"
-
-    def __init__(
-        self,
-        redis_client: aioredis.Redis | None = None,
-        *,
-        redis_url: str | None = None,
-        timeout: float = 5.0,
-    ) -> None:
-        if (redis_client is None) == (redis_url is None):
-            raise ValueError("pass either redis_client or redis_url")
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
-        self.timeout = timeout
-        if redis_client is None:
-            redis_client = aioredis.Redis.from_url(  # pyright: ignore[reportUnknownMemberType]
-                cast(str, redis_url),
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
-                # reconnect once at once after a dropped connection; never resend on a timeout
-                retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-            )
-            self.owns_client = True
-        else:
-            self.owns_client = False
-        self.client = redis_client
-        options = redis_client.connection_pool.connection_kwargs
-        if options.get("decode_responses"):
-            raise ValueError("the Redis client must not decode responses (decode_responses=False)")
-        self.address = _address(redis_client)
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
-        return self._closed
-
-    def check_open(self, what: str = "store") -> None:
-        """Raise :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`."""
-        if self._closed:
-            raise StorageClosedError(f"the redis {what} is closed", backend=self.backend)
-
-    async def run(self, script: RedisScript, keys: Sequence[str], args: Sequence[bytes | str | int]) -> Any:
-        """Run ``script`` with ``keys`` and ``args``; returns its reply.
-
-        Raises:
-            StorageUnavailableError: The server cannot be reached or did not answer in time.
-            StorageError: The server refused the script (e.g. a key of ours holds another type).
-        """
-        with self._mapped_errors():
-            try:
-                return await self.client.evalsha(script.sha, len(keys), *keys, *args)
-            except NoScriptError:
-                return await self.client.eval(script.source, len(keys), *keys, *args)
-
-    async def execute(self, *command: bytes | str | int) -> Any:
-        """Run one Redis command; errors as in :meth:`run`."""
-        with self._mapped_errors():
-            return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-
-    @contextmanager
-    def _mapped_errors(self) -> Generator[None]:
-        """redis-py's errors as agentkeep's (see :meth:`run`)."""
-        try:
-            yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise self.unavailable(exc) from exc
-        except RedisError as exc:
-            raise StorageError(f"redis at {self.address}: {exc}", backend=self.backend) from exc
-
-    def unavailable(self, cause: BaseException) -> StorageUnavailableError:
-        """The error for a server that cannot be reached (``cause`` describes why)."""
-        reason = str(cause) or type(cause).__name__
-        return StorageUnavailableError(reason, backend=self.backend, address=self.address)
-
-    async def aclose(self) -> None:
-        """Close the client if it was created here; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        if self.owns_client:
-            await self.client.aclose()
-
-    def __repr__(self) -> str:
-        return f"RedisConnection({self.address!r}, owns_client={self.owns_client})"
-
-
-def _address(client: aioredis.Redis) -> str:
-    pool = client.connection_pool
-    options = pool.connection_kwargs
-    db = options.get("db", 0)
-    if issubclass(pool.connection_class, UnixDomainSocketConnection):
-        return f"unix://{options.get('path', '')}?db={db}"
-    scheme = "rediss" if issubclass(pool.connection_class, SSLConnection) else "redis"
-    return f"{scheme}://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{db}"
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -362,6 +225,32 @@ def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
         raise _corrupt(conversation_id, seq, exc) from exc
 
 
+def _raw_entries(conversation_id: str, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
+    """The ``READ`` script's log pieces as entries, each flagged by the exclusion ranges."""
+    starts, ends = _parse_ranges(excluded)
+    out: list[StoredMessage] = []
+    for _, first, entries in pieces:
+        for offset, data in enumerate(entries):
+            seq = first + offset
+            index = bisect_right(starts, seq) - 1
+            flagged = index >= 0 and seq <= ends[index]
+            out.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data), flagged))
+    return out
+
+
+def _view_entries(conversation_id: str, pieces: list[Any]) -> list[StoredMessage]:
+    """The ``READ`` script's view pieces (runs of log entries, and summaries) as entries."""
+    entries: list[StoredMessage] = []
+    for kind, first, payload in pieces:
+        if kind == 0:
+            for offset, data in enumerate(payload):
+                seq = first + offset
+                entries.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data)))
+        else:
+            entries.append(_decode_summary(conversation_id, first, payload))
+    return entries
+
+
 # -- the store ------------------------------------------------------------------------------------
 
 
@@ -392,19 +281,20 @@ class RedisMessageStore:
         store = RedisMessageStore.from_url("redis://localhost:6379/0", ttl=7 * 86400)
         await store.setup()
         await store.append("conversation-1", [Message("user", ["Hello"])])
-        view = await store.read_view("conversation-1", last=50)
+        view = await store.read("conversation-1", last=50)
         await store.aclose()
         ```
     """
 
     backend = "redis"
+    DEFAULT_KEY_PREFIX = DEFAULT_KEY_PREFIX
 
     def __init__(
         self,
         redis_client: aioredis.Redis | None = None,
         *,
         redis_url: str | None = None,
-        key_prefix: str = "chat_messages",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
@@ -423,7 +313,7 @@ class RedisMessageStore:
         cls,
         url: str,
         *,
-        key_prefix: str = "chat_messages",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
@@ -556,41 +446,24 @@ class RedisMessageStore:
         return list(range(int(first), int(first) + len(messages)))
 
     async def read(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
-    ) -> list[StoredMessage]:
-        """Raw log entries (excluded ones included, summaries not), oldest first."""
-        _, _, pieces, excluded = await self._read(conversation_id, last, after, raw=True)
-        starts, ends = _parse_ranges(excluded)
-        out: list[StoredMessage] = []
-        for _, first, entries in pieces:
-            for offset, data in enumerate(entries):
-                seq = first + offset
-                index = bisect_right(starts, seq) - 1
-                flagged = index >= 0 and seq <= ends[index]
-                out.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data), flagged))
-        return out
-
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
     ) -> HistoryView:
-        """The compacted view, in view order (see the contract)."""
-        epoch, last_seq, pieces, _ = await self._read(conversation_id, last, after, raw=False)
-        entries: list[StoredMessage] = []
-        for kind, first, payload in pieces:
-            if kind == 0:
-                for offset, data in enumerate(payload):
-                    seq = first + offset
-                    entries.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data)))
-            else:
-                entries.append(_decode_summary(conversation_id, first, payload))
-        return HistoryView(entries, int(epoch), int(last_seq))
-
-    async def _read(self, conversation_id: str, last: int | None, after: int | None, *, raw: bool) -> Any:
-        """The ``READ`` script's reply: epoch, last seq, pieces of the log or view, excluded ranges."""
+        """The compacted view in view order, or with ``raw`` the raw log (see the contract); one
+        ``READ`` script reads just the list ranges the window needs."""
         await self._ready()
         want = -1 if last is None else max(last, 0)
         keys = self.conversation_keys(conversation_id)
-        return await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
+        reply = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
+        epoch, last_seq, pieces, excluded = reply
+        entries = (
+            _raw_entries(conversation_id, pieces, excluded) if raw else _view_entries(conversation_id, pieces)
+        )
+        return HistoryView(entries, int(epoch), int(last_seq))
 
     async def record_compaction(
         self,
@@ -741,7 +614,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
         redis_url: str | None = None,
         *,
         redis_client: aioredis.Redis | None = None,
-        key_prefix: str = "chat_messages",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         max_messages: int | None = None,
         ttl: float | None = None,
         load_limit: int | None = None,

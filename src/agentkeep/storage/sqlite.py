@@ -5,8 +5,8 @@ What lives here:
 * :class:`SQLiteDatabase`: a database file and the one worker thread that owns its connection.
   Both SQLite stores (:class:`SQLiteMessageStore` and
   :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
-  connection settings, migrations and error mapping live in one place (the private module
-  ``_sqlite_database``; the names are re-exported here).
+  connection settings, migrations and error mapping live in one place (the database layer,
+  ``agentkeep._db.sqlite``; the names are re-exported here).
 * :class:`SQLiteMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
 * :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider`
   that opens (and owns) a :class:`SQLiteMessageStore` on a path.
@@ -66,10 +66,7 @@ from typing import Final, Unpack
 
 import msgspec
 
-from ..errors import CorruptRecordError
-from ..history import HistoryOptions
-from ..messages import Message
-from ._sqlite_database import (
+from .._db.sqlite import (
     BACKEND,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -79,9 +76,12 @@ from ._sqlite_database import (
     read_transaction,
     write_transaction,
 )
+from ..errors import CorruptRecordError
+from ..messages import Message
+from ..providers.history import HistoryOptions
+from ..providers.storage import StorageHistoryProvider
 from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, check_retention
 from .codec import DECODE_ERRORS, decode_message, decode_time, encode_body, encode_id, encode_identity
-from .history import StorageHistoryProvider
 
 __all__ = [
     "MIGRATIONS",
@@ -344,16 +344,17 @@ class SQLiteMessageStore:
 
     # -- reads ----------------------------------------------------------------------------------
     async def read(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
-    ) -> list[StoredMessage]:
-        """Raw log entries (excluded ones included, summaries not), oldest first."""
-        return await self.database.run(partial(_read, conversation_id, last, after))
-
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
     ) -> HistoryView:
-        """The compacted view in view order; reads only rows above the view floor."""
-        return await self.database.run(partial(_read_view, conversation_id, last, after))
+        """The compacted view in view order (only rows above the view floor are read), or with
+        ``raw`` the raw log in sequence order."""
+        job = _read_raw if raw else _read_view
+        return await self.database.run(partial(job, conversation_id, last, after))
 
     async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
         """Live conversations, most recently active first (the newest message's time); at most
@@ -501,22 +502,22 @@ _SELECT_MESSAGES: Final = (
 )
 
 
-def _read(
+def _read_raw(
     conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
-) -> list[StoredMessage]:
-    if last is not None and last <= 0:
-        return []
+) -> HistoryView:
     with read_transaction(db):
         found = _find(db, conversation_id, now_us())
         if found is None:
-            return []
+            return HistoryView()
+        if last is not None and last <= 0:
+            return HistoryView([], found.epoch, found.last_seq)
         span = _span(found.key, after or 0)
         if last is None:
             rows = db.execute(_SELECT_MESSAGES + " ORDER BY position", span).fetchall()
         else:
             rows = db.execute(_SELECT_MESSAGES + " ORDER BY position DESC LIMIT ?", (*span, last)).fetchall()
             rows.reverse()
-    return _entries(conversation_id, rows)
+    return HistoryView(_entries(conversation_id, rows), found.epoch, found.last_seq)
 
 
 def _read_view(

@@ -18,7 +18,7 @@ Decorators (``IsolationKeyScopedSessionStore``) derive from :class:`DelegatingSe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
 import msgspec
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = [
+    "STORE_VERSION_KEY",
     "AgentSessionStore",
     "DelegatingSessionStore",
     "agent_key",
@@ -43,14 +44,23 @@ __all__ = [
 S = TypeVar("S")
 
 
+STORE_VERSION_KEY: Final = "store:version"
+"""The key in ``session.runtime`` under which session stores keep the version a session was read
+at (this process only: it is never serialized)."""
+
+
 def session_version(session: AgentSession) -> int | None:
     """The store version ``session`` was read at or last saved as (``None``: never stored)."""
-    return session._store_version  # pyright: ignore[reportPrivateUsage]
+    version = session.runtime.get(STORE_VERSION_KEY)
+    return version if isinstance(version, int) else None
 
 
 def set_session_version(session: AgentSession, version: int | None) -> None:
     """Record the store version of ``session`` (for store implementations)."""
-    session._store_version = version  # pyright: ignore[reportPrivateUsage]
+    if version is None:
+        session.runtime.pop(STORE_VERSION_KEY, None)
+    else:
+        session.runtime[STORE_VERSION_KEY] = version
 
 
 def agent_key(agent: Agent) -> str:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from .._db.postgres import DEFAULT_SCHEMA, PostgresDatabase, PostgresPool
 from ..sessions import AgentSession
-from ..storage.postgres import PostgresDatabase, PostgresPool
 from .base import (
     AgentSessionStore,
     agent_key,
@@ -64,13 +64,14 @@ class PostgresSessionStore(AgentSessionStore):
     """
 
     backend = "postgres"
+    DEFAULT_SCHEMA = DEFAULT_SCHEMA
 
     def __init__(
         self,
         pool: PostgresPool | None = None,
         *,
         url: str | None = None,
-        schema: str = "agentkeep",
+        schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
     ) -> None:
         self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
@@ -80,7 +81,9 @@ class PostgresSessionStore(AgentSessionStore):
         self._delete = self.database.query(_DELETE)
 
     @classmethod
-    def from_url(cls, url: str, *, schema: str = "agentkeep", timeout: float = 5.0) -> PostgresSessionStore:
+    def from_url(
+        cls, url: str, *, schema: str = DEFAULT_SCHEMA, timeout: float = 5.0
+    ) -> PostgresSessionStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
         return cls(url=url, schema=schema, timeout=timeout)
 

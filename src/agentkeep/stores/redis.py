@@ -1,7 +1,7 @@
 """A session store on Redis: one hash per session, saved with a compare-and-set Lua script.
 
 Each session lives in ``{key_prefix}:{agent}:{conversation}`` (both parts escaped by
-:func:`~agentkeep.storage.redis.escape_key_part`, so no id can collide with another or reach
+:func:`~agentkeep._db.redis.escape_key_part`, so no id can collide with another or reach
 outside the prefix) as a hash with the version ``v`` and the JSON payload ``p``
 (``agent.serialize_session(session)``).
 
@@ -11,18 +11,17 @@ match; otherwise it raises :class:`~agentkeep.errors.ConflictError` and changes 
 the script atomically, so concurrent saves from any number of processes let exactly one win.
 
 Connection handling, timeouts and error mapping are those of
-:class:`~agentkeep.storage.redis.RedisConnection` (an unreachable server raises
+:class:`~agentkeep._db.redis.RedisConnection` (an unreachable server raises
 :class:`~agentkeep.errors.StorageUnavailableError` within ``timeout`` seconds).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
+from .._db.redis import RedisConnection, RedisScript, escape_key_part
 from ..errors import SessionFormatError
 from ..sessions import AgentSession
-from ..storage._redis_lua import RedisScript
-from ..storage.redis import RedisConnection, escape_key_part
 from .base import (
     AgentSessionStore,
     agent_key,
@@ -39,7 +38,10 @@ if TYPE_CHECKING:
 
     from ..agent import Agent
 
-__all__ = ["RedisSessionStore"]
+__all__ = ["DEFAULT_KEY_PREFIX", "RedisSessionStore"]
+
+DEFAULT_KEY_PREFIX: Final = "agent_sessions"
+"""The key prefix of a session store when none is given."""
 
 _SAVE = RedisScript("""
 local stored = redis.call('HGET', KEYS[1], 'v')
@@ -72,13 +74,14 @@ class RedisSessionStore(AgentSessionStore):
     """
 
     backend = "redis"
+    DEFAULT_KEY_PREFIX = DEFAULT_KEY_PREFIX
 
     def __init__(
         self,
         redis_client: aioredis.Redis | None = None,
         *,
         redis_url: str | None = None,
-        key_prefix: str = "agent_sessions",
+        key_prefix: str = DEFAULT_KEY_PREFIX,
         ttl: float | None = None,
         timeout: float = 5.0,
     ) -> None:
@@ -92,7 +95,7 @@ class RedisSessionStore(AgentSessionStore):
 
     @classmethod
     def from_url(
-        cls, url: str, *, key_prefix: str = "agent_sessions", ttl: float | None = None, timeout: float = 5.0
+        cls, url: str, *, key_prefix: str = DEFAULT_KEY_PREFIX, ttl: float | None = None, timeout: float = 5.0
     ) -> RedisSessionStore:
         """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
         return cls(redis_url=url, key_prefix=key_prefix, ttl=ttl, timeout=timeout)

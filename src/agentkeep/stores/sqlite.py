@@ -22,9 +22,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._db.sqlite import SQLiteDatabase, now_us
 from ..errors import SessionFormatError
 from ..sessions import AgentSession
-from ..storage._sqlite_database import SQLiteDatabase, now_us
 from .base import (
     AgentSessionStore,
     agent_key,

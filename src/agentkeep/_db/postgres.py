@@ -1,10 +1,13 @@
-"""The PostgreSQL database the PostgreSQL stores share: pool, schema, migrations, timeouts, errors.
+"""The PostgreSQL database layer: pool, schema, migrations, timeouts and error mapping.
 
 :class:`PostgresDatabase` (re-exported by :mod:`agentkeep.storage.postgres`, where the tables,
 locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
 URL and then owned), applies the append-only list of migrations and maps driver errors to
-agentkeep's. The message store (:mod:`agentkeep.storage.postgres`) and the session store
-(:mod:`agentkeep.stores.postgres`) run their statements through it.
+agentkeep's. Both PostgreSQL stores run their statements through it: the message store
+(:mod:`agentkeep.storage.postgres`) and the session store (:mod:`agentkeep.stores.postgres`).
+
+Needs psycopg 3 and its pool (extra ``[postgres]``); importing this module without them raises an
+``ImportError`` that names the extra.
 """
 
 from __future__ import annotations
@@ -14,16 +17,28 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, LiteralString, TypeVar, cast
 
-import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import tuple_row
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.rows import tuple_row
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError as exc:
+    raise ImportError(
+        "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'agentkeep[postgres]'"
+    ) from exc
 
 from ..errors import SchemaVersionError, StorageClosedError, StorageError, StorageUnavailableError
-from .codec import FORMAT_VERSION
+from ..storage.codec import FORMAT_VERSION
 
-__all__ = ["BACKEND", "SCHEMA_VERSION", "PostgresConnection", "PostgresDatabase", "PostgresPool"]
+__all__ = [
+    "BACKEND",
+    "DEFAULT_SCHEMA",
+    "SCHEMA_VERSION",
+    "PostgresConnection",
+    "PostgresDatabase",
+    "PostgresPool",
+]
 
 T = TypeVar("T")
 PostgresConnection = psycopg.AsyncConnection[Any]
@@ -32,6 +47,9 @@ PostgresPool = AsyncConnectionPool[Any]
 """The pool type the stores accept."""
 
 BACKEND: Final = "postgres"
+
+DEFAULT_SCHEMA: Final = "agentkeep"
+"""The schema both PostgreSQL stores use when none is given."""
 
 # An append-only list: never edit a released migration, add a new one.
 _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
@@ -180,7 +198,7 @@ class PostgresDatabase:
         pool: PostgresPool | None = None,
         *,
         url: str | None = None,
-        schema: str = "agentkeep",
+        schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
     ) -> None:
         if (pool is None) == (url is None):

@@ -1,10 +1,10 @@
-"""The SQLite database file the SQLite stores share: its schema and the worker thread that owns it.
+"""The SQLite database layer: the file's schema and the worker thread that owns its connection.
 
-:class:`SQLiteDatabase` (re-exported by :mod:`agentkeep.storage.sqlite`, where the design is
-described) opens the file in its one worker thread, sets WAL mode, applies the append-only
-:data:`MIGRATIONS` and maps database failures to agentkeep's errors. The message store
-(:mod:`agentkeep.storage.sqlite`) and the session store (:mod:`agentkeep.stores.sqlite`) run their
-jobs through it.
+:class:`SQLiteDatabase` (re-exported by :mod:`agentkeep.storage.sqlite`, where the tables and the
+concurrency design are described) opens the file in its one worker thread, sets WAL mode, applies
+the append-only :data:`MIGRATIONS` and maps database failures to agentkeep's errors. Both SQLite
+stores run their jobs through it: the message store (:mod:`agentkeep.storage.sqlite`) and the
+session store (:mod:`agentkeep.stores.sqlite`), which may share one file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from ..errors import SchemaVersionError, StorageClosedError, StorageUnavailableError
-from .codec import FORMAT_VERSION
+from ..storage.codec import FORMAT_VERSION
 
 __all__ = [
     "BACKEND",

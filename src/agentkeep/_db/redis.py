@@ -1,0 +1,174 @@
+"""The Redis database layer: a client with agentkeep's timeouts, ownership, scripts and errors.
+
+:class:`RedisConnection` wraps a redis-py asyncio client (injected, or created from a URL and then
+owned), runs Lua scripts by SHA (:class:`RedisScript`, sent again when the server lost its script
+cache) and maps redis-py's errors to agentkeep's. :func:`escape_key_part` makes any id a safe,
+collision-free part of a key. Both Redis stores run on it: the message store
+(:mod:`agentkeep.storage.redis`) and the session store (:mod:`agentkeep.stores.redis`).
+
+Needs redis-py (extra ``[redis]``); importing this module without it raises an ``ImportError``
+that names the extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final, cast
+from urllib.parse import quote
+
+try:
+    import redis.asyncio as aioredis
+    from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import NoScriptError, RedisError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("the Redis backend needs the redis package: pip install 'agentkeep[redis]'") from exc
+
+from ..errors import StorageClosedError, StorageError, StorageUnavailableError
+
+__all__ = ["RedisConnection", "RedisScript", "escape_key_part"]
+
+_MAX_KEY_PART: Final = 100
+
+
+class RedisScript:
+    """A Lua script run by SHA (``EVALSHA``), sent again with ``EVAL`` if the server lacks it.
+
+    Args:
+        source: The Lua source.
+    """
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+def escape_key_part(value: str) -> str:
+    """``value`` as a safe, collision-free part of a Redis key.
+
+    Percent-encodes everything but ASCII letters, digits and ``_.-~``; a result longer than 100
+    characters becomes ``#`` and the SHA-256 of ``value`` (``#`` never appears otherwise).
+    """
+    escaped = quote(value, safe="")
+    if len(escaped) > _MAX_KEY_PART:
+        return "#" + hashlib.sha256(value.encode()).hexdigest()
+    return escaped
+
+
+class RedisConnection:
+    """A redis-py asyncio client with agentkeep's timeouts, ownership and error mapping.
+
+    Args:
+        redis_client: A client to use (not closed by :meth:`aclose`). It must not decode
+            responses; its own timeouts apply.
+        redis_url: Create a client for this URL (closed by :meth:`aclose`), e.g.
+            ``"redis://localhost:6379/0"``.
+        timeout: Seconds to wait for a connection and for each reply of a client created here.
+
+    Raises:
+        ValueError: Neither or both of ``redis_client`` and ``redis_url``, or a client that decodes
+            responses.
+    """
+
+    backend: Final = "redis"
+
+    def __init__(
+        self,
+        redis_client: aioredis.Redis | None = None,
+        *,
+        redis_url: str | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if (redis_client is None) == (redis_url is None):
+            raise ValueError("pass either redis_client or redis_url")
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.timeout = timeout
+        if redis_client is None:
+            redis_client = aioredis.Redis.from_url(  # pyright: ignore[reportUnknownMemberType]
+                cast(str, redis_url),
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+                # reconnect once at once after a dropped connection; never resend on a timeout
+                retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            )
+            self.owns_client = True
+        else:
+            self.owns_client = False
+        self.client = redis_client
+        options = redis_client.connection_pool.connection_kwargs
+        if options.get("decode_responses"):
+            raise ValueError("the Redis client must not decode responses (decode_responses=False)")
+        self.address = _address(redis_client)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    def check_open(self, what: str = "store") -> None:
+        """Raise :class:`~agentkeep.errors.StorageClosedError` after :meth:`aclose`."""
+        if self._closed:
+            raise StorageClosedError(f"the redis {what} is closed", backend=self.backend)
+
+    async def run(self, script: RedisScript, keys: Sequence[str], args: Sequence[bytes | str | int]) -> Any:
+        """Run ``script`` with ``keys`` and ``args``; returns its reply.
+
+        Raises:
+            StorageUnavailableError: The server cannot be reached or did not answer in time.
+            StorageError: The server refused the script (e.g. a key of ours holds another type).
+        """
+        with self._mapped_errors():
+            try:
+                return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:
+                return await self.client.eval(script.source, len(keys), *keys, *args)
+
+    async def execute(self, *command: bytes | str | int) -> Any:
+        """Run one Redis command; errors as in :meth:`run`."""
+        with self._mapped_errors():
+            return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+    @contextmanager
+    def _mapped_errors(self) -> Generator[None]:
+        """redis-py's errors as agentkeep's (see :meth:`run`)."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise self.unavailable(exc) from exc
+        except RedisError as exc:
+            raise StorageError(f"redis at {self.address}: {exc}", backend=self.backend) from exc
+
+    def unavailable(self, cause: BaseException) -> StorageUnavailableError:
+        """The error for a server that cannot be reached (``cause`` describes why)."""
+        reason = str(cause) or type(cause).__name__
+        return StorageUnavailableError(reason, backend=self.backend, address=self.address)
+
+    async def aclose(self) -> None:
+        """Close the client if it was created here; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.owns_client:
+            await self.client.aclose()
+
+    def __repr__(self) -> str:
+        return f"RedisConnection({self.address!r}, owns_client={self.owns_client})"
+
+
+def _address(client: aioredis.Redis) -> str:
+    pool = client.connection_pool
+    options = pool.connection_kwargs
+    db = options.get("db", 0)
+    if issubclass(pool.connection_class, UnixDomainSocketConnection):
+        return f"unix://{options.get('path', '')}?db={db}"
+    scheme = "rediss" if issubclass(pool.connection_class, SSLConnection) else "redis"
+    return f"{scheme}://{options.get('host', 'localhost')}:{options.get('port', 6379)}/{db}"
