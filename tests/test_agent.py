@@ -39,6 +39,7 @@ from agentkeep import (
     UsageDetails,
 )
 from agentkeep.testing import ScriptedChatClient
+from tests.helpers import default_history
 
 tool_call = ScriptedChatClient.tool_call
 
@@ -127,7 +128,7 @@ async def test_default_history_counts_through_private_provider() -> None:
     counts: list[int] = []
     for _ in range(3):
         await agent.run("continue", session=session)
-        counts.append(len(await agent._default_history.get_session_messages(session)))
+        counts.append(len(await default_history(agent).get_session_messages(session)))
     assert counts == [2, 4, 6]
 
 
@@ -237,7 +238,7 @@ async def test_one_session_shared_by_two_agents_shares_history() -> None:
     await agent_b.run("hello b", session=session)
 
     assert texts(client_b.calls[0]) == ["hello a", "from a", "hello b"]
-    stored = await agent_b._default_history.get_session_messages(session)
+    stored = await default_history(agent_b).get_session_messages(session)
     assert texts(stored) == ["hello a", "from a", "hello b", "from b"]
     assert [m.author_name for m in stored if m.role == "assistant"] == ["a", "b"]
 
@@ -522,7 +523,7 @@ async def test_tool_loop_is_bounded() -> None:
     assert result.call_id == response.messages[-2].function_calls[0].call_id
     assert result.exception is not None
     assert "max_tool_iterations=2" in result.exception
-    stored = await agent._default_history.get_session_messages(session)  # pyright: ignore[reportPrivateUsage]
+    stored = await default_history(agent).get_session_messages(session)
     assert [m.role for m in stored][-2:] == ["assistant", "tool"]
 
 
@@ -721,7 +722,7 @@ async def test_service_managed_default_history_is_not_used() -> None:
     await agent.run("hi", session=session)
     await agent.run("again", session=session)
     assert texts(client.calls[1]) == ["again"]
-    assert len(await agent._default_history.get_session_messages(session)) == 0
+    assert len(await default_history(agent).get_session_messages(session)) == 0
 
 
 async def test_service_managed_tool_loop_sends_only_tool_results() -> None:
@@ -827,7 +828,7 @@ async def test_per_call_persistence_with_default_history() -> None:
     session = agent.create_session()
     with pytest.raises(ScriptExhaustedError):
         await agent.run("add", session=session)
-    assert roles(await agent._default_history.get_session_messages(session)) == ["user", "assistant"]
+    assert roles(await default_history(agent).get_session_messages(session)) == ["user", "assistant"]
 
 
 async def test_per_call_persistence_refuses_service_session() -> None:
@@ -912,7 +913,7 @@ async def test_serialize_deserialize_round_trip_continues(form: str) -> None:
     agent = Agent(client)
     session = agent.create_session()
     await agent.run("first", session=session)
-    stored_ids = [m.message_id for m in await agent._default_history.get_session_messages(session)]
+    stored_ids = [m.message_id for m in await default_history(agent).get_session_messages(session)]
 
     payload = agent.serialize_session(session)
     assert payload["version"] == 1
@@ -931,10 +932,10 @@ async def test_serialize_deserialize_round_trip_continues(form: str) -> None:
     await agent.run("second", session=restored)
     assert texts(client.calls[1]) == ["first", "one", "second"]
     assert [m.message_id for m in client.calls[1]][:2] == stored_ids
-    restored_history = await agent._default_history.get_session_messages(restored)
+    restored_history = await default_history(agent).get_session_messages(restored)
     assert texts(restored_history) == ["first", "one", "second", "two"]
     # the original session object is independent of the restored one
-    assert len(await agent._default_history.get_session_messages(session)) == 2
+    assert len(await default_history(agent).get_session_messages(session)) == 2
 
 
 async def test_deserialize_corrupt_history_state_names_provider() -> None:
@@ -954,9 +955,9 @@ async def test_deserialize_corrupt_history_state_names_provider() -> None:
 
     # a failed deserialize alters nothing that was already stored
     assert bad == bad_before
-    assert texts(await agent._default_history.get_session_messages(session)) == ["first", "one"]
+    assert texts(await default_history(agent).get_session_messages(session)) == ["first", "one"]
     assert agent.serialize_session(session) == good
-    assert len(await agent._default_history.get_session_messages(agent.deserialize_session(good))) == 2
+    assert len(await default_history(agent).get_session_messages(agent.deserialize_session(good))) == 2
 
 
 async def test_deserialize_corrupt_provider_state_names_provider() -> None:

@@ -19,6 +19,7 @@ from agentkeep import (
     get_source_type,
 )
 from agentkeep.testing import ScriptedChatClient
+from tests.helpers import default_history
 
 
 def texts(messages: Sequence[Message]) -> list[str]:
@@ -189,7 +190,7 @@ async def test_callers_messages_are_never_mutated() -> None:
         assert all(sent is not original for call in client.calls for sent in call)
     assert get_source_type(client.calls[0][0]) is MessageSourceType.CONTEXT_PROVIDER
     # the same caller object sent twice becomes two stored messages with distinct ids
-    stored = await agent._default_history.get_session_messages(session)
+    stored = await default_history(agent).get_session_messages(session)
     assert [m.text for m in stored] == ["A question", "one", "A question", "two"]
     assert stored[0].message_id != stored[2].message_id
 

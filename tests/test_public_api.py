@@ -35,11 +35,10 @@ def test_package_reexports_the_public_classes() -> None:
         "agentkeep.agent",
         "agentkeep.contents",
         "agentkeep.errors",
-        "agentkeep.history",
+        "agentkeep.message_log",
         "agentkeep.messages",
         "agentkeep.providers",
-        "agentkeep.responses",
-        "agentkeep.sequences",
+        "agentkeep.sessions",
     ]
     for name in core:
         module = importlib.import_module(name)

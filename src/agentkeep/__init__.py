@@ -5,8 +5,9 @@ README): messages and contents, sessions and state, providers and history, the a
 chat clients, errors.
 """
 
-from .agent import Agent, AgentRunStream
+from .agent import Agent, AgentResponse, AgentResponseUpdate, AgentRunStream
 from .clients.base import BaseChatClient, ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+from .compaction.harness import create_harness_agent
 from .contents import (
     Content,
     DataContent,
@@ -39,21 +40,15 @@ from .errors import (
     StorageClosedError,
     StorageError,
     StorageUnavailableError,
+    StoreURLError,
     SummarizationError,
     ToolArgumentError,
     ToolError,
 )
-from .harness import create_harness_agent
-from .history import (
-    ChatReducer,
-    HistoryOptions,
-    HistoryProvider,
-    InMemoryHistoryProvider,
-    InMemoryHistoryState,
-    MessageCountingChatReducer,
-)
+from .message_log import MessageChain, MessageLog, MessageView
 from .messages import (
     Message,
+    MessageIdGenerator,
     MessageInput,
     MessageSourceType,
     Role,
@@ -62,9 +57,21 @@ from .messages import (
     new_message_id,
     normalize_messages,
 )
-from .providers import AIContext, ContextProvider, MessageAIContextProvider, SessionContext
-from .responses import AgentResponse, AgentResponseUpdate
-from .sequences import MessageChain, MessageLog, MessageView
+from .providers import (
+    AIContext,
+    ChatReducer,
+    ContextProvider,
+    ConversationState,
+    HistoryOptions,
+    HistoryProvider,
+    InMemoryHistoryProvider,
+    InMemoryHistoryState,
+    MessageAIContextProvider,
+    MessageCountingChatReducer,
+    MessageFilter,
+    SessionContext,
+    StorageHistoryProvider,
+)
 from .sessions import SESSION_FORMAT_VERSION, AgentSession, ProviderSessionState, StateBag
 from .tools import FunctionTool, tool
 
@@ -92,6 +99,7 @@ __all__ = [
     "ConflictError",
     "Content",
     "ContextProvider",
+    "ConversationState",
     "CorruptRecordError",
     "DataContent",
     "ErrorContent",
@@ -106,7 +114,9 @@ __all__ = [
     "MessageAIContextProvider",
     "MessageChain",
     "MessageCountingChatReducer",
+    "MessageFilter",
     "MessageFormatError",
+    "MessageIdGenerator",
     "MessageInput",
     "MessageLog",
     "MessageSourceType",
@@ -124,7 +134,9 @@ __all__ = [
     "StateTypeError",
     "StorageClosedError",
     "StorageError",
+    "StorageHistoryProvider",
     "StorageUnavailableError",
+    "StoreURLError",
     "SummarizationError",
     "TextContent",
     "TextReasoningContent",

@@ -1,69 +1,8 @@
-"""What an agent run returns: :class:`AgentResponse` and, when streaming, :class:`AgentResponseUpdate`."""
+"""Old home of what an agent run returns; it lives in :mod:`agentkeep.agent.response` now.
 
-from __future__ import annotations
+Kept so that existing imports (``from agentkeep.responses import AgentResponse``) work.
+"""
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
-
-from .contents import Content, TextContent, UsageDetails
-from .messages import Message, Role
+from .agent.response import AgentResponse, AgentResponseUpdate
 
 __all__ = ["AgentResponse", "AgentResponseUpdate"]
-
-
-@dataclass(slots=True)
-class AgentResponse:
-    """The result of one ``agent.run``.
-
-    Attributes:
-        messages: Every message the run produced, in order: assistant messages (including tool
-            calls) and the tool-result messages of the tool loop.
-        usage: Token usage summed over every model call of the run.
-        response_id: The last model response's id.
-        conversation_id: The service-side conversation id after the run (service-managed only).
-        finish_reason: Why the last model call stopped.
-        value: Parsed structured output, when ``response_format`` was a type.
-    """
-
-    messages: list[Message] = field(default_factory=list[Message])
-    usage: UsageDetails | None = None
-    response_id: str | None = None
-    conversation_id: str | None = None
-    finish_reason: str | None = None
-    value: Any = None
-
-    @property
-    def text(self) -> str:
-        """The text of the assistant's messages, joined."""
-        return "".join(m.text for m in self.messages if m.role == "assistant")
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass(slots=True)
-class AgentResponseUpdate:
-    """One streamed piece of an agent run.
-
-    Attributes:
-        contents: New contents (text deltas, whole tool calls, tool results).
-        role: The role of the message these contents belong to.
-        message_id: The id of that message.
-        author_name: The author (the agent's name for assistant messages).
-        response_id: The model response's id.
-    """
-
-    contents: Sequence[Content] = field(default_factory=list[Content])
-    role: Role = "assistant"
-    message_id: str | None = None
-    author_name: str | None = None
-    response_id: str | None = None
-
-    @property
-    def text(self) -> str:
-        """The text in this update."""
-        return "".join(c.text for c in self.contents if isinstance(c, TextContent))
-
-    def __str__(self) -> str:
-        return self.text

@@ -14,6 +14,13 @@ Value types the bag can serialize: JSON-compatible builtins; dataclasses, ``Type
 ``from_dict()`` classmethod (such as :class:`~agentkeep.messages.Message`); pydantic models
 (``model_dump`` / ``model_validate``), without agentkeep depending on pydantic.
 
+**Runtime space.** ``session.runtime`` is a plain dict for what this process keeps about the
+session besides its state: providers' caches (a compaction index, the loaded history view), the
+store version a session store read it at. It is never serialized and starts empty in a restored
+session; keys are namespaced by their owner (``"compaction:<source_id>"``,
+``"history:<source_id>"``, ``"store:version"``), so providers and stores never reach into each
+other's data.
+
 **Payload.** ``session.to_dict()`` gives ``{"type": "session", "version": 1, "session_id": ...,
 "service_session_id": ..., "state": {...}}``. :meth:`AgentSession.from_dict` refuses a corrupt
 payload or an unknown version with :class:`~agentkeep.errors.SessionFormatError`.
@@ -160,6 +167,20 @@ class StateBag:
                 return None
             return self._read(key, entry, type)
 
+    def get_or_create(self, key: str, type: Any, factory: Callable[[], Any]) -> Any:
+        """The value under ``key`` read as ``type``; when absent (or ``None``), ``factory()``'s
+        result, stored under ``key`` first. Atomic: concurrent callers get one value.
+
+        Raises:
+            StateTypeError: The stored value cannot be read as ``type``.
+        """
+        with self._lock:
+            value = self.get(key, type)
+            if value is None:
+                value = factory()
+                self.set(key, value, type)
+            return value
+
     def try_get(self, key: str, type: Any = None) -> Any:
         """Like :meth:`get`, but ``None`` instead of an error when the value does not fit ``type``."""
         try:
@@ -292,9 +313,12 @@ class AgentSession:
     Attributes:
         state: The :class:`StateBag` providers keep their per-session data in.
         service_session_id: Remote conversation id (``None`` when history is local).
+        runtime: This process's caches about the session, keyed by their owner; never serialized
+            (see the module docs).
+        extra_fields: Top-level payload fields this agentkeep does not know, written back as read.
     """
 
-    __slots__ = ("_runtime", "_session_id", "_store_version", "extra_fields", "service_session_id", "state")
+    __slots__ = ("_session_id", "extra_fields", "runtime", "service_session_id", "state")
 
     def __init__(self, *, session_id: str | None = None, service_session_id: str | None = None) -> None:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -303,9 +327,7 @@ class AgentSession:
         self.service_session_id = service_session_id
         self.state = StateBag()
         self.extra_fields: dict[str, Any] | None = None
-        self._store_version: int | None = None  # set by session stores; never serialized
-        # Caches of this process (e.g. compaction indexes), keyed by their owner; never serialized.
-        self._runtime: dict[str, Any] = {}
+        self.runtime: dict[str, Any] = {}
 
     @property
     def session_id(self) -> str:
@@ -448,13 +470,10 @@ class ProviderSessionState(Generic[T]):
         """
         if session is None:
             return self._initialize(None)
-        bag = session.state
-        with bag._lock:  # pyright: ignore[reportPrivateUsage]
-            value = bag.get(self.state_key, self.state_type)
-            if value is None:
-                value = self._initialize(session)
-                bag.set(self.state_key, value, self.state_type)
-            return cast(T, value)
+        value = session.state.get_or_create(
+            self.state_key, self.state_type, lambda: self._initialize(session)
+        )
+        return cast(T, value)
 
     def _initialize(self, session: AgentSession | None) -> T:
         if isinstance(self.state_initializer, type):  # ProviderSessionState(MyState, "key")

@@ -12,7 +12,7 @@ by default (key = ``source_id``), or a typed object when the provider sets its o
 :attr:`ContextProvider.session_state`.
 
 History providers (loading and storing conversation history) build on this in
-:mod:`agentkeep.history`.
+:mod:`agentkeep.providers.history`.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .messages import Message, MessageSourceType
-from .sequences import MessageChain, MessageView
-from .sessions import AgentSession, ProviderSessionState
-from .tools import FunctionTool, ToolLike, normalize_tools
+from ..message_log import MessageChain, MessageView
+from ..messages import Message, MessageSourceType
+from ..sessions import AgentSession, ProviderSessionState
+from ..tools import FunctionTool, ToolLike, normalize_tools
 
 if TYPE_CHECKING:
-    from .agent import Agent
-    from .responses import AgentResponse
+    from ..agent import Agent, AgentResponse
 
 __all__ = ["AIContext", "ContextProvider", "MessageAIContextProvider", "SessionContext"]
 

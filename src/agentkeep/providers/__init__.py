@@ -1,0 +1,36 @@
+"""Context providers: what shapes each run, and the history providers that load and store messages.
+
+What lives where:
+
+* :mod:`.context`: :class:`ContextProvider` (hooks around every run), :class:`AIContext` (what a
+  provider adds), :class:`SessionContext` (one run as it passes through the providers) and
+  :class:`MessageAIContextProvider` (a provider that only adds messages).
+* :mod:`.history`: :class:`HistoryProvider`, the base of every history provider (load before the
+  run, store the new messages after it), and its options (:class:`HistoryOptions`).
+* :mod:`.in_memory`: :class:`InMemoryHistoryProvider` (messages in the session's state) and the
+  reducers (:class:`ChatReducer`, :class:`MessageCountingChatReducer`).
+* :mod:`.storage`: :class:`StorageHistoryProvider`, history in any
+  :class:`~agentkeep.storage.base.MessageStore` (the session keeps only a key). The backend
+  modules (:mod:`agentkeep.storage.sqlite`, ...) subclass it with convenient constructors.
+"""
+
+from .context import AIContext, ContextProvider, MessageAIContextProvider, SessionContext
+from .history import HistoryOptions, HistoryProvider, MessageFilter
+from .in_memory import ChatReducer, InMemoryHistoryProvider, InMemoryHistoryState, MessageCountingChatReducer
+from .storage import ConversationState, StorageHistoryProvider
+
+__all__ = [
+    "AIContext",
+    "ChatReducer",
+    "ContextProvider",
+    "ConversationState",
+    "HistoryOptions",
+    "HistoryProvider",
+    "InMemoryHistoryProvider",
+    "InMemoryHistoryState",
+    "MessageAIContextProvider",
+    "MessageCountingChatReducer",
+    "MessageFilter",
+    "SessionContext",
+    "StorageHistoryProvider",
+]
