@@ -533,7 +533,7 @@ def test_oldest_included_skips_excluded_and_system_groups_and_keeps_its_cursor()
     index.exclude_many([u0, u1])
     assert list(index.oldest_included()) == [u2, u3]
     assert list(index.oldest_included(include_system=True)) == [sys_group, mid, u2, u3]
-    assert index._head == 4  # pyright: ignore[reportPrivateUsage]  # past the prefix for later walks
+    assert index._state.head == 4  # pyright: ignore[reportPrivateUsage]  # past the prefix for later walks
     assert list(index.oldest_included(before=u3.order)) == [u2]
     index.include(u1)  # a group before the cursor: the next walk starts over
     assert list(index.oldest_included()) == [u1, u2, u3]

@@ -97,7 +97,7 @@ async def test_model_call_cache_grows_by_the_turn_only() -> None:
     agent = Agent(client, compaction_strategy=SlidingWindowStrategy(keep_last_groups=4))
     session = agent.create_session()
     await agent.run("first", session=session)
-    cache = session._runtime[f"compaction:{Agent.COMPACTION_SOURCE_ID}"]  # pyright: ignore[reportPrivateUsage]
+    cache = session.runtime[f"compaction:{Agent.COMPACTION_SOURCE_ID}"]
     index = cache.index
     assert isinstance(index, MessageIndex)
     for turn in range(5):
@@ -133,7 +133,7 @@ async def test_service_managed_runs_are_not_compacted() -> None:
         await agent.run(text, session=session)
     conversation = client.conversations[session.service_session_id or ""]
     assert len(conversation) == 6  # the service holds everything; nothing was compacted away
-    assert f"compaction:{after.source_id}" not in session._runtime  # pyright: ignore[reportPrivateUsage]
+    assert f"compaction:{after.source_id}" not in session.runtime
 
 
 async def test_two_model_call_compactions_are_rejected() -> None:
@@ -200,7 +200,7 @@ async def test_a_per_run_strategy_continues_the_sessions_index() -> None:
     window = SlidingWindowStrategy(keep_last_groups=4)
     session = agent.create_session()
     await agent.run("first", session=session, compaction_strategy=window)
-    cache = session._runtime[f"compaction:{Agent.COMPACTION_SOURCE_ID}"]  # pyright: ignore[reportPrivateUsage]
+    cache = session.runtime[f"compaction:{Agent.COMPACTION_SOURCE_ID}"]
     index = cache.index
     for turn in range(4):  # a new default tokenizer each run counts alike: the index is continued
         await agent.run(f"turn {turn}", session=session, compaction_strategy=window)

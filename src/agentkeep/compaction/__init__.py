@@ -1,52 +1,53 @@
-"""History compaction: the structured view of a message list and the measures strategies use.
+"""History compaction: the structured view of a message list, the strategies that shrink it, and
+where compaction runs in an agent.
 
 What lives where:
 
-* :mod:`~agentkeep.compaction.groups`: :class:`MessageIndex` (groups, turns and included counts
-  over a message list, updated incrementally; summaries put in place; lazy walks; change
-  tracking), re-exporting :class:`MessageGroup`, :class:`MessageGroupKind` and the summary mark
-  (:data:`SUMMARY_PROPERTY`, :func:`is_summary_message`, :func:`summarized_message_ids`) from
-  :mod:`~agentkeep.compaction.grouping`, which holds the grouping rules.
+* :mod:`~agentkeep.compaction.groups`: :class:`MessageGroup` (the unit kept or removed together),
+  :class:`MessageGroupKind` and the summary mark (:data:`SUMMARY_PROPERTY`,
+  :func:`is_summary_message`, :func:`summarized_message_ids`).
+* :mod:`~agentkeep.compaction.index`: :class:`MessageIndex` (groups, turns and included counts
+  over a message list, updated incrementally; the grouping rules; summaries put in place; lazy
+  walks; change tracking).
 * :mod:`~agentkeep.compaction.triggers`: :data:`CompactionTrigger` and the
   :class:`CompactionTriggers` factories (``tokens_exceed``, ``turns_exceed``, ...).
 * :mod:`~agentkeep.compaction.tokenizers`: the :class:`Tokenizer` protocol,
   :class:`CharacterEstimatorTokenizer`, the exact :class:`OpenAITokenizer` (optional
   ``bpe-openai`` package) and :func:`count_message_tokens`.
-
-* :mod:`~agentkeep.compaction.strategies`: the :class:`CompactionStrategy` protocol, the
-  strategies that need no model (truncation, sliding windows, tool-result collapsing, selective
-  tool-call removal, pipeline, token budget) and :func:`apply_compaction`.
-* :mod:`~agentkeep.compaction.summarization`: :class:`SummarizationStrategy` (a model summarizes
-  the oldest groups in one call; a failure leaves history unchanged and is kept as a
-  :class:`SummarizationError`) and :data:`DEFAULT_SUMMARIZATION_PROMPT`.
-* :mod:`~agentkeep.compaction.context_window`: :class:`ContextWindowCompactionStrategy`, the
-  harness agent's default: an input budget from a model's context window and output limit, kept by
-  collapsing old tool results, then dropping the oldest groups.
-
+* :mod:`~agentkeep.compaction.strategies`: the :class:`CompactionStrategy` protocol and every
+  strategy, one module per family (truncation, windows, tool calls, composed, summarization,
+  context window), and :func:`apply_compaction`.
 * :mod:`~agentkeep.compaction.provider`: :class:`CompactionProvider`, where compaction runs in an
   agent (before each model call, before or after each run) with a per-session incremental index.
+* :mod:`~agentkeep.compaction.harness`: :func:`create_harness_agent`, an agent that compacts
+  before every model call of its tool loop and after every run.
 
-The harness agent (:func:`agentkeep.harness.create_harness_agent`) wires these into the tool loop.
+Two window strategies share a name stem, from the two editions of the reference:
+:class:`SlidingWindowStrategy` keeps the newest *message groups*, while
+:class:`SlidingWindowCompactionStrategy` drops the oldest whole *turns*.
 """
 
 from __future__ import annotations
 
-from .context_window import ContextWindowCompactionStrategy
 from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
-    MessageIndex,
     is_summary_message,
     summarized_message_ids,
 )
+from .harness import create_harness_agent
+from .index import MessageIndex
 from .provider import CompactionPhase, CompactionProvider
 from .strategies import (
+    DEFAULT_SUMMARIZATION_PROMPT,
     CompactionStrategy,
+    ContextWindowCompactionStrategy,
     PipelineCompactionStrategy,
     SelectiveToolCallCompactionStrategy,
     SlidingWindowCompactionStrategy,
     SlidingWindowStrategy,
+    SummarizationStrategy,
     TokenBudgetComposedStrategy,
     ToolResultCompactionStrategy,
     TruncationStrategy,
@@ -54,7 +55,7 @@ from .strategies import (
     project,
     tool_group_summary_text,
 )
-from .summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationError, SummarizationStrategy
+from .summarization import SummarizationError
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     CharacterEstimatorTokenizer,
@@ -92,6 +93,7 @@ __all__ = [
     "TruncationStrategy",
     "apply_compaction",
     "count_message_tokens",
+    "create_harness_agent",
     "is_summary_message",
     "message_token_text",
     "project",

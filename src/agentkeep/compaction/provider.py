@@ -28,13 +28,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from ..history import HistoryProvider
+from ..message_log import MessageChain, MessageView
 from ..messages import Message
-from ..providers import AIContext, ContextProvider, SessionContext
-from ..sequences import MessageChain, MessageView
+from ..providers.context import AIContext, ContextProvider, SessionContext
+from ..providers.history import HistoryProvider
 from ..sessions import AgentSession
-from .groups import MessageIndex
-from .strategies import CompactionStrategy, apply_compaction, counts_like, resolve_tokenizer
+from .index import MessageIndex
+from .strategies.base import CompactionStrategy, apply_compaction, counts_like, resolve_tokenizer
 from .tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -143,14 +143,14 @@ class CompactionProvider(ContextProvider):
     # -- the session's cache ------------------------------------------------------------------------
     def _cache(self, session: AgentSession) -> _IndexCache:
         key = f"compaction:{self.source_id}"
-        cache = session._runtime.get(key)  # pyright: ignore[reportPrivateUsage]
+        cache = session.runtime.get(key)
         if (
             not isinstance(cache, _IndexCache)
             or cache.strategy is not self.strategy
             or not counts_like(self.tokenizer, cache.tokenizer)  # its counts would be wrong
         ):
             cache = _IndexCache(self.strategy, self.tokenizer)
-            session._runtime[key] = cache  # pyright: ignore[reportPrivateUsage]
+            session.runtime[key] = cache
         return cache
 
     # -- before_run / after_run: compact stored history ---------------------------------------------

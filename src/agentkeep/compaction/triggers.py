@@ -18,7 +18,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import TypeAlias
 
-from .groups import MessageIndex
+from .index import MessageIndex
 
 __all__ = ["CompactionTrigger", "CompactionTriggers"]
 

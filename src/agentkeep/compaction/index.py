@@ -1,0 +1,513 @@
+"""The message index: groups, turns and included counts over a message list, kept up to date.
+
+A :class:`MessageIndex` is a structured view of a flat message list: every message in exactly one
+:class:`~agentkeep.compaction.MessageGroup` (the unit compaction keeps or removes, see
+:mod:`agentkeep.compaction.groups`), every group after the first user message in a *turn*.
+
+**Grouping** (the rules are in the private ``_grouping_rules``): a summary-marked message forms
+a ``summary`` group and a system message a ``system`` group; an assistant message with function
+calls and every message carrying their results form one ``tool_call`` group (results join by
+call id, also when other messages come between; reasoning-only assistant messages directly
+before the call join it; results answering calls of several groups merge them); otherwise the
+role decides (``user``, ``assistant_text``, ``tool_call``).
+
+**Turns.** A turn is a user message and everything up to the next user message; turn ``k`` is the
+``k``-th user message (from 0). Groups before the first user message have no turn (``None``). A
+tool-call group belongs to the turn of its first message.
+
+**Incremental and O(1).** :meth:`MessageIndex.append` groups and counts only the new messages
+(their token counts are cached); old messages are never regrouped or recounted. The included
+(non-excluded) message, group, turn, token and tool-call-group counts are kept up to date as
+groups are excluded and included, so triggers (:mod:`agentkeep.compaction.triggers`) read them in
+O(1).
+
+**What compaction does through it.** :meth:`~MessageIndex.exclude` (and
+:meth:`~MessageIndex.exclude_many` for a run of groups) leaves groups out;
+:meth:`~MessageIndex.replace` (and :meth:`~MessageIndex.replace_each`) puts a summary in the
+place of groups; :meth:`~MessageIndex.included_messages` is what is sent, summaries at their
+anchors. Strategies find their candidates with :meth:`~MessageIndex.oldest_included` and
+:meth:`~MessageIndex.newest_included`, whose cursor stays past the excluded prefix, so compacting
+after a turn costs about what the turn added. :meth:`~MessageIndex.track_changes` and
+:meth:`~MessageIndex.changes` report what a compaction did, in the form storage records it.
+"""
+
+from __future__ import annotations
+
+import sys
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from ..messages import Message, MessageIdGenerator
+from ._grouping_rules import append_messages
+from ._index_state import IndexState
+from ._projection import included_messages
+from .groups import MessageGroup, MessageGroupKind, mark_summary, order_key, summarized_message_ids
+from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
+
+__all__ = ["MessageIndex"]
+
+
+class MessageIndex:
+    """Groups, turns and counts over a message list, updated incrementally as messages are appended.
+
+    Args:
+        messages: The initial messages (kept by reference, in order).
+        tokenizer: Counts each message's tokens once; default :class:`CharacterEstimatorTokenizer`.
+
+    Example:
+        >>> index = MessageIndex([Message("user", "hi"), Message("assistant", "hello")])
+        >>> [g.kind.value for g in index.groups]
+        ['user', 'assistant_text']
+    """
+
+    __slots__ = ("_state",)
+
+    def __init__(self, messages: Iterable[Message] = (), *, tokenizer: Tokenizer | None = None) -> None:
+        self._state = IndexState(self, tokenizer if tokenizer is not None else CharacterEstimatorTokenizer())
+        append_messages(self._state, messages)
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer that counted the messages."""
+        return self._state.tokenizer
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """Every message, excluded or not, in original order."""
+        return self._state.messages
+
+    @property
+    def groups(self) -> Sequence[MessageGroup]:
+        """The groups in logical order (by :attr:`MessageGroup.order`, i.e. by first message).
+
+        A summary put in by :meth:`replace` stands where the first group it replaced stood; the
+        replaced groups are no longer listed (:meth:`group_of` still finds them, excluded).
+        """
+        return self._state.groups
+
+    def group_of(self, position: int) -> MessageGroup:
+        """The group holding the message at ``position``."""
+        return self._state.group_of[position]
+
+    def message_token_count(self, position: int) -> int:
+        """The cached token count of the message at ``position``."""
+        return self._state.tokens[position]
+
+    def included_messages(self) -> list[Message]:
+        """The projection sent to the model: the messages of included groups in original order, each
+        summary put in by :meth:`replace` standing where the first message it replaces was.
+
+        Cost: the messages from the first included non-system group on (plus the system messages
+        before it), not the excluded history before it.
+        """
+        return included_messages(self._state)
+
+    def is_inserted(self, position: int) -> bool:
+        """Whether the message at ``position`` is a summary put in by :meth:`replace`."""
+        group = self._state.group_of[position]
+        # Such a summary stands at its anchor, an older position; any other summary at its own.
+        return group.kind is MessageGroupKind.SUMMARY and group.order != position
+
+    @property
+    def message_count(self) -> int:
+        """All messages."""
+        return len(self._state.messages)
+
+    @property
+    def group_count(self) -> int:
+        """All groups."""
+        return len(self._state.groups)
+
+    @property
+    def turn_count(self) -> int:
+        """All turns (user messages that are not summaries)."""
+        return len(self._state.turn_live)
+
+    @property
+    def token_count(self) -> int:
+        """Tokens of all messages."""
+        return self._state.total_tokens
+
+    @property
+    def byte_count(self) -> int:
+        """Counted UTF-8 bytes of all messages."""
+        return self._state.total_bytes
+
+    @property
+    def included_message_count(self) -> int:
+        """Messages in non-excluded groups."""
+        return self._state.included_message_count
+
+    @property
+    def included_group_count(self) -> int:
+        """Non-excluded groups."""
+        return self._state.included_group_count
+
+    @property
+    def included_turn_count(self) -> int:
+        """Turns that still have a non-excluded group other than a system message."""
+        return self._state.included_turn_count
+
+    @property
+    def included_token_count(self) -> int:
+        """Tokens of the messages in non-excluded groups."""
+        return self._state.included_token_count
+
+    @property
+    def included_byte_count(self) -> int:
+        """Counted bytes of the messages in non-excluded groups."""
+        return self._state.included_byte_count
+
+    @property
+    def included_tool_call_group_count(self) -> int:
+        """Non-excluded ``tool_call`` groups."""
+        return self._state.included_tool_group_count
+
+    # -- appending ----------------------------------------------------------------------------
+    def append(self, messages: Iterable[Message]) -> None:
+        """Add ``messages`` at the end, grouping and counting only them.
+
+        A pending tool-call group takes the results that arrive now; a reasoning-only message at
+        the end of the previous append joins the tool-call group that now follows it.
+        """
+        append_messages(self._state, messages)
+
+    # -- excluding ----------------------------------------------------------------------------
+    def exclude(self, group: MessageGroup) -> None:
+        """Leave ``group`` out of :meth:`included_messages` and the included counts (idempotent).
+
+        Raises:
+            ValueError: ``group`` belongs to another index, or was merged into another group.
+        """
+        self.exclude_many((group,))
+
+    def exclude_many(self, groups: Iterable[MessageGroup]) -> int:
+        """:meth:`exclude` every group of ``groups``, in order, adjusting the included totals once.
+
+        For strategies that drop a run of groups at a time (a window, a budget's overflow): per
+        group this costs a flag and a few additions instead of a call and a dozen updates. The
+        groups may come from a walk (:meth:`oldest_included`) that this exclusion runs alongside.
+
+        Returns:
+            How many of ``groups`` were included (and are excluded now).
+
+        Raises:
+            ValueError: A group belongs to another index, or was merged into another group. The
+                groups before it stay excluded, as with :meth:`exclude` one by one.
+        """
+        state = self._state
+        group_of, turn_live = state.group_of, state.turn_live
+        left = state.journal[0] if state.journal is not None else None
+        tool_kind, system_kind = MessageGroupKind.TOOL_CALL, MessageGroupKind.SYSTEM
+        count = messages = tokens = size = tool_groups = turns = 0
+        try:
+            for group in groups:
+                if group.index is not self or group_of[group.first_index] is not group:
+                    raise ValueError(f"{group!r} is not a group of this index")
+                if group.excluded:
+                    continue
+                group.excluded = True
+                count += 1
+                later = group.later_indices
+                messages += 1 + len(later) if later else 1
+                tokens += group.token_count
+                size += group.byte_count
+                kind = group.kind
+                if kind is tool_kind:
+                    tool_groups += 1
+                turn = group.turn
+                if turn is not None and kind is not system_kind:
+                    live = turn_live[turn] - 1
+                    turn_live[turn] = live
+                    if not live:
+                        turns += 1
+                if left is not None:
+                    left.append(group)
+        finally:  # totals stay exact when a foreign group stops the run
+            state.included_group_count -= count
+            state.included_message_count -= messages
+            state.included_token_count -= tokens
+            state.included_byte_count -= size
+            state.included_tool_group_count -= tool_groups
+            state.included_turn_count -= turns
+        return count
+
+    def include(self, group: MessageGroup) -> None:
+        """Undo :meth:`exclude` (idempotent).
+
+        Raises:
+            ValueError: ``group`` belongs to another index, was merged into another group, or was
+                replaced by a summary.
+        """
+        self._check_owned(group)
+        if not group.excluded:
+            return
+        state = self._state
+        slot = bisect_left(state.groups, group.order, key=order_key)
+        if slot >= len(state.groups) or state.groups[slot] is not group:
+            raise ValueError(f"{group!r} was replaced by a summary; include the summary's groups instead")
+        group.excluded = False
+        state.tally(group, 1)
+        state.head = state.tool_head = 0  # the group may lie before a cursor
+        if self.is_inserted(group.first_index):
+            state.summaries.add(group.first_index)
+
+    def _check_owned(self, group: MessageGroup) -> None:
+        if group.index is not self or self._state.group_of[group.first_index] is not group:
+            raise ValueError(f"{group!r} is not a group of this index")
+
+    # -- replacing ----------------------------------------------------------------------------
+    def replace(self, groups: Sequence[MessageGroup], summary: Message) -> MessageGroup:
+        """Exclude ``groups`` and put ``summary`` in their place, as one ``summary`` group.
+
+        The summary takes the logical place (and turn) of the oldest of ``groups``: it sorts there
+        in :attr:`groups` and stands there in :meth:`included_messages`, while its message is
+        appended to :attr:`messages` like any other (positions never change). ``summary`` is marked
+        with :data:`~agentkeep.compaction.SUMMARY_PROPERTY` listing the ``message_id`` of every
+        replaced message (in original order); a replaced message without an id gets one. Cost:
+        the summary's token count, a binary search, and for several groups, moving the groups
+        after the first.
+
+        Args:
+            groups: Included groups of this index to replace (any order; a repeat counts once).
+            summary: The message that stands for them (changed in place: the mark is added).
+
+        Returns:
+            The new summary group.
+
+        Raises:
+            ValueError: ``groups`` is empty, or holds a group of another index or an excluded one.
+        """
+        if not groups:
+            raise ValueError("replace() needs at least one group")
+        for group in groups:
+            self._check_replaceable(group)
+        ordered = sorted({id(g): g for g in groups}.values(), key=order_key)
+        if len(ordered) == 1:
+            return self._replace_each(ordered, lambda _: summary, MessageIdGenerator(batch=1))[0]
+        # The oldest group is replaced as on its own, with the mark listing every message; then
+        # the later groups are excluded (in this order, so changes() lists ids in order) and leave
+        # the list.
+        state = self._state
+        first, later = ordered[0], ordered[1:]
+        listed = [state.messages[i] for i in sorted(i for g in ordered for i in g.indices)]
+        tail = state.reasoning_tail
+        if tail and any(g in tail for g in later):
+            state.reasoning_tail = []  # replaced reasoning no longer joins a following call
+        made = self._replace_each([first], lambda _: summary, MessageIdGenerator(batch=len(listed)), listed)[
+            0
+        ]
+        self.exclude_many(later)
+        gone = {id(g) for g in later}
+        slot = bisect_left(state.groups, first.order, key=order_key)
+        state.groups[slot + 1 :] = [g for g in state.groups[slot + 1 :] if id(g) not in gone]
+        state.layout += 1
+        return made
+
+    def replace_each(
+        self, groups: Iterable[MessageGroup], summarize: Callable[[MessageGroup], Message]
+    ) -> list[MessageGroup]:
+        """:meth:`replace` each of ``groups`` on its own, by the summary ``summarize(group)`` returns.
+
+        The same as ``[self.replace([g], summarize(g)) for g in groups]``, for strategies that
+        collapse many groups one for one: the bookkeeping is done in one loop, and ids for the
+        replaced messages come from one read of random bytes for the lot. ``groups`` may be a
+        walk (:meth:`oldest_included`) in progress.
+
+        Returns:
+            The new summary groups, in the order of ``groups``.
+
+        Raises:
+            ValueError: A group belongs to another index or is excluded. The groups before it stay
+                replaced.
+        """
+        return self._replace_each(groups, summarize, MessageIdGenerator())
+
+    def _check_replaceable(self, group: MessageGroup) -> None:
+        self._check_owned(group)
+        if group.excluded:
+            raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
+
+    def _replace_each(
+        self,
+        groups: Iterable[MessageGroup],
+        summarize: Callable[[MessageGroup], Message],
+        new_id: Callable[[], str],
+        listed: Sequence[Message] | None = None,
+    ) -> list[MessageGroup]:
+        """:meth:`replace_each`, with the id source to use, and for :meth:`replace` of several groups
+        (then ``groups`` is the oldest of them) the messages the summary lists instead of its own."""
+        state = self._state
+        made: list[MessageGroup] = []
+        # A cold compaction replaces thousands of groups: totals are summed here and added once.
+        added = [0, 0, 0, 0, 0, 0]  # tokens, bytes, messages, included tokens, included bytes, tool groups
+        try:
+            for group in groups:
+                self._check_replaceable(group)
+                summary = summarize(group)
+                if state.reasoning_tail and group in state.reasoning_tail:
+                    state.reasoning_tail = []  # replaced reasoning no longer joins a following call
+                mark_summary(summary, group.messages if listed is None else listed, new_id)
+                made.append(self._put_summary(group, summary, added))
+        finally:  # totals stay exact when a bad group stops the run
+            state.total_tokens += added[0]
+            state.total_bytes += added[1]
+            state.included_message_count += added[2]
+            state.included_token_count += added[3]
+            state.included_byte_count += added[4]
+            state.included_tool_group_count -= added[5]
+        return made
+
+    def _put_summary(self, group: MessageGroup, summary: Message, added: list[int]) -> MessageGroup:
+        """Append ``summary`` as the group standing in ``group``'s place (which it excludes), adding
+        the changes of the totals to ``added`` (see :meth:`_replace_each`)."""
+        state = self._state
+        text = message_token_text(summary)
+        tokens = state.tokenizer.count_tokens(text) + MESSAGE_OVERHEAD_TOKENS
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        position = len(state.messages)
+        state.messages.append(summary)
+        state.tokens.append(tokens)
+        made = MessageGroup(self, MessageGroupKind.SUMMARY, group.turn, position, group.order)
+        made.token_count = tokens
+        made.byte_count = size
+        state.group_of.append(made)
+        slot = bisect_left(state.groups, group.order, key=order_key)
+        state.groups[slot] = made  # the summary takes the group's slot
+        if slot < state.head:
+            state.head = slot
+        state.summaries.add(position)
+        # The summary takes the group's place in the included totals: one group for one.
+        group.excluded = True
+        added[0] += tokens
+        added[1] += size
+        added[2] += 1 - group.message_count
+        added[3] += tokens - group.token_count
+        added[4] += size - group.byte_count
+        if group.kind is MessageGroupKind.TOOL_CALL:
+            added[5] += 1
+        turn = group.turn
+        if turn is not None and group.kind is MessageGroupKind.SYSTEM:  # it did not count in its turn
+            live = state.turn_live[turn] + 1
+            state.turn_live[turn] = live
+            if live == 1:
+                state.included_turn_count += 1
+        if state.journal is not None:
+            state.journal[0].append(group)
+            state.journal[1].append(made)
+        return made
+
+    # -- recording ----------------------------------------------------------------------------
+    def track_changes(self) -> None:
+        """Start recording what compaction does, for :meth:`changes` (restarts a recording)."""
+        self._state.journal = ([], [])
+
+    def changes(self) -> tuple[list[str], list[tuple[Message, list[str]]]]:
+        """What compaction did since :meth:`track_changes`, in the form storage records it.
+
+        Cost: the groups excluded or replaced since then, not the history.
+
+        Returns:
+            ``(excluded, summaries)``: the ``message_id`` of every message that was included and is
+            now excluded (summaries made and dropped again within the recording are left out), and
+            each summary made since that is still included, with the ids it replaces.
+
+        Raises:
+            ValueError: :meth:`track_changes` was not called.
+        """
+        state = self._state
+        if state.journal is None:
+            raise ValueError("call track_changes() before changes()")
+        left, made = state.journal
+        made_ids = {id(g) for g in made}
+        excluded: list[str] = []
+        seen: set[int] = set()
+        for group in left:
+            if id(group) in seen or id(group) in made_ids or not group.excluded:
+                continue  # a summary made and dropped again was never stored
+            seen.add(id(group))
+            for position in group.indices:
+                message_id = state.messages[position].message_id
+                if message_id is not None:
+                    excluded.append(message_id)
+        summaries: list[tuple[Message, list[str]]] = []
+        for group in made:
+            if not group.excluded:
+                message = state.messages[group.first_index]
+                summaries.append((message, summarized_message_ids(message)))
+        return excluded, summaries
+
+    # -- walking ------------------------------------------------------------------------------
+    def oldest_included(
+        self, *, tool_calls_only: bool = False, include_system: bool = False, before: int | None = None
+    ) -> Iterator[MessageGroup]:
+        """Included non-system groups oldest first (logical order), starting past the excluded prefix.
+
+        The walk tolerates what strategies do meanwhile: excluding the group just yielded, or
+        :meth:`replace` putting a summary in its place (the summary is not yielded). Cost: the
+        groups yielded plus the excluded ones skipped, and those are skipped once: the cursor
+        stays past them for later walks.
+
+        Args:
+            tool_calls_only: Walk only the ``tool_call`` groups.
+            include_system: Yield system groups too (this walk starts at the first group).
+            before: Stop at the first group whose :attr:`~MessageGroup.order` is not below this.
+        """
+        state = self._state
+        groups = state.tool_groups if tool_calls_only else state.groups
+        i = 0 if include_system else state.tool_head if tool_calls_only else state.head
+        prefix = not include_system  # inside the excluded (or system) prefix: move the cursor along
+        system = MessageGroupKind.SYSTEM
+        stop = before if before is not None else sys.maxsize
+        while i < len(groups):
+            group = groups[i]
+            if group.order >= stop:
+                return
+            if group.excluded or (group.kind is system and not include_system):
+                i += 1
+                if prefix:
+                    self._advance_cursor(tool_calls_only, i)
+                continue
+            prefix = False
+            yield group
+            if i < len(groups) and groups[i] is group:
+                i += 1
+            else:  # replace() changed the list: go on after the yielded group's place
+                i = bisect_right(groups, group.order, key=order_key)
+
+    def _advance_cursor(self, tool_calls_only: bool, value: int) -> None:
+        state = self._state
+        if tool_calls_only:
+            state.tool_head = max(state.tool_head, value)
+        else:
+            state.head = max(state.head, value)
+
+    def newest_included(self, count: int, *, tool_calls_only: bool = False) -> list[MessageGroup]:
+        """The newest ``count`` included non-system groups (or tool-call groups), newest first.
+
+        Cost: ``count`` plus the excluded and system groups passed on the way (never those before
+        the cursor of :meth:`oldest_included`).
+        """
+        state = self._state
+        groups = state.tool_groups if tool_calls_only else state.groups
+        found: list[MessageGroup] = []
+        if count <= 0:
+            return found
+        head = state.tool_head if tool_calls_only else state.head
+        system = MessageGroupKind.SYSTEM
+        for i in range(len(groups) - 1, head - 1, -1):
+            group = groups[i]
+            if group.excluded or group.kind is system:
+                continue
+            found.append(group)
+            if len(found) == count:
+                break
+        return found
+
+    def __repr__(self) -> str:
+        state = self._state
+        return (
+            f"MessageIndex(messages={len(state.messages)}, groups={len(state.groups)}, "
+            f"turns={len(state.turn_live)}, included_tokens={state.included_token_count})"
+        )
