@@ -12,7 +12,9 @@ import psycopg
 from psycopg import sql
 from psycopg.abc import QueryNoTemplate
 
+from agentkeep.storage import MessageStore
 from agentkeep.storage.postgres import SCHEMA_VERSION, PostgresMessageStore
+from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "postgres"
 URL = os.environ.get("AGENTKEEP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -47,7 +49,8 @@ async def open_store(**options: Any) -> AsyncIterator[PostgresMessageStore]:
         await drop_schema(schema)
 
 
-def spec_of(store: PostgresMessageStore) -> dict[str, Any]:
+def spec_of(store: MessageStore) -> dict[str, Any]:
+    assert isinstance(store, PostgresMessageStore)
     return {"url": URL, "schema": store.schema, "max_messages": store.max_messages, "ttl": store.ttl}
 
 
@@ -57,7 +60,8 @@ def store_from_spec(spec: dict[str, Any]) -> PostgresMessageStore:
     )
 
 
-async def corrupt(store: PostgresMessageStore, conversation_id: str, seq: int) -> None:
+async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
+    assert isinstance(store, PostgresMessageStore)
     await execute(
         sql.SQL(
             "UPDATE {m} SET body = '\\x09ff'::bytea FROM {c} "
@@ -67,10 +71,34 @@ async def corrupt(store: PostgresMessageStore, conversation_id: str, seq: int) -
     )
 
 
-async def mark_newer_version(store: PostgresMessageStore) -> None:
+async def corrupt_summaries(store: MessageStore, conversation_id: str) -> None:
+    assert isinstance(store, PostgresMessageStore)
+    await execute(
+        sql.SQL(
+            "UPDATE {s} SET replaces = ARRAY['\\x01'::bytea] FROM {c} "
+            "WHERE {s}.conversation = {c}.key AND {c}.conversation_id = %s"
+        ).format(
+            s=sql.Identifier(store.schema, "summaries"), c=sql.Identifier(store.schema, "conversations")
+        ),
+        (conversation_id,),
+    )
+
+
+async def mark_newer_version(store: MessageStore) -> None:
+    assert isinstance(store, PostgresMessageStore)
     await execute(
         sql.SQL("INSERT INTO {} (version, format_version) VALUES (%s, 1)").format(
             sql.Identifier(store.schema, "schema_migrations")
         ),
         (SCHEMA_VERSION + 1,),
     )
+
+
+BACKEND = MessageStoreBackend(
+    NAME,
+    open_store,
+    corrupt=corrupt,
+    corrupt_summaries=corrupt_summaries,
+    mark_newer_version=mark_newer_version,
+    reopen=lambda store: store_from_spec(spec_of(store)),
+)

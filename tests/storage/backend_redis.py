@@ -14,7 +14,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from agentkeep.storage import MessageStore
 from agentkeep.storage.redis import LAYOUT_VERSION, RedisMessageStore
+from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "redis"
 CROSS_PROCESS = True
@@ -56,7 +58,8 @@ async def open_store(**options: Any) -> AsyncIterator[RedisMessageStore]:
         await delete_prefix(prefix)
 
 
-def spec_of(store: RedisMessageStore) -> dict[str, Any]:
+def spec_of(store: MessageStore) -> dict[str, Any]:
+    assert isinstance(store, RedisMessageStore)
     return {
         "url": REDIS_URL,
         "key_prefix": store.key_prefix,
@@ -71,7 +74,8 @@ def store_from_spec(spec: dict[str, Any]) -> RedisMessageStore:
     )
 
 
-async def corrupt(store: RedisMessageStore, conversation_id: str, seq: int) -> None:
+async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
+    assert isinstance(store, RedisMessageStore)
     keys = store.conversation_keys(conversation_id)
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
@@ -81,9 +85,31 @@ async def corrupt(store: RedisMessageStore, conversation_id: str, seq: int) -> N
         await client.aclose()
 
 
-async def mark_newer_version(store: RedisMessageStore) -> None:
+async def corrupt_summaries(store: MessageStore, conversation_id: str) -> None:
+    assert isinstance(store, RedisMessageStore)
+    key = store.conversation_keys(conversation_id).summaries
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        for field in await client.hkeys(key):
+            await client.hset(key, field, b"\x00\x00\x00\x02ab")
+    finally:
+        await client.aclose()
+
+
+async def mark_newer_version(store: MessageStore) -> None:
+    assert isinstance(store, RedisMessageStore)
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
         await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
     finally:
         await client.aclose()
+
+
+BACKEND = MessageStoreBackend(
+    NAME,
+    open_store,
+    corrupt=corrupt,
+    corrupt_summaries=corrupt_summaries,
+    mark_newer_version=mark_newer_version,
+    reopen=lambda store: store_from_spec(spec_of(store)),
+)

@@ -11,7 +11,9 @@ from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
+from agentkeep.storage import MessageStore
 from agentkeep.storage.sqlite import SCHEMA_VERSION, SQLiteMessageStore
+from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "sqlite"
 CROSS_PROCESS = True
@@ -29,7 +31,8 @@ async def open_store(**options: Any) -> AsyncIterator[SQLiteMessageStore]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def spec_of(store: SQLiteMessageStore) -> dict[str, Any]:
+def spec_of(store: MessageStore) -> dict[str, Any]:
+    assert isinstance(store, SQLiteMessageStore)
     return {
         "path": str(store.path),
         "max_messages": store.max_messages,
@@ -50,7 +53,8 @@ def execute(path: Path | str, sql: str, parameters: tuple[Any, ...] = ()) -> lis
         return connection.execute(sql, parameters).fetchall()
 
 
-async def corrupt(store: SQLiteMessageStore, conversation_id: str, seq: int) -> None:
+async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
+    assert isinstance(store, SQLiteMessageStore)
     await asyncio.to_thread(
         execute,
         store.path,
@@ -60,10 +64,32 @@ async def corrupt(store: SQLiteMessageStore, conversation_id: str, seq: int) -> 
     )
 
 
-async def mark_newer_version(store: SQLiteMessageStore) -> None:
+async def corrupt_summaries(store: MessageStore, conversation_id: str) -> None:
+    assert isinstance(store, SQLiteMessageStore)
+    await asyncio.to_thread(
+        execute,
+        store.path,
+        "UPDATE agentkeep_summaries SET replaces = x'5b31' WHERE conversation = "
+        "(SELECT key FROM agentkeep_conversations WHERE conversation_id = ?)",
+        (conversation_id,),
+    )
+
+
+async def mark_newer_version(store: MessageStore) -> None:
+    assert isinstance(store, SQLiteMessageStore)
     await asyncio.to_thread(
         execute,
         store.path,
         "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, 1, 0)",
         (SCHEMA_VERSION + 1,),
     )
+
+
+BACKEND = MessageStoreBackend(
+    NAME,
+    open_store,
+    corrupt=corrupt,
+    corrupt_summaries=corrupt_summaries,
+    mark_newer_version=mark_newer_version,
+    reopen=lambda store: store_from_spec(spec_of(store)),
+)

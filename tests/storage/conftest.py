@@ -1,8 +1,10 @@
-"""Backends for the storage conformance suite.
+"""Backends for the storage tests: the shipped conformance suite and the project's own tests.
 
 Each backend is a module ``tests/storage/backend_<name>.py`` that defines:
 
 * ``NAME``: the backend's name (``store.backend``);
+* ``BACKEND``: its :class:`~agentkeep.testing.conformance.MessageStoreBackend`, which the shipped
+  suite (``test_conformance.py``) runs on;
 * ``open_store(**options)``: an async context manager giving a fresh, isolated store (its own file,
   key prefix or schema) created with ``options`` (``max_messages``, ``ttl``), set up, and removed
   afterwards;
@@ -13,7 +15,7 @@ Each backend is a module ``tests/storage/backend_<name>.py`` that defines:
 * ``mark_newer_version(store)``: make the stored data claim a newer format/schema version;
 * ``stop_backend`` / ``restart_backend`` (optional, for fault tests of server backends).
 
-The ``backend`` fixture runs every conformance test once per module found.
+The ``backend`` fixture runs every test that takes it once per module found.
 """
 
 from __future__ import annotations

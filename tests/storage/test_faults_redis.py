@@ -114,10 +114,10 @@ async def test_a_server_that_stops_answering_times_out_and_the_retry_is_stored_o
         # the server did run the timed-out append once it woke up; the retry must not add it again
         assert await admin.llen(store.conversation_keys("c").log) == 4
         assert await store.append("c", second) == [3, 4]
-        texts = [entry.message.text for entry in await store.read("c")]
+        texts = [entry.message.text for entry in (await store.read("c", raw=True)).entries]
         assert texts == ["first question", "first answer", "second question", "second answer"]
         await store.append("c", turn("third"))
-        assert [entry.seq for entry in await store.read("c")] == [1, 2, 3, 4, 5, 6]
+        assert [entry.seq for entry in (await store.read("c", raw=True)).entries] == [1, 2, 3, 4, 5, 6]
     finally:
         await store.aclose()
 
@@ -135,13 +135,13 @@ async def test_a_killed_server_fails_fast_and_a_retry_after_restart_is_stored_on
         with pytest.raises(StorageUnavailableError, match=f"redis at {server.url}"):
             await store.append("c", second)
         with pytest.raises(StorageUnavailableError):
-            await store.read("c")
+            await store.read("c", raw=True)
         assert time.monotonic() - started < 4 * TIMEOUT
         server.start()  # same port, loads the dump
         assert await store.append("c", second) == [3, 4]  # reconnects by itself
         assert await store.append("c", second) == [3, 4]  # a second retry changes nothing
         assert await store.append("c", first) == [1, 2]  # nor does a retry of the saved turn
-        texts = [entry.message.text for entry in await store.read("c")]
+        texts = [entry.message.text for entry in (await store.read("c", raw=True)).entries]
         assert texts == ["first question", "first answer", "second question", "second answer"]
     finally:
         await store.aclose()

@@ -27,7 +27,7 @@ async def test_eight_processes_fifty_turns_each(backend: ModuleType) -> None:
             ]
             for future in futures:
                 future.result(timeout=300)
-        entries = await store.read("shared")
+        entries = (await store.read("shared", raw=True)).entries
         texts = [entry.message.text for entry in entries]
         assert len(texts) == WORKERS * TURNS * 2
         assert len({entry.message.message_id for entry in entries}) == len(entries)

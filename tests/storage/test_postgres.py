@@ -9,9 +9,6 @@ a session resumed by a new process. Uses the machine's server with a fresh schem
 from __future__ import annotations
 
 import asyncio
-import importlib
-import random
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +18,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from agentkeep import Agent, CorruptRecordError, Message, SchemaVersionError, StorageClosedError
-from agentkeep.storage import InMemoryMessageStore, StoredMessage, Summary
+from agentkeep.storage import Summary
 from agentkeep.storage.codec import FORMAT_VERSION
 from agentkeep.storage.postgres import (
     SCHEMA_VERSION,
@@ -97,7 +94,7 @@ async def test_concurrent_setups_migrate_once(schema: str) -> None:
         await asyncio.gather(*(store.setup() for store in stores))
         assert await count_rows(schema, "schema_migrations") == SCHEMA_VERSION  # each one once
         await asyncio.gather(*(store.append("c", turn(i)) for i, store in enumerate(stores)))
-        assert len(await stores[0].read("c")) == 12
+        assert len((await stores[0].read("c", raw=True)).entries) == 12
     finally:
         for store in stores:
             await store.aclose()
@@ -120,7 +117,9 @@ async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema
     store = PostgresMessageStore.from_url(URL, schema=schema)
     try:
         await store.setup()
-        assert [m.message.text for m in await store.read("c")] == [m.text for m in turn(1)]
+        assert [m.message.text for m in (await store.read("c", raw=True)).entries] == [
+            m.text for m in turn(1)
+        ]
         again = await execute(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE %s",
             (schema, "%(conversation, id)%"),
@@ -135,7 +134,7 @@ async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema
 async def test_the_first_operation_sets_up_the_schema(schema: str) -> None:
     store = PostgresMessageStore.from_url(URL, schema=schema)
     try:
-        assert await store.read("c") == []
+        assert (await store.read("c", raw=True)).entries == []
         assert await store.append("c", turn(1)) == [1, 2]
     finally:
         await store.aclose()
@@ -154,7 +153,7 @@ async def test_newer_schemas_and_formats_are_refused_naming_both_versions(schema
         with pytest.raises(
             SchemaVersionError, match=rf"format version {FORMAT_VERSION + 1}.*{FORMAT_VERSION}"
         ):
-            await fresh.read("c")  # any first operation checks
+            await fresh.read("c", raw=True)  # any first operation checks
     finally:
         await fresh.aclose()
     await execute(sql.SQL("UPDATE {} SET format_version = %s").format(migrations), (FORMAT_VERSION,))
@@ -165,13 +164,6 @@ async def test_newer_schemas_and_formats_are_refused_naming_both_versions(schema
             await sessions.setup()
     finally:
         await sessions.aclose()
-
-
-def test_importing_without_the_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if psycopg were not installed
-    monkeypatch.delitem(sys.modules, "agentkeep.storage.postgres")
-    with pytest.raises(ImportError, match=r"pip install 'agentkeep\[postgres\]'"):
-        importlib.import_module("agentkeep.storage.postgres")
 
 
 # -- pools and arguments ----------------------------------------------------------------------------
@@ -187,13 +179,13 @@ async def test_an_injected_pool_with_transactions_and_dict_rows_is_used_and_not_
         try:
             assert await store.append("c", turn(1)) == [1, 2]
             assert await store.append("c", turn(2)) == [3, 4]
-            [first, *_] = await store.read("c")
+            [first, *_] = (await store.read("c", raw=True)).entries
             await store.record_compaction(
                 "c",
                 excluded=[first.message.message_id or ""],
                 summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])],
             )
-            assert [e.message.text for e in (await store.read_view("c")).entries] == [
+            assert [e.message.text for e in (await store.read("c")).entries] == [
                 "s",
                 "question 2",
                 "answer 2",
@@ -248,7 +240,7 @@ async def test_a_retry_racing_its_original_is_stored_once() -> None:
             *(store.append("r", batch) for _ in range(5)), *(store.append("r", t) for t in others)
         )
         assert all(result == results[0] for result in results[:5])
-        entries = await store.read("r")
+        entries = (await store.read("r", raw=True)).entries
         assert len(entries) == 12
         assert [e.message.text for e in entries].count("question 1") == 1
         position = next(e.seq for e in entries if e.message.text == "question 1")
@@ -265,7 +257,7 @@ async def test_concurrent_appends_in_one_process_keep_turns_contiguous() -> None
                 )
 
         await asyncio.gather(*(writer(w) for w in range(12)))
-        entries = await store.read("shared")
+        entries = (await store.read("shared", raw=True)).entries
         assert [e.seq for e in entries] == list(range(1, 241))
         texts = [e.message.text for e in entries]
         for question, answer in zip(texts[::2], texts[1::2], strict=True):
@@ -275,9 +267,13 @@ async def test_concurrent_appends_in_one_process_keep_turns_contiguous() -> None
 async def test_max_messages_trims_within_the_append_even_a_batch_larger_than_the_limit() -> None:
     async with open_store(max_messages=3) as store:
         assert await store.append("m", [Message("user", [str(i)]) for i in range(5)]) == [1, 2, 3, 4, 5]
-        assert [e.seq for e in await store.read("m")] == [3, 4, 5]
+        assert [e.seq for e in (await store.read("m", raw=True)).entries] == [3, 4, 5]
         await store.append("m", turn(1))
-        assert [e.message.text for e in await store.read("m")] == ["4", "question 1", "answer 1"]
+        assert [e.message.text for e in (await store.read("m", raw=True)).entries] == [
+            "4",
+            "question 1",
+            "answer 1",
+        ]
         assert await count_rows(store.schema, "messages") == 3
         [(count,)] = await execute(
             sql.SQL("SELECT message_count FROM {}").format(table(store.schema, "conversations"))
@@ -291,15 +287,15 @@ async def test_max_messages_trims_within_the_append_even_a_batch_larger_than_the
 async def test_expired_conversations_read_as_absent_then_are_purged() -> None:
     async with open_store() as store:
         await store.append("old", turn(1))
-        [first, _] = await store.read("old")
+        [first, _] = (await store.read("old", raw=True)).entries
         await store.record_compaction(
             "old", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
         )
         await store.append("kept", turn(1))
         assert await store.expire("old", 0.2) is True
         await asyncio.sleep(0.4)
-        assert await store.read("old") == []
-        assert (await store.read_view("old")).last_seq == 0
+        assert (await store.read("old", raw=True)).entries == []
+        assert (await store.read("old")).last_seq == 0
         assert await store.expire("old", 10) is False
         assert await store.record_compaction("old", excluded=["x"]) == 0
         assert await count_rows(store.schema, "messages") == 4  # still there, invisible
@@ -310,30 +306,10 @@ async def test_expired_conversations_read_as_absent_then_are_purged() -> None:
         assert await count_rows(store.schema, "conversations") == 1
 
 
-async def test_an_append_to_an_expired_conversation_starts_afresh() -> None:
-    async with open_store(ttl=0.2) as store:
-        await store.append("e", turn(1))
-        [first, _] = await store.read("e")
-        await store.record_compaction(
-            "e",
-            excluded=[first.message.message_id or ""],
-            summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])],
-        )
-        await asyncio.sleep(0.4)
-        assert await store.append("e", turn(2)) == [1, 2]
-        view = await store.read_view("e")
-        assert (view.epoch, view.last_seq, [e.message.text for e in view.entries]) == (
-            0,
-            2,
-            ["question 2", "answer 2"],
-        )
-        assert await count_rows(store.schema, "summaries") == 0
-
-
 async def test_delete_leaves_no_rows_behind() -> None:
     async with open_store() as store:
         await store.append("d", turn(1))
-        [first, _] = await store.read("d")
+        [first, _] = (await store.read("d", raw=True)).entries
         await store.record_compaction(
             "d", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
         )
@@ -344,48 +320,19 @@ async def test_delete_leaves_no_rows_behind() -> None:
         assert await count_rows(store.schema, "conversations") == 1
 
 
-async def test_a_corrupt_summary_is_reported_with_its_seq() -> None:
-    async with open_store() as store:
-        await store.append("c", turn(1))
-        [first, _] = await store.read("c")
-        await store.record_compaction(
-            "c", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
-        )
-        await execute(
-            sql.SQL("UPDATE {} SET replaces = ARRAY['\\x01'::bytea]").format(table(store.schema, "summaries"))
-        )
-        with pytest.raises(CorruptRecordError) as caught:
-            await store.read_view("c")
-        assert (caught.value.conversation_id, caught.value.seq) == ("c", 3)
-
-
 # -- listing ----------------------------------------------------------------------------------------
 
 
-async def test_listing_skips_expired_conversations_and_counts_after_trims() -> None:
-    async with open_store(max_messages=3) as store:
-        for number, name in enumerate(["a", "b", "c"]):
-            await store.append(name, [Message("user", [name], created_at=day(number)) for _ in range(2)])
-        await store.append("a", [Message("user", ["a"], created_at=day(5)) for _ in range(2)])
-        [oldest, *_] = await store.read("a")
-        summary = Summary(Message("assistant", ["s"], created_at=day(9)), [oldest.message.message_id or ""])
-        await store.record_compaction("a", summaries=[summary])  # a summary is no message
-        assert await store.expire("b", 0.2) is True
-        await asyncio.sleep(0.4)
-        listed = await store.list_conversations()
-        assert [(i.conversation_id, i.message_count, i.last_seq, i.updated_at) for i in listed] == [
-            ("a", 3, 5, day(5)),
-            ("c", 2, 2, day(2)),
-        ]
-        assert [i.conversation_id for i in await store.list_conversations(limit=1)] == ["a"]
-        assert await store.list_conversations(limit=0) == []
-        # a conversation row without messages comes last
+async def test_listing_puts_conversations_without_messages_last_and_reports_corrupt_times() -> None:
+    async with open_store() as store:
+        await store.append("a", [Message("user", ["a"], created_at=day(1))])
         await execute(
             sql.SQL("INSERT INTO {} (conversation_id) VALUES ('empty')").format(
                 table(store.schema, "conversations")
             )
         )
-        [*_, empty] = await store.list_conversations()
+        [first, empty] = await store.list_conversations()
+        assert first.conversation_id == "a"
         assert (empty.conversation_id, empty.message_count, empty.updated_at) == ("empty", 0, None)
         await execute(
             sql.SQL("UPDATE {} SET time = 9223372036854775807").format(table(store.schema, "messages"))
@@ -393,78 +340,6 @@ async def test_listing_skips_expired_conversations_and_counts_after_trims() -> N
         with pytest.raises(CorruptRecordError) as caught:
             await store.list_conversations()
         assert caught.value.seq is not None
-
-
-# -- windows against the reference --------------------------------------------------------------------
-
-
-def _shape(entries: list[StoredMessage]) -> list[tuple[int, str, bool, tuple[str, ...]]]:
-    return [(e.seq, e.message.text, e.excluded, e.replaces) for e in entries]
-
-
-async def _same(reference: InMemoryMessageStore, store: PostgresMessageStore) -> None:
-    assert await store.read("r") == await reference.read("r")
-    expected = await reference.read_view("r")
-    actual = await store.read_view("r")
-    assert (actual.entries, actual.epoch, actual.last_seq) == (
-        expected.entries,
-        expected.epoch,
-        expected.last_seq,
-    )
-    raw = await reference.read("r")
-    for after in (None, 0, *(e.seq for e in raw[-6:]), expected.last_seq + 1):
-        for last in (None, 0, 1, 2, 5, 50):
-            assert _shape(await store.read("r", last=last, after=after)) == _shape(
-                await reference.read("r", last=last, after=after)
-            ), (last, after)
-            got = await store.read_view("r", last=last, after=after)
-            want = await reference.read_view("r", last=last, after=after)
-            assert _shape(got.entries) == _shape(want.entries), (last, after)
-    assert await store.list_conversations() == await reference.list_conversations()
-
-
-@pytest.mark.parametrize(("seed", "max_messages"), [(1, None), (2, None), (3, 7), (4, 12)])
-async def test_random_operations_match_the_reference(seed: int, max_messages: int | None) -> None:
-    rng = random.Random(seed)
-    reference = InMemoryMessageStore(max_messages=max_messages)
-    async with open_store(max_messages=max_messages) as store:
-        batches: list[list[Message]] = []
-        known: list[str] = []
-        summaries: list[Summary] = []
-        for step in range(60):
-            kind = rng.random()
-            if kind < 0.5 or not known:
-                batch = [
-                    Message(rng.choice(["user", "assistant"]), [f"m{step}.{i}"])
-                    for i in range(rng.randint(1, 3))
-                ]
-                batches.append(batch)
-                known += [m.ensure_identity().message_id or "" for m in batch]
-                call: tuple[str, dict[str, Any]] = ("append", {"messages": batch})
-            elif kind < 0.6:
-                call = ("append", {"messages": rng.choice(batches[-3:])})  # a retry
-            elif kind < 0.75:
-                excluded = [*rng.sample(known, min(len(known), rng.randint(1, 3))), "unknown"]
-                call = ("record_compaction", {"excluded": excluded})
-            elif kind < 0.95 or not summaries:
-                replaced = rng.sample(known, min(len(known), rng.randint(1, 3)))
-                summary = Summary(Message("assistant", [f"summary {step}"]).ensure_identity(), replaced)
-                summaries.append(summary)
-                known.append(summary.message.message_id or "")
-                excluded = replaced if rng.random() < 0.7 else []
-                call = ("record_compaction", {"excluded": excluded, "summaries": [summary]})
-            else:
-                call = ("record_compaction", {"summaries": [rng.choice(summaries)]})  # a retry
-            outcomes: list[Any] = []
-            for target in (reference, store):
-                try:
-                    outcomes.append(await getattr(target, call[0])("r", **call[1]))
-                except ValueError as exc:
-                    outcomes.append(type(exc))
-            assert outcomes[0] == outcomes[1], (step, call)
-            if step % 6 == 5:
-                await _same(reference, store)
-        await _same(reference, store)
 
 
 # -- size ---------------------------------------------------------------------------------------------
@@ -499,11 +374,11 @@ async def test_history_provider_from_url_owns_its_pool(schema: str) -> None:
     assert (store.schema, store.max_messages, store.ttl, provider.load_limit) == (schema, 100, 3600, 10)
     agent = Agent(ScriptedChatClient(["hi"]), context_providers=[provider])
     await agent.run("hello", session=agent.create_session(session_id="s1"))
-    assert len(await store.read("s1")) == 2
+    assert len((await store.read("s1", raw=True)).entries) == 2
     await provider.aclose()
     assert store.database.pool.closed
     with pytest.raises(StorageClosedError):
-        await store.read("s1")
+        await store.read("s1", raw=True)
 
 
 async def test_history_provider_on_an_injected_pool_leaves_it_open(schema: str) -> None:

@@ -98,7 +98,9 @@ async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_
     again = SQLiteMessageStore(path)
     try:
         await again.setup()
-        assert [m.message.text for m in await again.read("c")] == [m.text for m in turn(1)]
+        assert [m.message.text for m in (await again.read("c", raw=True)).entries] == [
+            m.text for m in turn(1)
+        ]
         names = await _sql(path, "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%_id'")
         assert sorted(name for (name,) in names) == ["agentkeep_messages_id", "agentkeep_summaries_id"]
         versions = await _sql(path, "SELECT version FROM agentkeep_schema ORDER BY version")
@@ -171,7 +173,9 @@ async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Pat
             await store.append("c", turn(2))
         assert 0.15 <= time.monotonic() - started < 3
         assert caught.value.address == str(path)
-        assert len(await store.read("c")) == 2  # WAL: readers are not blocked by the writer
+        assert (
+            len((await store.read("c", raw=True)).entries) == 2
+        )  # WAL: readers are not blocked by the writer
         await asyncio.to_thread(holder.execute, "ROLLBACK")
         assert await store.append("c", turn(2)) == [3, 4]  # nothing partial was left
         # a store opening while the lock is held cannot migrate either
@@ -201,12 +205,12 @@ async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_store
     retried = turn(2)
     with pytest.raises(StorageUnavailableError, match="integer overflow"):
         await store.append("f", retried)
-    assert [e.seq for e in await store.read("f")] == [1, 2]
-    assert (await store.read_view("f")).last_seq == 2
+    assert [e.seq for e in (await store.read("f", raw=True)).entries] == [1, 2]
+    assert (await store.read("f")).last_seq == 2
     await _sql(store.path, "DROP TRIGGER agentkeep_test_fault")
     assert await store.append("f", retried) == [3, 4]
     assert await store.append("f", retried) == [3, 4]  # a second retry is recognised
-    assert [e.message.text for e in await store.read("f")] == [
+    assert [e.message.text for e in (await store.read("f", raw=True)).entries] == [
         "question 1",
         "answer 1",
         "question 2",
@@ -220,7 +224,7 @@ async def test_a_newer_record_format_is_refused(store: SQLiteMessageStore) -> No
     fresh = SQLiteMessageStore(store.path)
     try:
         with pytest.raises(SchemaVersionError) as caught:
-            await fresh.read("c")
+            await fresh.read("c", raw=True)
         assert f"record format {FORMAT_VERSION + 1}" in str(caught.value)
         assert f"record format {FORMAT_VERSION} at most" in str(caught.value)
     finally:
@@ -249,8 +253,8 @@ async def test_expired_conversations_are_invisible_then_purged(store: SQLiteMess
     await store.expire("a", 0.05)
     await store.expire("b", 0.05)
     await asyncio.sleep(0.1)
-    assert await store.read("a") == []
-    assert (await store.read_view("b")).last_seq == 0
+    assert (await store.read("a", raw=True)).entries == []
+    assert (await store.read("b")).last_seq == 0
     assert await store.expire("a", 10) is False  # expired means absent
     assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(4,)]  # "a" was removed
     assert await store.purge_expired() == 1
@@ -265,7 +269,10 @@ async def test_an_append_to_an_expired_conversation_starts_afresh(tmp_path: Path
         await store.append("t", turn(1))
         await asyncio.sleep(0.1)
         assert await store.append("t", turn(2)) == [1, 2]
-        assert [e.message.text for e in await store.read("t")] == ["question 2", "answer 2"]
+        assert [e.message.text for e in (await store.read("t", raw=True)).entries] == [
+            "question 2",
+            "answer 2",
+        ]
         assert await _sql(store.path, "SELECT count(*) FROM agentkeep_messages") == [(2,)]
     finally:
         await store.aclose()
@@ -280,7 +287,7 @@ async def test_delete_and_max_messages_leave_no_rows_behind(tmp_path: Path) -> N
             store.path,
             "SELECT min(position & 0xffffffff), max(position & 0xffffffff), count(*) FROM agentkeep_messages",
         ) == [(15, 20, 6)]
-        [first, *_] = await store.read("m")
+        [first, *_] = (await store.read("m", raw=True)).entries
         await store.record_compaction(
             "m", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
         )
@@ -300,7 +307,7 @@ async def test_listing_skips_expired_conversations_and_counts_after_trims(tmp_pa
         for number, name in enumerate(["a", "b", "c"]):
             await store.append(name, [Message("user", [name], created_at=day(number)) for _ in range(2)])
         await store.append("a", [Message("user", ["a"], created_at=day(5)) for _ in range(2)])
-        [oldest, *_] = await store.read("a")
+        [oldest, *_] = (await store.read("a", raw=True)).entries
         summary = Summary(Message("assistant", ["s"], created_at=day(9)), [oldest.message.message_id or ""])
         await store.record_compaction("a", summaries=[summary])  # a summary is no message
         await store.expire("b", 0.05)
@@ -338,21 +345,21 @@ async def test_listing_probes_one_row_per_conversation(store: SQLiteMessageStore
 async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessageStore) -> None:
     for i in range(4):
         await store.append("f", turn(i))
-    ids = [e.message.message_id or "" for e in await store.read("f")]
+    ids = [e.message.message_id or "" for e in (await store.read("f", raw=True)).entries]
     await store.record_compaction("f", excluded=ids[:4])  # the view now starts above seq 4
-    assert [e.seq for e in (await store.read_view("f")).entries] == [5, 6, 7, 8]
+    assert [e.seq for e in (await store.read("f")).entries] == [5, 6, 7, 8]
     await store.record_compaction("f", summaries=[Summary(Message("assistant", ["S"]), ids[1:3])])
-    view = await store.read_view("f")
+    view = await store.read("f")
     assert [e.message.text for e in view.entries] == ["S", "question 2", "answer 2", "question 3", "answer 3"]
     assert view.entries[0].replaces == tuple(ids[1:3])
     await store.record_compaction("f", excluded=[ids[6]])  # a middle exclusion keeps the floor
     await store.append("f", turn(9))
-    assert [e.message.text for e in (await store.read_view("f", last=3)).entries] == [
+    assert [e.message.text for e in (await store.read("f", last=3)).entries] == [
         "answer 3",
         "question 9",
         "answer 9",
     ]
-    assert [e.message.text for e in (await store.read_view("f", after=9)).entries] == [
+    assert [e.message.text for e in (await store.read("f", after=9)).entries] == [
         "question 9",
         "answer 9",
     ]
@@ -360,13 +367,13 @@ async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessage
 
 async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:
     await store.append("s", turn(1))
-    [first, _] = await store.read("s")
+    [first, _] = (await store.read("s", raw=True)).entries
     await store.record_compaction(
         "s", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
     )
     await _sql(store.path, "UPDATE agentkeep_summaries SET replaces = x'5b31'")
     with pytest.raises(CorruptRecordError) as caught:
-        await store.read_view("s")
+        await store.read("s")
     assert (caught.value.conversation_id, caught.value.seq) == ("s", 3)
 
 
@@ -386,7 +393,7 @@ async def test_two_stores_on_one_file_interleave_whole_turns(tmp_path: Path) -> 
         await asyncio.gather(
             *(writer(s, f"{n}{k}-") for n, s in (("x", first), ("y", second)) for k in range(3))
         )
-        entries = await first.read("shared")
+        entries = (await first.read("shared", raw=True)).entries
         assert [e.seq for e in entries] == list(range(1, 241))
         texts = [e.message.text for e in entries]
         for question, answer in zip(texts[::2], texts[1::2], strict=True):
@@ -443,11 +450,11 @@ async def test_the_event_loop_thread_never_calls_sqlite(
         await sessions.save_session(agent, "conv", session)
         await agent.run("again", session=await sessions.get_session(agent, "conv"))
         store = provider.store
-        [first, *_] = await store.read("conv")
+        [first, *_] = (await store.read("conv", raw=True)).entries
         await store.record_compaction(
             "conv", summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])]
         )
-        await store.read_view("conv", last=2)
+        await store.read("conv", last=2)
         await store.expire("conv", 60)
         await store.purge_expired()
         await sessions.delete_session(agent, "conv")
@@ -471,10 +478,10 @@ async def test_history_provider_owns_and_closes_its_store(tmp_path: Path) -> Non
     agent = Agent(ScriptedChatClient(["hi"]), context_providers=[provider])
     session = agent.create_session(session_id="s1")
     await agent.run("hello", session=session)
-    assert len(await provider.store.read("s1")) == 2
+    assert len((await provider.store.read("s1", raw=True)).entries) == 2
     await provider.aclose()
     with pytest.raises(StorageClosedError):
-        await provider.store.read("s1")
+        await provider.store.read("s1", raw=True)
 
 
 async def test_options_are_checked_and_an_unused_store_closes(tmp_path: Path) -> None:
