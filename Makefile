@@ -52,7 +52,8 @@ $(VENV)/.stamp-llama-$(LLAMA_KEY): | $(BIN)/python
 	@rm -f $(VENV)/.stamp-llama-*
 	@touch $@
 
-# The package, editable, with an extra; reinstalled only when the project's metadata changes.
+# The package, editable, with extras; reinstalled only when the project's metadata changes.
+comma := ,
 define install_extra
 	@echo "installing agentkeep[$(1)]"
 	@$(PIP_BUILD) -e '.[$(1)]' 2>&1 | tee $(VENV)/install.log | { $(PROGRESS); } \
@@ -64,7 +65,7 @@ $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(L
 	$(call install_extra,dev)
 
 $(VENV)/.stamp-demo: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
-	$(call install_extra,local)
+	$(call install_extra,local$(comma)cli)
 
 demo: $(VENV)/.stamp-demo
 	$(BIN)/python examples/local_chat_demo.py

@@ -16,10 +16,16 @@ Where things live: :mod:`._app` (the typer commands, thin), :mod:`._chat` (the m
 the chat loop), :mod:`._stores` (``--store`` URLs to message stores), :mod:`._transfer`
 (reading, exporting and importing conversations) and :mod:`._compact` (``sessions compact``).
 The functions re-exported here are the commands' logic, usable (and tested) without a
-subprocess. See ``docs/cli.md``.
+subprocess. See ``docs/cli.md``. Needs the ``[cli]`` extra (typer and rich); without it,
+importing this package raises an ``ImportError`` that names the extra.
 """
 
-from ._app import app, main
+try:
+    from ._app import app, main
+except ImportError as exc:
+    if (exc.name or "").partition(".")[0] not in ("typer", "rich"):
+        raise
+    raise ImportError("the agentkeep command needs typer and rich: pip install 'agentkeep[cli]'") from exc
 from ._chat import (
     DEFAULT_INSTRUCTIONS,
     ChatSession,
