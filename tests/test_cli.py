@@ -38,6 +38,7 @@ from agentkeep.cli import (
     render_markdown,
 )
 from agentkeep.storage import InMemoryMessageStore, Summary
+from agentkeep.storage.base import close_store, setup_store
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import LlamaServer, closed_port_url
@@ -110,7 +111,7 @@ async def seed(path: Path, conversation_id: str, *, compact: bool = False) -> li
             summary = Summary(Message("system", ["The user asked about the weather; it is sunny."]), replaced)
             await store.record_compaction(conversation_id, excluded=replaced, summaries=[summary])
     finally:
-        await store.aclose()
+        await close_store(store)
     return messages
 
 
@@ -475,10 +476,10 @@ def test_parse_store_url() -> None:
 async def test_open_store_owns_what_it_opens(tmp_path: Path) -> None:
     store = open_store(f"sqlite://{tmp_path / 'x.db'}")
     try:
-        await store.setup()
+        await setup_store(store)
         assert store.backend == "sqlite"
     finally:
-        await store.aclose()
+        await close_store(store)
     with pytest.raises(CLIError, match="unsupported"):
         open_store("ftp://nowhere")
 
@@ -495,9 +496,11 @@ async def test_export_import_round_trip_in_memory() -> None:
     parsed = parse_export(export.to_json())
     assert parsed.to_dict() == export.to_dict()
     assert await import_conversation(target, parsed, conversation_id="b") == "b"
-    original, copy = await source.read_view("a"), await target.read_view("b")
+    original, copy = await source.read("a"), await target.read("b")
     assert [e.message.to_dict() for e in copy.entries] == [e.message.to_dict() for e in original.entries]
-    assert [e.excluded for e in await target.read("b")] == [e.excluded for e in await source.read("a")]
+    assert [e.excluded for e in (await target.read("b", raw=True)).entries] == [
+        e.excluded for e in (await source.read("a", raw=True)).entries
+    ]
     with pytest.raises(CLIError, match="already exists"):
         await import_conversation(target, parsed, conversation_id="b")
     with pytest.raises(CLIError, match="no session 'missing'"):
@@ -545,9 +548,9 @@ async def test_chat_session_stores_turns_under_the_session_id() -> None:
     second = ChatSession(client, store, "s-1")  # a new process would build a new one
     await second.send("again")
     assert sent == [1, 3]  # the second turn saw the stored history
-    view = await store.read_view("s-1")
+    view = await store.read("s-1")
     assert [e.message.role for e in view.entries] == ["user", "assistant", "user", "assistant"]
-    await store.aclose()
+    await close_store(store)
 
 
 # -- the main job ---------------------------------------------------------------------------------------

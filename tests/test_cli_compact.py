@@ -19,7 +19,7 @@ from agentkeep.cli import ChatSession, CLIError, open_store
 from agentkeep.cli._compact import StrategyName, compact_conversation, plan_compaction
 from agentkeep.compaction import MessageIndex
 from agentkeep.storage import InMemoryMessageStore, Summary
-from agentkeep.storage.base import HistoryView, MessageStore, StoredMessage
+from agentkeep.storage.base import HistoryView, MessageStore, StoredMessage, close_store, setup_store
 from agentkeep.testing import ScriptedChatClient
 from tests.test_cli import ok, one_line_error, run, shown_roles
 
@@ -58,10 +58,10 @@ async def seed(store_url: str, messages: list[Message], conversation_id: str = S
     """Store ``messages`` under ``conversation_id`` (they get their ids and times)."""
     store = open_store(store_url)
     try:
-        await store.setup()
+        await setup_store(store)
         await store.append(conversation_id, messages)
     finally:
-        await store.aclose()
+        await close_store(store)
     return messages
 
 
@@ -69,10 +69,10 @@ async def stored(store_url: str, conversation_id: str = SESSION) -> tuple[Histor
     """The view and the raw log of a stored conversation."""
     store = open_store(store_url)
     try:
-        await store.setup()
-        return await store.read_view(conversation_id), await store.read(conversation_id)
+        await setup_store(store)
+        return await store.read(conversation_id), (await store.read(conversation_id, raw=True)).entries
     finally:
-        await store.aclose()
+        await close_store(store)
 
 
 def compact(env: dict[str, str], store_url: str, *args: str, session: str = SESSION) -> str:
@@ -158,10 +158,10 @@ async def test_chat_loads_the_compacted_view(env: dict[str, str], store_url: str
     client = ScriptedChatClient(["Cloudy, probably."])
     store = open_store(store_url)
     try:
-        await store.setup()
+        await setup_store(store)
         await ChatSession(client, store, SESSION).send("And tomorrow?")
     finally:
-        await store.aclose()
+        await close_store(store)
     sent = list(client.calls[0])
     texts = [message.text for message in sent]
     assert any(text.startswith("[Tool results: get_weather:") for text in texts)
@@ -379,12 +379,12 @@ async def test_a_summary_recorded_without_its_mark_is_still_a_summary() -> None:
     assert report.after.groups.get("summary", 0) == 0
     assert report.excluded_summaries == 1
     assert report.describe_change() == "excluded 4 messages and 1 earlier summary"
-    assert [e.message.text for e in (await store.read_view("s")).entries] == [
+    assert [e.message.text for e in (await store.read("s")).entries] == [
         "You are a weather assistant.",
         "Thanks!",
         "You're welcome.",
     ]
-    await store.aclose()
+    await close_store(store)
 
 
 class _Interfering(InMemoryMessageStore):
@@ -392,11 +392,11 @@ class _Interfering(InMemoryMessageStore):
 
     interfere = True
 
-    async def read_view(
-        self, conversation_id: str, *, last: int | None = None, after: int | None = None
+    async def read(
+        self, conversation_id: str, *, raw: bool = False, last: int | None = None, after: int | None = None
     ) -> HistoryView:
-        view = await super().read_view(conversation_id, last=last, after=after)
-        if self.interfere:
+        view = await super().read(conversation_id, raw=raw, last=last, after=after)
+        if self.interfere and not raw:
             self.interfere = False
             await self.record_compaction(
                 conversation_id, excluded=[view.entries[-1].message.message_id or ""]
@@ -409,8 +409,8 @@ async def test_a_concurrent_compaction_is_not_overwritten() -> None:
     await store.append("s", weather_messages())
     with pytest.raises(CLIError, match="compacted by someone else meanwhile"):
         await compact_conversation(store, "s", plan_compaction([StrategyName.TOOL_RESULT]))
-    assert (await store.read_view("s")).epoch == 1  # only the other compaction
-    await store.aclose()
+    assert (await store.read("s")).epoch == 1  # only the other compaction
+    await close_store(store)
 
 
 def test_plan_compaction() -> None:

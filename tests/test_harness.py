@@ -100,9 +100,9 @@ async def test_long_tool_loop_stays_inside_the_window_and_history_is_compacted_a
     assert client.calls[-1][0].text == "Summarize the document."  # the task itself is never dropped
     assert all(options.get("max_tokens") == output for options in client.call_options)
     conversation = history.conversation_id(session)
-    raw = await store.read(conversation)
+    raw = (await store.read(conversation, raw=True)).entries
     assert len(raw) == 2 + 2 * pages  # everything stored, per model call
-    view = (await store.read_view(conversation)).messages
+    view = (await store.read(conversation)).messages
     assert _tokens(view) <= window - output  # the after phase recorded a compacted view
     assert view[-1].text == "The document is about lorem ipsum."
 

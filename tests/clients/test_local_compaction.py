@@ -33,7 +33,7 @@ async def test_local_chat_fits_a_long_history_into_the_window(local_client: Loca
     store = InMemoryMessageStore()
     await store.append("long", _long_history(40))  # ~4x the 2048-token window
     tokenizer = local_client.tokenizer
-    view = (await store.read_view("long")).messages
+    view = (await store.read("long")).messages
     total = sum(count_message_tokens(m, tokenizer=tokenizer) for m in view)
     assert total > 2 * local_client.n_ctx
 
@@ -51,7 +51,7 @@ async def test_local_chat_fits_a_long_history_into_the_window(local_client: Loca
     assert usage is not None
     assert usage.input_token_count is not None
     assert usage.input_token_count <= local_client.n_ctx - 16
-    stored = await store.read("long")
+    stored = (await store.read("long", raw=True)).entries
     assert len(stored) == 80 + 2  # the history is kept whole; only the request was compacted
 
 
@@ -65,13 +65,13 @@ async def test_local_model_summarizes_older_turns_into_stored_history(local_clie
         await agent.run(text, session=session)
     assert strategy.last_error is None
     conversation = history.conversation_id(session)
-    view = (await store.read_view(conversation)).messages
+    view = (await store.read(conversation)).messages
     summaries = [m for m in view if is_summary_message(m)]
     assert len(summaries) >= 1
     assert is_summary_message(view[0])  # in place of what it replaced
     assert summaries[0].text.strip()
     replaced = set(summarized_message_ids(summaries[0]))
-    raw = await store.read(conversation)
+    raw = (await store.read(conversation, raw=True)).entries
     assert len(raw) == 8  # every original is still stored
     assert replaced & {entry.message.message_id for entry in raw}  # (or earlier summaries it folds in)
     assert "My name is Ada." in [entry.message.text for entry in raw]
