@@ -89,11 +89,12 @@ class Content:
 
     Attributes:
         type: The wire discriminator of this kind (``"text"``, ``"function_call"``, ...).
+        FIELDS: The wire fields this kind knows; others are kept in ``extra_fields``.
     """
 
     __slots__ = ()
     type: ClassVar[str] = ""
-    _fields: ClassVar[frozenset[str]] = frozenset()
+    FIELDS: ClassVar[frozenset[str]] = frozenset()
 
     # -- factories (names as in the reference Python edition) ---------------------------------
     @staticmethod
@@ -169,7 +170,7 @@ class TextContent(Content):
     """Plain text."""
 
     type: ClassVar[str] = "text"
-    _fields: ClassVar[frozenset[str]] = frozenset({"type", "text", "additional_properties"})
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"type", "text", "additional_properties"})
     text: str
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
@@ -186,7 +187,7 @@ class TextReasoningContent(Content):
     """Reasoning text the model produced before its answer."""
 
     type: ClassVar[str] = "text_reasoning"
-    _fields: ClassVar[frozenset[str]] = frozenset({"type", "text", "additional_properties"})
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"type", "text", "additional_properties"})
     text: str
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
@@ -206,7 +207,7 @@ class FunctionCallContent(Content):
     """
 
     type: ClassVar[str] = "function_call"
-    _fields: ClassVar[frozenset[str]] = frozenset(
+    FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"type", "call_id", "name", "arguments", "additional_properties"}
     )
     call_id: str
@@ -233,7 +234,7 @@ class FunctionResultContent(Content):
     """
 
     type: ClassVar[str] = "function_result"
-    _fields: ClassVar[frozenset[str]] = frozenset(
+    FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"type", "call_id", "result", "exception", "additional_properties"}
     )
     call_id: str
@@ -256,7 +257,7 @@ class DataContent(Content):
     """Inline binary data as a ``data:`` URI; ``.data`` gives the bytes."""
 
     type: ClassVar[str] = "data"
-    _fields: ClassVar[frozenset[str]] = frozenset({"type", "uri", "media_type", "additional_properties"})
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"type", "uri", "media_type", "additional_properties"})
     uri: str
     media_type: str | None = None
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
@@ -280,7 +281,7 @@ class UriContent(Content):
     """Media referenced by URI."""
 
     type: ClassVar[str] = "uri"
-    _fields: ClassVar[frozenset[str]] = frozenset({"type", "uri", "media_type", "additional_properties"})
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"type", "uri", "media_type", "additional_properties"})
     uri: str
     media_type: str | None = None
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
@@ -298,7 +299,7 @@ class UsageContent(Content):
     """Token usage reported by the model, carried inside a message."""
 
     type: ClassVar[str] = "usage"
-    _fields: ClassVar[frozenset[str]] = frozenset({"type", "usage_details", "additional_properties"})
+    FIELDS: ClassVar[frozenset[str]] = frozenset({"type", "usage_details", "additional_properties"})
     usage_details: UsageDetails
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
@@ -312,7 +313,7 @@ class ErrorContent(Content):
     """An error reported by the model or service in place of content."""
 
     type: ClassVar[str] = "error"
-    _fields: ClassVar[frozenset[str]] = frozenset(
+    FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"type", "message", "error_code", "details", "additional_properties"}
     )
     message: str
@@ -381,7 +382,7 @@ def _common(cls: type[Content], data: Mapping[str, Any], path: str) -> dict[str,
         if props:
             kwargs["additional_properties"] = props
     if len(data) > 2:
-        unknown = data.keys() - cls._fields  # pyright: ignore[reportPrivateUsage]
+        unknown = data.keys() - cls.FIELDS
         if unknown:
             kwargs["extra_fields"] = {k: data[k] for k in unknown}
     return kwargs

@@ -157,9 +157,10 @@ class MessageLog:
         stamp_type, stamp_id = self.source_type, self.source_id
         items = [m.with_source(stamp_type, stamp_id).ensure_identity() for m in messages]
         if based_on is not None:
-            if based_on._items is not self._items or based_on._start != 0:  # pyright: ignore[reportPrivateUsage]
+            appended = self.view().extension_of(based_on)  # None unless it is this list, from 0
+            if appended is None:
                 return False
-            items.extend(self._items[based_on._stop :])  # pyright: ignore[reportPrivateUsage]
+            items.extend(appended)
         self._items = items
         return True
 
@@ -182,18 +183,16 @@ class MessageLog:
                 (e.g. a compacted view of the log plus new summaries): only these are stamped.
         """
         log = cls(source_id, source_type=source_type)
-        stamp = (source_type, source_id)
         for message in messages if stamped_except is None else stamped_except:
-            message._source = stamp  # pyright: ignore[reportPrivateUsage]
+            message.stamp(source_type, source_id)
             message.ensure_identity()
         log._items = messages
         return log
 
     def adopt(self, source_id: str | None) -> None:
         """Re-stamp every message for a new owner, in place (once, after deserialization)."""
-        stamp = (self.source_type, source_id)
         for message in self._items:
-            message._source = stamp  # pyright: ignore[reportPrivateUsage]
+            message.stamp(self.source_type, source_id)
         self.source_id = source_id
 
     def view(self, start: int = 0, stop: int | None = None) -> MessageView:

@@ -225,6 +225,17 @@ class Message:
             self.created_at = datetime.now(UTC)
         return self
 
+    @property
+    def source(self) -> tuple[MessageSourceType, str | None] | None:
+        """The request-time source stamp, ``(source type, source id)``; ``None`` if unstamped (see
+        :func:`get_source_type`)."""
+        return self._source
+
+    def stamp(self, source_type: MessageSourceType, source_id: str | None) -> None:
+        """Stamp this message in place. Only for the owner of the message (a history log stamping
+        what it decoded); everyone else uses :meth:`with_source`, which never changes ``self``."""
+        self._source = (source_type, source_id)
+
     def with_source(self, source_type: MessageSourceType, source_id: str | None) -> Message:
         """This message stamped with a source: ``self`` if already so stamped, else a stamped copy."""
         stamp = self._source
@@ -366,13 +377,13 @@ def _parse_time(value: Any, path: str) -> datetime:
 
 def get_source_type(message: Message) -> MessageSourceType:
     """Where ``message`` came from in the current request; unstamped messages are ``EXTERNAL``."""
-    stamp = message._source  # pyright: ignore[reportPrivateUsage]
+    stamp = message.source
     return MessageSourceType.EXTERNAL if stamp is None else stamp[0]
 
 
 def get_source_id(message: Message) -> str | None:
     """The ``source_id`` of the provider that added ``message`` (``None`` for caller input)."""
-    stamp = message._source  # pyright: ignore[reportPrivateUsage]
+    stamp = message.source
     return None if stamp is None else stamp[1]
 
 

@@ -495,8 +495,8 @@ class LocalChatClient(BaseChatClient):
         eos, bos = llama.token_eos(), llama.token_bos()
         self._formatter = Jinja2ChatFormatter(
             template=self._template,
-            eos_token=llama._model.token_get_text(eos) if eos != -1 else "",  # pyright: ignore[reportPrivateUsage]
-            bos_token=llama._model.token_get_text(bos) if bos != -1 else "",  # pyright: ignore[reportPrivateUsage]
+            eos_token=llama.detokenize([eos], special=True).decode() if eos != -1 else "",
+            bos_token=llama.detokenize([bos], special=True).decode() if bos != -1 else "",
             stop_token_ids=[eos],
         )
         return llama
