@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from blockbuster import blockbuster_ctx
 
 from agentkeep.clients.local import default_model_path
 from tests.clients.servers import llama_server
@@ -21,7 +22,26 @@ from tests.storage.backend_postgres import URL as POSTGRES_URL
 from tests.storage.backend_postgres import drop_schema, new_schema
 from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
-__all__ = ["env", "llama_server", "local_model_path", "server_store", "store_url"]
+__all__ = [
+    "env",
+    "llama_server",
+    "local_model_path",
+    "no_blocking_calls_in_the_event_loop",
+    "server_store",
+    "store_url",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_blocking_calls_in_the_event_loop() -> Iterator[None]:
+    """Fail any test in which agentkeep makes a blocking call (file, socket, sqlite3, sleep, a
+    contended lock, ...) in a thread that runs an event loop (``blockbuster``).
+
+    The conformance suite (``agentkeep.testing``) is not scanned itself: it calls the tests'
+    backend openers, which make temporary folders and files; what it calls in agentkeep is.
+    """
+    with blockbuster_ctx("agentkeep", excluded_modules=["agentkeep.testing"]):
+        yield
 
 
 @pytest.fixture(scope="session")

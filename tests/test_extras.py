@@ -17,6 +17,7 @@ CASES = [
     ("agentkeep.storage.postgres", "psycopg", "postgres"),
     ("agentkeep.stores.postgres", "psycopg", "postgres"),
     ("agentkeep.storage.postgres", "psycopg_pool", "postgres"),
+    ("agentkeep.clients.openai", "openai", "openai"),
     ("agentkeep.cli", "typer", "cli"),
     ("agentkeep.cli", "rich", "cli"),
 ]

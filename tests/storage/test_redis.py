@@ -254,10 +254,9 @@ async def test_an_unreachable_server_fails_fast_without_the_password() -> None:
     port = free_port()
     store = RedisMessageStore.from_url(f"redis://:s3cret@127.0.0.1:{port}/2", timeout=1.0)
     try:
-        started = time.monotonic()
-        with pytest.raises(StorageUnavailableError) as caught:
-            await store.append("c", turn(1))
-        assert time.monotonic() - started < 3
+        async with asyncio.timeout(30):  # a hang guard: the connect timeout fires first
+            with pytest.raises(StorageUnavailableError) as caught:
+                await store.append("c", turn(1))
         error = caught.value
         assert error.backend == "redis"
         assert error.address == f"redis://127.0.0.1:{port}/2"
@@ -277,10 +276,10 @@ async def test_a_silent_server_times_out() -> None:
     port = server.sockets[0].getsockname()[1]
     store = RedisMessageStore.from_url(f"redis://127.0.0.1:{port}/0", timeout=0.3)
     try:
-        started = time.monotonic()
-        with pytest.raises(StorageUnavailableError, match=r"[Tt]imeout"):
-            await store.read("c", raw=True)
-        assert time.monotonic() - started < 2  # a timeout is not retried
+        async with asyncio.timeout(30):  # a hang guard: the reply timeout fires first
+            with pytest.raises(StorageUnavailableError, match=r"[Tt]imeout"):
+                await store.read("c", raw=True)
+        assert len(accepted) == 1  # a timeout is not retried on a new connection
     finally:
         await store.aclose()
         for writer in accepted:

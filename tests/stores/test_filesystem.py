@@ -7,7 +7,6 @@ import contextlib
 import fcntl
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -267,10 +266,9 @@ async def test_a_held_lock_times_out_instead_of_hanging(tmp_path: Path) -> None:
     session = await store.get_session(agent, "c")
     lock_path = store.session_path(agent, "c").with_suffix(".lock")
     with holding_lock(lock_path):  # another writer, stuck
-        started = time.monotonic()
-        with pytest.raises(StorageUnavailableError, match="timed out"):
-            await store.save_session(agent, "c", session)
-        assert time.monotonic() - started < 5
+        async with asyncio.timeout(30):  # a hang guard: the store's own lock timeout fires first
+            with pytest.raises(StorageUnavailableError, match="timed out"):
+                await store.save_session(agent, "c", session)
         assert (await store.get_session(agent, "c")).state.keys() == []  # reads need no lock
     await store.save_session(agent, "c", session)
     assert session_version(session) == 2

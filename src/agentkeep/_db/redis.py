@@ -19,6 +19,7 @@ from typing import Any, Final, cast
 from urllib.parse import quote
 
 try:
+    import redis
     import redis.asyncio as aioredis
     from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
     from redis.asyncio.retry import Retry
@@ -34,6 +35,19 @@ from ..errors import StorageClosedError, StorageError, StorageUnavailableError
 __all__ = ["RedisConnection", "RedisScript", "escape_key_part"]
 
 _MAX_KEY_PART: Final = 100
+
+
+def _driver_info() -> dict[str, Any]:
+    # redis-py 7+ looks its own version up in the installed packages' metadata (files on disk)
+    # for every new connection, in the event loop, unless it is told: tell it once.
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # older redis-py reads its version once, at import
+        return {}
+    return {"driver_info": DriverInfo(name="redis-py", lib_version=redis.__version__)}
+
+
+_DRIVER_INFO: Final = _driver_info()
 
 
 class RedisScript:
@@ -98,10 +112,14 @@ class RedisConnection:
                 socket_timeout=timeout,
                 # reconnect once at once after a dropped connection; never resend on a timeout
                 retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+                **_DRIVER_INFO,
             )
             self.owns_client = True
         else:
             self.owns_client = False
+            options = redis_client.connection_pool.connection_kwargs
+            if not {"driver_info", "lib_name", "lib_version"} & options.keys():
+                options.update(_DRIVER_INFO)  # what redis-py would read from disk per connection
         self.client = redis_client
         options = redis_client.connection_pool.connection_kwargs
         if options.get("decode_responses"):

@@ -35,6 +35,7 @@ module holds the clients, their configuration and lifecycle, and the error mappi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
@@ -70,29 +71,27 @@ from ._openai_wire import (
 )
 from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 
-if TYPE_CHECKING:
+# Imported with the module, not on first use: importing the SDK reads files for a good half
+# second, which must not happen inside the event loop that constructs the first client.
+try:
+    import openai
     from openai import AsyncOpenAI, OpenAIError
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("the OpenAI clients need the openai package: pip install 'agentkeep[openai]'") from exc
+
+if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
     from openai.types.responses import Response
 
 __all__ = ["OpenAIChatClient", "OpenAIResponsesClient", "to_chat_messages", "to_response_items"]
 
 _NOT_NEEDED = "not-needed"
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _USERINFO = re.compile(r"//[^/@]*@")
 _KEY_PATTERNS = (
     re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=]{6,}"),
 )
-
-
-def _import_openai() -> Any:
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
-        raise ImportError(
-            "the OpenAI clients need the openai package: pip install 'agentkeep[openai]'"
-        ) from exc
-    return openai
 
 
 # -- the clients --------------------------------------------------------------------------------
@@ -111,13 +110,15 @@ class _OpenAIClientBase(BaseChatClient):
         timeout: float = 60.0,
         max_retries: int = 2,
     ) -> None:
-        openai = _import_openai()
         self.model: str | None = model or os.environ.get("OPENAI_MODEL") or None
         self.timeout = timeout
         self.max_retries = max_retries
+        self._lock = asyncio.Lock()
         if client is not None:
-            self._client: AsyncOpenAI = client
+            self._client: AsyncOpenAI | None = client
             self._owns_client = False
+            self._base_url = str(client.base_url).rstrip("/")
+            self._api_key = client.api_key
         else:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
             api_key = api_key or os.environ.get("OPENAI_API_KEY") or (_NOT_NEEDED if base_url else None)
@@ -126,20 +127,40 @@ class _OpenAIClientBase(BaseChatClient):
                     "no API key: pass api_key= or set OPENAI_API_KEY "
                     "(a local server needs none: pass its base_url= or set OPENAI_BASE_URL)"
                 )
-            self._client = openai.AsyncOpenAI(
-                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
-            )
+            # The SDK client is made on first use, in a worker thread: making one loads TLS
+            # certificates from disk, which must not block the event loop.
+            self._client = None
             self._owns_client = True
+            self._base_url = (base_url or _DEFAULT_BASE_URL).rstrip("/")
+            self._api_key = api_key
         self._closed = False
+
+    def _make_client(self) -> AsyncOpenAI:
+        return openai.AsyncOpenAI(
+            api_key=self._api_key, base_url=self._base_url, timeout=self.timeout, max_retries=self.max_retries
+        )
+
+    async def _sdk(self) -> AsyncOpenAI:
+        """The SDK client, made in a worker thread on first use (see :attr:`client`)."""
+        client = self._client
+        if client is None:
+            async with self._lock:
+                if self._client is None:
+                    self._client = await asyncio.to_thread(self._make_client)
+                client = self._client
+        return client
 
     @property
     def base_url(self) -> str:
         """The server's base URL (e.g. ``http://127.0.0.1:8080/v1``)."""
-        return str(self._client.base_url).rstrip("/")
+        return self._base_url
 
     @property
     def client(self) -> AsyncOpenAI:
-        """The underlying :class:`openai.AsyncOpenAI` client."""
+        """The underlying :class:`openai.AsyncOpenAI` client (made now if no request made it yet,
+        which loads TLS certificates from disk: better not inside the event loop)."""
+        if self._client is None:
+            self._client = self._make_client()
         return self._client
 
     async def aclose(self) -> None:
@@ -147,7 +168,7 @@ class _OpenAIClientBase(BaseChatClient):
         if self._closed:
             return
         self._closed = True
-        if self._owns_client:
+        if self._owns_client and self._client is not None:
             await self._client.close()
 
     async def __aenter__(self) -> Self:
@@ -170,7 +191,7 @@ class _OpenAIClientBase(BaseChatClient):
         return model
 
     def _redact(self, text: str) -> str:
-        key = self._client.api_key
+        key = self._api_key
         if len(key) >= 4 and key != _NOT_NEEDED:
             text = text.replace(key, "***")
         for pattern in _KEY_PATTERNS:
@@ -179,8 +200,6 @@ class _OpenAIClientBase(BaseChatClient):
 
     def _error(self, exc: OpenAIError) -> ChatClientError:
         """The agentkeep error for an SDK error: typed, with the status and a one-line message."""
-        import openai
-
         where = _USERINFO.sub("//", self.base_url)  # no user:password@ in messages
         if isinstance(exc, openai.APITimeoutError):
             within = f" within {self.timeout:g}s" if self._owns_client else ""
@@ -202,8 +221,6 @@ class _OpenAIClientBase(BaseChatClient):
     @contextmanager
     def _mapped_errors(self) -> Generator[None, None, None]:
         """Raise the SDK's errors inside the block as agentkeep errors (see :meth:`_error`)."""
-        import openai
-
         try:
             yield
         except openai.OpenAIError as exc:
@@ -303,7 +320,9 @@ class OpenAIChatClient(_OpenAIClientBase):
         """
         request, output = self._request(messages, options)
         with self._mapped_errors():
-            completion: ChatCompletion = await self._client.chat.completions.create(stream=False, **request)
+            completion: ChatCompletion = await (await self._sdk()).chat.completions.create(
+                stream=False, **request
+            )
         return self._with_value(self._from_completion(completion), output)
 
     def _from_completion(self, completion: ChatCompletion) -> ChatResponse:
@@ -357,7 +376,7 @@ class OpenAIChatClient(_OpenAIClientBase):
         response_id: str | None = None
         model: str | None = None
         with self._mapped_errors():
-            stream = await self._client.chat.completions.create(
+            stream = await (await self._sdk()).chat.completions.create(
                 stream=True, stream_options={"include_usage": True}, **request
             )
             async with stream:
@@ -541,7 +560,7 @@ class OpenAIResponsesClient(_OpenAIClientBase):
         """
         request, output = self._request(messages, options)
         with self._mapped_errors():
-            response: Response = await self._client.responses.create(stream=False, **request)
+            response: Response = await (await self._sdk()).responses.create(stream=False, **request)
         return self._with_value(self._from_response(response, options), output)
 
     async def get_streaming_response(
@@ -564,7 +583,7 @@ class OpenAIResponsesClient(_OpenAIClientBase):
         final: Response | None = None
         response_id: str | None = None
         with self._mapped_errors():
-            stream = await self._client.responses.create(stream=True, **request)
+            stream = await (await self._sdk()).responses.create(stream=True, **request)
             async with stream:
                 async for event in stream:
                     if event.type == "response.created":
