@@ -23,6 +23,7 @@ from agentkeep import (
     StateBag,
     StateTypeError,
 )
+from agentkeep.stores import session_version, set_session_version
 
 
 @dataclass
@@ -685,3 +686,16 @@ def test_unknown_top_level_session_fields_survive_a_round_trip() -> None:
 def test_empty_session_id_is_refused() -> None:
     with pytest.raises(ValueError, match="session_id"):
         AgentSession(session_id="")
+
+
+def test_the_runtime_space_is_never_serialized() -> None:
+    session = AgentSession(session_id="s")
+    session.runtime["cache:mine"] = object()  # anything: it never reaches a payload
+    set_session_version(session, 3)
+    payload = session.to_json()
+    assert b"cache" not in payload
+    assert b"store" not in payload
+    restored = AgentSession.from_json(payload)
+    assert restored.runtime == {}
+    assert session_version(restored) is None
+    assert session_version(session) == 3
