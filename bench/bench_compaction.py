@@ -1,7 +1,9 @@
 """Compaction cost of every non-LLM strategy, agentkeep vs. the reference.
 
-Histories of 1k / 10k / 100k messages (a realistic mix: ~200-character user and assistant text,
-every third turn an assistant tool call with one or two results, occasional reasoning). For each
+Histories of 1k / 10k / 100k messages in two shapes: **mixed** (~200-character user and assistant
+text, every third turn an assistant message calling one or two tools at once, occasional
+reasoning) and **tool-heavy** (an agent's tool loop: 40 % of turns call 1-3 tools one after the
+other, each call answered by a result of 60-400 characters before the next). For each shape and
 strategy, with settings that really compact:
 
 * **cold**: ``apply_compaction`` on a fresh message list (build the index, compact, project);
@@ -15,7 +17,8 @@ it re-annotates the whole list on every call and is quadratic, so a case over th
 ``> N s`` and the larger sizes of that strategy are skipped (``skipped``). The ``kept`` column is
 the number of messages agentkeep's compacted history holds (cold run).
 
-Run: ``.venv/bin/python bench/bench_compaction.py [--quick] [--no-reference] [--sizes 1000,10000]``.
+Run: ``.venv/bin/python bench/bench_compaction.py [--quick] [--no-reference] [--sizes 1000,10000]
+[--shapes mixed,tool-heavy]``.
 """
 
 from __future__ import annotations
@@ -54,21 +57,31 @@ HERE = Path(__file__).resolve().parent
 REF_VENV = HERE / ".venv-ref"
 REF_PACKAGE = "agent-framework-core"
 SIZES = (1_000, 10_000, 100_000)
+SHAPES = ("mixed", "tool-heavy")
 TOKENIZER = CharacterEstimatorTokenizer()
 
 Spec = list[tuple[Any, ...]]
 
 
-# The history is described as plain data so that both libraries build the same messages: this
-# function's source is also sent to the reference subprocess. It must stay self-contained.
-def turn_spec(turn: int) -> list[tuple[Any, ...]]:
-    """The messages of turn ``turn`` as ``(kind, ...)`` tuples."""
+# The history is described as plain data so that both libraries build the same messages: these
+# functions' source is also sent to the reference subprocess. They must stay self-contained.
+def turn_spec(turn: int, shape: str = "mixed") -> list[tuple[Any, ...]]:
+    """The messages of turn ``turn`` of a history of ``shape`` as ``(kind, ...)`` tuples."""
     text = (
         "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor "
         "incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud "
         "exercitation ullamco laboris."
     )
     out: list[tuple[Any, ...]] = [("user", f"[{turn}] {text}")]
+    if shape == "tool-heavy":
+        if turn % 5 in (1, 3):  # 40 % of turns run a tool loop of 1-3 calls
+            for step in range(1 + turn % 3):
+                call_id, name = f"call_{turn}_{step}", ("get_weather", "search", "lookup")[step]
+                out.append(("call", [(call_id, name, {"city": "Paris", "turn": turn, "step": step})]))
+                size = 60 + (turn * 37 + step * 101) % 341  # 60-400 characters
+                out.append(("result", call_id, (f"{name} {turn}.{step}: " + text * 4)[:size]))
+        out.append(("assistant", f"[{turn}] {text}"))
+        return out
     if turn % 7 == 3:
         out.append(("reasoning", f"Thinking about {turn}: {text[:120]}"))
     if turn % 3 == 2:
@@ -80,12 +93,12 @@ def turn_spec(turn: int) -> list[tuple[Any, ...]]:
     return out
 
 
-def history_spec(count: int) -> list[tuple[Any, ...]]:
-    """Whole turns until at least ``count`` messages."""
+def history_spec(count: int, shape: str = "mixed") -> list[tuple[Any, ...]]:
+    """Whole turns of ``shape`` until at least ``count`` messages."""
     out: list[tuple[Any, ...]] = []
     turn = 0
     while len(out) < count:
-        out.extend(turn_spec(turn))
+        out.extend(turn_spec(turn, shape))
         turn += 1
     return out
 
@@ -162,11 +175,11 @@ async def _cold_once(messages: list[Message], strategy: CompactionStrategy) -> t
     return time.perf_counter() - start, len(kept)
 
 
-async def _incremental(spec: Spec, strategy: CompactionStrategy, reps: int) -> float:
+async def _incremental(spec: Spec, shape: str, strategy: CompactionStrategy, reps: int) -> float:
     index = MessageIndex(_build(spec), tokenizer=TOKENIZER)
     await strategy.compact(index)
     first_turn = _turns_in(spec)
-    turns = [_build(turn_spec(first_turn + i)) for i in range(reps + 5)]
+    turns = [_build(turn_spec(first_turn + i, shape)) for i in range(reps + 5)]
     for turn in turns[:5]:  # warm up
         index.append(turn)
         await strategy.compact(index)
@@ -179,33 +192,38 @@ async def _incremental(spec: Spec, strategy: CompactionStrategy, reps: int) -> f
     return statistics.median(samples) * 1000.0
 
 
-def _measure_ours(sizes: list[int], quick: bool) -> dict[str, dict[int, tuple[float, float, int]]]:
-    results: dict[str, dict[int, tuple[float, float, int]]] = {}
-    for size in sizes:
-        spec = history_spec(size)
-        total = MessageIndex(_build(spec), tokenizer=TOKENIZER).token_count
-        for name, make in _strategies(total).items():
-            print(f"agentkeep {name} @ {size:,} ...", file=sys.stderr)
-            samples: list[float] = []
-            kept = 0
-            for _ in range(_cold_reps(size, quick)):
-                messages = _build(spec)
-                strategy = make()
+Results = dict[tuple[str, str], dict[int, tuple[float, float, int]]]
+"""(shape, strategy) -> size -> (cold ms, incremental ms, messages kept)."""
+
+
+def _measure_ours(shapes: list[str], sizes: list[int], quick: bool) -> Results:
+    results: Results = {}
+    for shape in shapes:
+        for size in sizes:
+            spec = history_spec(size, shape)
+            total = MessageIndex(_build(spec), tokenizer=TOKENIZER).token_count
+            for name, make in _strategies(total).items():
+                print(f"agentkeep {shape} {name} @ {size:,} ...", file=sys.stderr)
+                samples: list[float] = []
+                kept = 0
+                for _ in range(_cold_reps(size, quick)):
+                    messages = _build(spec)
+                    strategy = make()
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        elapsed, kept = asyncio.run(_cold_once(messages, strategy))
+                    finally:
+                        gc.enable()
+                    samples.append(elapsed)
+                cold = statistics.median(samples) * 1000.0
                 gc.collect()
                 gc.disable()
                 try:
-                    elapsed, kept = asyncio.run(_cold_once(messages, strategy))
+                    incremental = asyncio.run(_incremental(spec, shape, make(), _incremental_reps(quick)))
                 finally:
                     gc.enable()
-                samples.append(elapsed)
-            cold = statistics.median(samples) * 1000.0
-            gc.collect()
-            gc.disable()
-            try:
-                incremental = asyncio.run(_incremental(spec, make(), _incremental_reps(quick)))
-            finally:
-                gc.enable()
-            results.setdefault(name, {})[size] = (cold, incremental, kept)
+                results.setdefault((shape, name), {})[size] = (cold, incremental, kept)
     return results
 
 
@@ -272,10 +290,11 @@ _REFERENCE_SCRIPT = textwrap.dedent(
         limit = plan["limit"]
         out = {"cases": {}}
         timed_out = set()
-        for size, reps in plan["sizes"]:
-            spec = history_spec(size)
+        for shape, size, reps in plan["sizes"]:
+            spec = history_spec(size, shape)
             total = None
-            for case in plan["cases"]:
+            for name in plan["cases"]:
+                case = f"{shape}/{name}"
                 if case in timed_out:  # a smaller size already hit the limit
                     out["cases"].setdefault(case, {})[str(size)] = -1
                     continue
@@ -291,7 +310,7 @@ _REFERENCE_SCRIPT = textwrap.dedent(
                         total = included_token_count(counted)
                     for _ in range(reps):
                         messages = build(spec)
-                        strategy = make(case, total)
+                        strategy = make(name, total)
                         gc.collect(); gc.disable()
                         try:
                             samples.append(asyncio.run(once(messages, strategy)))
@@ -329,7 +348,7 @@ def _ensure_reference() -> Path:
     return python
 
 
-def _reference(sizes: list[int], quick: bool, limit: float) -> dict[str, Any] | None:
+def _reference(shapes: list[str], sizes: list[int], quick: bool, limit: float) -> dict[str, Any] | None:
     try:
         python = _ensure_reference()
     except (subprocess.CalledProcessError, OSError) as exc:
@@ -338,9 +357,10 @@ def _reference(sizes: list[int], quick: bool, limit: float) -> dict[str, Any] | 
     spec_source = inspect.getsource(turn_spec) + "\n\n" + inspect.getsource(history_spec)
     script = _REFERENCE_SCRIPT % {"spec": spec_source}
     cases = [case for case in REF_CASES.values() if case is not None]
-    plan = {"sizes": [[size, _cold_reps(size, quick)] for size in sizes], "cases": cases, "limit": limit}
+    runs = [[shape, size, _cold_reps(size, quick)] for shape in shapes for size in sizes]
+    plan = {"sizes": runs, "cases": cases, "limit": limit}
     # Safety net: every case is capped by `limit`; allow for building the histories as well.
-    overall = limit * len(cases) * len(sizes) + 120.0
+    overall = limit * len(cases) * len(runs) + 120.0
     try:
         done = subprocess.run(
             [str(python), "-c", script, json.dumps(plan)],
@@ -385,6 +405,12 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated history sizes (default 1k,10k,100k)",
     )
     parser.add_argument(
+        "--shapes",
+        type=lambda text: [part.strip() for part in text.split(",") if part.strip()],
+        default=list(SHAPES),
+        help="comma-separated history shapes: mixed, tool-heavy (default both)",
+    )
+    parser.add_argument(
         "--ref-limit",
         type=float,
         default=None,
@@ -392,46 +418,56 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     sizes: list[int] = sorted(args.sizes)
+    shapes: list[str] = args.shapes
+    unknown = [shape for shape in shapes if shape not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shapes {unknown}; expected {', '.join(SHAPES)}")
     quick: bool = args.quick
     limit: float = args.ref_limit if args.ref_limit is not None else (10.0 if quick else 60.0)
 
-    ours = _measure_ours(sizes, quick)
-    ref = None if args.no_reference else _reference(sizes, quick, limit)
+    ours = _measure_ours(shapes, sizes, quick)
+    ref = None if args.no_reference else _reference(shapes, sizes, quick, limit)
     ref_cases: dict[str, dict[str, float | None]] = {} if ref is None else ref["cases"]
 
     print("\nCompaction: cold = apply_compaction on a fresh history (index + compact + project), median;")
     print("incremental = append one turn to a compacted index and compact again, median (agentkeep only)")
     header = (
-        f"{'strategy':>32} | {'messages':>8} | {'kept':>6} | {'cold':>12} | {'incremental':>12} | "
-        f"{'reference':>12} | {'ref/ours':>9}"
+        f"{'shape':>10} | {'strategy':>32} | {'messages':>8} | {'kept':>6} | {'cold':>12} | "
+        f"{'incremental':>12} | {'reference':>12} | {'ref/ours':>9}"
     )
     print(header)
     print("-" * len(header))
-    for name, by_size in ours.items():
+    for (shape, name), by_size in ours.items():
         ref_name = REF_CASES[name]
         for size in sizes:
             cold, incremental, kept = by_size[size]
             if ref is None or ref_name is None:
                 ref_text, ratio = ("n/a" if ref_name is None else "-"), "-"
             else:
-                theirs = ref_cases.get(ref_name, {}).get(str(size))
+                theirs = ref_cases.get(f"{shape}/{ref_name}", {}).get(str(size))
                 if theirs is not None and theirs < 0:
                     ref_text, ratio = "skipped", "-"
                 elif theirs is None:
                     ref_text, ratio = f"> {limit:.0f} s", f"> {limit * 1000 / cold:.0f}x"
                 else:
                     ref_text, ratio = _ms(theirs), f"{theirs / cold:8.1f}x"
-            row = f"{name:>32} | {size:>8,} | {kept:>6,} | {_ms(cold)} | {_ms(incremental)}"
+            row = f"{shape:>10} | {name:>32} | {size:>8,} | {kept:>6,} | {_ms(cold)} | {_ms(incremental)}"
             print(f"{row} | {ref_text:>12} | {ratio:>9}")
     print()
     targets = [(10_000, 0, 30.0, "cold at 10k"), (100_000, 0, 300.0, "cold at 100k")]
     targets.append((10_000, 1, 1.0, "incremental per turn at 10k"))
-    for size, column, bound, label in targets:
-        if size not in sizes:
-            continue
-        worst_name, worst = max(((n, v[size][column]) for n, v in ours.items()), key=lambda item: item[1])
-        verdict = "ok" if worst <= bound else "MISSED"
-        print(f"target {label} <= {bound:g} ms: worst {worst:.3f} ms ({worst_name}) -> {verdict}")
+    for shape in shapes:
+        for size, column, bound, label in targets:
+            if size not in sizes:
+                continue
+            worst_name, worst = max(
+                ((name, v[size][column]) for (s, name), v in ours.items() if s == shape),
+                key=lambda item: item[1],
+            )
+            verdict = "ok" if worst <= bound else "MISSED"
+            print(
+                f"target {label} ({shape}) <= {bound:g} ms: worst {worst:.3f} ms ({worst_name}) -> {verdict}"
+            )
     if ref is not None:
         print(f"reference: agent-framework-core {ref.get('version', '?')} (per-case limit {limit:.0f} s)")
 

@@ -500,6 +500,32 @@ def test_replace_each_is_replace_one_group_at_a_time() -> None:
     assert_totals_match_a_recount(batch)
 
 
+def test_collapse_each_is_replace_each_with_text_summaries() -> None:
+    def history() -> list[Message]:
+        out: list[Message] = []
+        for i in range(4):
+            out += [user(f"q{i}"), call(f"c{i}"), result(f"c{i}", value=f"v{i}"), assistant(f"a{i}")]
+        return out
+
+    collapsed, replaced = MessageIndex(history()), MessageIndex(history())
+    made = collapsed.collapse_each(
+        collapsed.oldest_included(tool_calls_only=True),
+        lambda messages: f"{len(messages)} messages",
+        role="user",
+    )
+    replaced.replace_each(
+        replaced.oldest_included(tool_calls_only=True),
+        lambda g: Message("user", f"{len(g.messages)} messages"),
+    )
+    assert [collapsed.messages[g.first_index].role for g in made] == ["user"] * 4
+    assert texts(collapsed.included_messages()) == texts(replaced.included_messages())
+    assert signature(collapsed) == signature(replaced)
+    assert [len(summarized_message_ids(collapsed.messages[g.first_index])) for g in made] == [2, 2, 2, 2]
+    with pytest.raises(ValueError, match="excluded already"):
+        collapsed.collapse_each([collapsed.group_of(1)], lambda messages: "again")
+    assert_totals_match_a_recount(collapsed)
+
+
 # -- excluding many ----------------------------------------------------------------------------
 
 

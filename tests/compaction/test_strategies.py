@@ -28,6 +28,7 @@ from agentkeep.compaction import (
     summarized_message_ids,
     tool_group_summary_text,
 )
+from agentkeep.compaction.strategies import one_line
 from tests.compaction.messages import (
     assert_totals_match_a_recount,
     assistant,
@@ -463,3 +464,14 @@ def test_tool_result_previews_collapse_whitespace_of_long_results() -> None:
     text = tool_group_summary_text([call("z"), result("z", value=pretty)])
     assert text.startswith('[Tool results: get_weather: {"items":[{"name":"n0","value":0},')
     assert len(text) == len("[Tool results: get_weather: ]") + 80
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from(list("ab é✓ \t\n\u00a0\u2003xyz")), max_size=300),
+    st.integers(min_value=2, max_value=120),
+)
+def test_one_line_is_the_collapsed_text_cut_to_the_limit(text: str, limit: int) -> None:
+    collapsed = " ".join(text.split())
+    expected = collapsed if len(collapsed) <= limit else collapsed[: limit - 1] + "…"
+    assert one_line(text, limit) == expected

@@ -132,13 +132,40 @@ def _append_structured(
     state: IndexState, message: Message, position: int, tokens: int, size: int, tail: list[MessageGroup]
 ) -> None:
     """Group a message that has calls, results or reasoning (``tail``: the reasoning-only groups
-    just before it)."""
-    calls, results, reasoning_only = _classify(message.contents)
-    if calls and not results and not tail:  # the usual call message: a new tool-call group
-        group = _new_group(state, _TOOL, position, tokens, size)
-        _add_calls(state, group, calls)
+    just before it).
+
+    The two common messages of a tool loop, one call and the one result that answers it, take
+    the first branches; everything else goes through :func:`_classify`.
+    """
+    contents = message.contents
+    if len(contents) == 1:
+        content = contents[0]
+        if type(content) is FunctionCallContent and not tail:
+            _new_tool_group(state, position, tokens, size, [content.call_id])
+            return
+        if type(content) is FunctionResultContent:
+            owner = state.calls.get(content.call_id)
+            if owner is not None:  # as _add_to does, inline: every tool loop's result comes here
+                later = owner.later_indices
+                if later is None:
+                    owner.later_indices = [position]
+                else:
+                    later.append(position)
+                owner.token_count += tokens
+                owner.byte_count += size
+                state.group_of.append(owner)
+                if not owner.excluded:
+                    state.included_message_count += 1
+                    state.included_token_count += tokens
+                    state.included_byte_count += size
+                if owner.unanswered:
+                    owner.unanswered.discard(content.call_id)
+                return
+    calls, results, reasoning_only = _classify(contents)
+    if calls and not results and not tail:  # parallel calls: a new tool-call group
+        _new_tool_group(state, position, tokens, size, [call.call_id for call in calls])
         return
-    if results and not calls and len(results) == 1:  # the usual result: it joins its call's group
+    if results and not calls and len(results) == 1:  # a result: it joins its call's group
         owner = state.calls.get(results[0].call_id)
         if owner is not None:
             _add_to(state, owner, position, tokens, size)
@@ -153,6 +180,39 @@ def _append_structured(
     if reasoning_only and kind is _TEXT:  # provisional: a tool-call message that follows absorbs it
         tail.append(group)
         state.reasoning_tail = tail
+
+
+def _new_tool_group(state: IndexState, position: int, tokens: int, size: int, call_ids: list[str]) -> None:
+    """A new tool-call group of the call message at ``position``, its calls pending, counted."""
+    turn_live = state.turn_live
+    turn = len(turn_live) - 1
+    group = MessageGroup.__new__(MessageGroup)
+    group.index = state.owner
+    group.kind = _TOOL
+    group.turn = turn if turn >= 0 else None
+    group.order = group.first_index = position
+    group.later_indices = None
+    group.token_count = tokens
+    group.byte_count = size
+    group.excluded = False
+    group.call_ids = call_ids
+    group.unanswered = set(call_ids)
+    calls = state.calls
+    for call_id in call_ids:
+        calls[call_id] = group
+    state.groups.append(group)
+    state.group_of.append(group)
+    state.tool_groups.append(group)
+    state.included_group_count += 1
+    state.included_message_count += 1
+    state.included_token_count += tokens
+    state.included_byte_count += size
+    state.included_tool_group_count += 1
+    if turn >= 0:
+        live = turn_live[turn] + 1
+        turn_live[turn] = live
+        if live == 1:
+            state.included_turn_count += 1
 
 
 def _classify(
@@ -225,8 +285,8 @@ def _new_group(
 
 def _add_calls(state: IndexState, group: MessageGroup, calls: list[FunctionCallContent]) -> None:
     """Record ``calls`` as made in ``group`` (each pending until its result arrives)."""
-    call_ids = group.call_ids if isinstance(group.call_ids, list) else [*group.call_ids]
-    unanswered = group.unanswered if group.unanswered is not None else set[str]()
+    call_ids = group.call_ids if isinstance(group.call_ids, list) else list(group.call_ids)
+    unanswered: set[str] = group.unanswered if group.unanswered is not None else set()
     for call in calls:
         state.calls[call.call_id] = group
         call_ids.append(call.call_id)

@@ -68,15 +68,16 @@ def mark_summary(summary: Message, replaced: Sequence[Message], new_id: Callable
     A replaced message without an id gets one from ``new_id`` first (as it would on entering a
     session): a summary must name what it replaces.
     """
-    ids: list[str] = []
-    for message in replaced:
-        message_id = message.message_id
-        if message_id is None:
-            message_id = message.message_id = new_id()
-        ids.append(message_id)
+    ids = [message.message_id for message in replaced]
+    if None in ids:
+        for at, message in enumerate(replaced):
+            if message.message_id is None:
+                message.message_id = new_id()
+            ids[at] = message.message_id
     props = summary.additional_properties
+    marked = cast("list[str]", ids)  # every None was filled in above
     summary.additional_properties = (
-        {SUMMARY_PROPERTY: ids} if props is None else {**props, SUMMARY_PROPERTY: ids}
+        {SUMMARY_PROPERTY: marked} if props is None else {**props, SUMMARY_PROPERTY: marked}
     )
 
 
@@ -184,7 +185,7 @@ class MessageGroup:
         later = self.later_indices
         if not later:
             return [messages[self.first_index]]
-        return [messages[self.first_index], *(messages[i] for i in later)]
+        return [messages[self.first_index], *map(messages.__getitem__, later)]
 
     @property
     def message_count(self) -> int:

@@ -36,8 +36,9 @@ from __future__ import annotations
 import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Final
 
-from ..messages import Message, MessageIdGenerator
+from ..messages import Message, MessageIdGenerator, Role
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
 from ._projection import included_messages
@@ -60,10 +61,14 @@ class MessageIndex:
         ['user', 'assistant_text']
     """
 
-    __slots__ = ("_state",)
+    __slots__ = ("_state", "messages")
+
+    messages: Final[Sequence[Message]]
+    """Every message, excluded or not, in original order (appended to, never reordered)."""
 
     def __init__(self, messages: Iterable[Message] = (), *, tokenizer: Tokenizer | None = None) -> None:
         self._state = IndexState(self, tokenizer if tokenizer is not None else CharacterEstimatorTokenizer())
+        self.messages = self._state.messages  # read on every group's .messages: an attribute, not a property
         append_messages(self._state, messages)
 
     # -- reading ------------------------------------------------------------------------------
@@ -71,11 +76,6 @@ class MessageIndex:
     def tokenizer(self) -> Tokenizer:
         """The tokenizer that counted the messages."""
         return self._state.tokenizer
-
-    @property
-    def messages(self) -> Sequence[Message]:
-        """Every message, excluded or not, in original order."""
-        return self._state.messages
 
     @property
     def groups(self) -> Sequence[MessageGroup]:
@@ -324,6 +324,28 @@ class MessageIndex:
         """
         return self._replace_each(groups, summarize, MessageIdGenerator())
 
+    def collapse_each(
+        self,
+        groups: Iterable[MessageGroup],
+        summary_text: Callable[[list[Message]], str],
+        *,
+        role: Role = "assistant",
+    ) -> list[MessageGroup]:
+        """:meth:`replace_each` with summaries made from text: each group becomes one message of
+        ``role`` holding ``summary_text(the group's messages)``.
+
+        For strategies that collapse groups into short texts (as
+        :class:`~agentkeep.compaction.ToolResultCompactionStrategy` does): the index reads each
+        group's messages once and counts the text as it is made.
+
+        Returns:
+            The new summary groups, in the order of ``groups``.
+
+        Raises:
+            ValueError: As :meth:`replace_each`.
+        """
+        return self._replace_each(groups, None, MessageIdGenerator(), summary_text=summary_text, role=role)
+
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
         if group.excluded:
@@ -332,70 +354,116 @@ class MessageIndex:
     def _replace_each(
         self,
         groups: Iterable[MessageGroup],
-        summarize: Callable[[MessageGroup], Message],
+        summarize: Callable[[MessageGroup], Message] | None,
         new_id: Callable[[], str],
         listed: Sequence[Message] | None = None,
+        *,
+        summary_text: Callable[[list[Message]], str] | None = None,
+        role: Role = "assistant",
     ) -> list[MessageGroup]:
-        """:meth:`replace_each`, with the id source to use, and for :meth:`replace` of several groups
-        (then ``groups`` is the oldest of them) the messages the summary lists instead of its own."""
+        """:meth:`replace_each` (``summarize``) or :meth:`collapse_each` (``summary_text`` and
+        ``role``), with the id source to use, and for :meth:`replace` of several groups (then
+        ``groups`` is the oldest of them) the messages the summary lists instead of its own.
+
+        A cold compaction replaces thousands of groups, so this loop is written for speed: state in
+        locals, the summary group made directly, totals summed and added once (in ``finally``, so
+        they stay exact when a bad group stops the run), and each group's slot found by walking on
+        from the previous one when groups come in logical order (a walk's order), so a whole pass
+        finds its slots in O(groups) instead of a binary search each.
+        """
         state = self._state
+        messages, token_list, group_of, all_groups = (
+            state.messages,
+            state.tokens,
+            state.group_of,
+            state.groups,
+        )
+        journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
+        tokenizer = state.tokenizer
+        per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
+        count_tokens = tokenizer.count_tokens
+        new_group = MessageGroup.__new__
+        summary_kind, tool_kind, system_kind = (
+            MessageGroupKind.SUMMARY,
+            MessageGroupKind.TOOL_CALL,
+            MessageGroupKind.SYSTEM,
+        )
         made: list[MessageGroup] = []
-        # A cold compaction replaces thousands of groups: totals are summed here and added once.
-        added = [0, 0, 0, 0, 0, 0]  # tokens, bytes, messages, included tokens, included bytes, tool groups
+        slot, last_order = -1, -1
+        added_tokens = added_bytes = message_change = token_change = byte_change = tool_groups_gone = 0
         try:
             for group in groups:
-                self._check_replaceable(group)
-                summary = summarize(group)
-                if state.reasoning_tail and group in state.reasoning_tail:
+                if group.index is not self or group_of[group.first_index] is not group or group.excluded:
+                    self._check_replaceable(group)  # raises, saying why
+                own = group.messages
+                if summarize is None:
+                    assert summary_text is not None
+                    text = summary_text(own)
+                    summary = Message(role, text)
+                else:
+                    summary = summarize(group)
+                    text = message_token_text(summary)
+                tail = state.reasoning_tail
+                if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                mark_summary(summary, group.messages if listed is None else listed, new_id)
-                made.append(self._put_summary(group, summary, added))
-        finally:  # totals stay exact when a bad group stops the run
-            state.total_tokens += added[0]
-            state.total_bytes += added[1]
-            state.included_message_count += added[2]
-            state.included_token_count += added[3]
-            state.included_byte_count += added[4]
-            state.included_tool_group_count -= added[5]
-        return made
-
-    def _put_summary(self, group: MessageGroup, summary: Message, added: list[int]) -> MessageGroup:
-        """Append ``summary`` as the group standing in ``group``'s place (which it excludes), adding
-        the changes of the totals to ``added`` (see :meth:`_replace_each`)."""
-        state = self._state
-        text = message_token_text(summary)
-        tokens = state.tokenizer.count_tokens(text) + MESSAGE_OVERHEAD_TOKENS
-        size = len(text) if text.isascii() else len(text.encode("utf-8"))
-        position = len(state.messages)
-        state.messages.append(summary)
-        state.tokens.append(tokens)
-        made = MessageGroup(self, MessageGroupKind.SUMMARY, group.turn, position, group.order)
-        made.token_count = tokens
-        made.byte_count = size
-        state.group_of.append(made)
-        slot = bisect_left(state.groups, group.order, key=order_key)
-        state.groups[slot] = made  # the summary takes the group's slot
-        if slot < state.head:
-            state.head = slot
-        state.summaries.add(position)
-        # The summary takes the group's place in the included totals: one group for one.
-        group.excluded = True
-        added[0] += tokens
-        added[1] += size
-        added[2] += 1 - group.message_count
-        added[3] += tokens - group.token_count
-        added[4] += size - group.byte_count
-        if group.kind is MessageGroupKind.TOOL_CALL:
-            added[5] += 1
-        turn = group.turn
-        if turn is not None and group.kind is MessageGroupKind.SYSTEM:  # it did not count in its turn
-            live = state.turn_live[turn] + 1
-            state.turn_live[turn] = live
-            if live == 1:
-                state.included_turn_count += 1
-        if state.journal is not None:
-            state.journal[0].append(group)
-            state.journal[1].append(made)
+                mark_summary(summary, own if listed is None else listed, new_id)
+                tokens = (
+                    -(-len(text) // per_token) if per_token else count_tokens(text)
+                ) + MESSAGE_OVERHEAD_TOKENS
+                size = len(text) if text.isascii() else len(text.encode("utf-8"))
+                position = len(messages)
+                messages.append(summary)
+                token_list.append(tokens)
+                order, turn, kind = group.order, group.turn, group.kind
+                if order > last_order:  # in logical order: the slot lies after the previous one
+                    slot += 1
+                    while all_groups[slot] is not group:
+                        slot += 1
+                else:
+                    slot = bisect_left(all_groups, order, key=order_key)
+                last_order = order
+                summary_group = new_group(MessageGroup)
+                summary_group.index = self
+                summary_group.kind = summary_kind
+                summary_group.turn = turn
+                summary_group.order = order
+                summary_group.first_index = position
+                summary_group.later_indices = None
+                summary_group.token_count = tokens
+                summary_group.byte_count = size
+                summary_group.excluded = False
+                summary_group.call_ids = ()
+                summary_group.unanswered = None
+                group_of.append(summary_group)
+                all_groups[slot] = summary_group  # the summary takes the group's slot
+                if slot < state.head:
+                    state.head = slot
+                summaries.add(position)
+                # The summary takes the group's place in the included totals: one group for one.
+                group.excluded = True
+                added_tokens += tokens
+                added_bytes += size
+                message_change += 1 - len(own)
+                token_change += tokens - group.token_count
+                byte_change += size - group.byte_count
+                if kind is tool_kind:
+                    tool_groups_gone += 1
+                elif turn is not None and kind is system_kind:  # it did not count in its turn
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        state.included_turn_count += 1
+                if journal is not None:
+                    journal[0].append(group)
+                    journal[1].append(summary_group)
+                made.append(summary_group)
+        finally:
+            state.total_tokens += added_tokens
+            state.total_bytes += added_bytes
+            state.included_message_count += message_change
+            state.included_token_count += token_change
+            state.included_byte_count += byte_change
+            state.included_tool_group_count -= tool_groups_gone
         return made
 
     # -- recording ----------------------------------------------------------------------------

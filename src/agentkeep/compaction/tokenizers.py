@@ -149,9 +149,20 @@ class OpenAITokenizer:
         return f"OpenAITokenizer({self._name!r})"
 
 
+_encode_json = msgspec.json.Encoder(enc_hook=str).encode
+"""JSON bytes of a value; whatever is not JSON-compatible is counted by its ``str()`` (an estimate
+must never fail). One encoder for every call: cheaper than ``msgspec.json.encode`` each time."""
+
+
 def _json(value: Any) -> str:
-    # Whatever is not JSON-compatible is counted by its str(): an estimate must never fail.
-    return msgspec.json.encode(value, enc_hook=str).decode()
+    return _encode_json(value).decode()
+
+
+def _call_text(content: FunctionCallContent) -> str:
+    args = content.arguments
+    if args is None:
+        return content.name
+    return f"{content.name} {args if isinstance(args, str) else _json(args)}"
 
 
 def message_token_text(message: Message) -> str:
@@ -163,18 +174,22 @@ def message_token_text(message: Message) -> str:
     their cost depends on the service and is not text.
     """
     contents = message.contents
-    if len(contents) == 1 and type(contents[0]) is TextContent:
-        return contents[0].text
+    if len(contents) == 1:  # the common messages, without the loop below
+        only = contents[0]
+        kind = type(only)
+        if kind is TextContent:
+            return cast(TextContent, only).text
+        if kind is FunctionResultContent:
+            result = cast(FunctionResultContent, only)
+            return result.exception if result.exception is not None else _json(result.result)
+        if kind is FunctionCallContent:
+            return _call_text(cast(FunctionCallContent, only))
     parts: list[str] = []
     for content in contents:
         if isinstance(content, TextContent | TextReasoningContent):
             parts.append(content.text)
         elif isinstance(content, FunctionCallContent):
-            args = content.arguments
-            if args is None:
-                parts.append(content.name)
-            else:
-                parts.append(f"{content.name} {args if isinstance(args, str) else _json(args)}")
+            parts.append(_call_text(content))
         elif isinstance(content, FunctionResultContent):
             parts.append(content.exception if content.exception is not None else _json(content.result))
         elif isinstance(content, ErrorContent):

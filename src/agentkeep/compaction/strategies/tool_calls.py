@@ -52,13 +52,18 @@ def _tool_candidates(
 def one_line(value: Any, limit: int = _RESULT_PREVIEW_CHARS) -> str:
     """``value`` as one line of at most ``limit`` characters (JSON for non-strings, whitespace
     collapsed, ``…`` where it is cut); cheap for long values."""
-    if isinstance(value, str):
+    if type(value) is str:
         text = value
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
         except (TypeError, ValueError):
             text = str(value)
+    head = text[: limit + 1]
+    if head.isprintable() and "  " not in head and head[:1] != " " and head[-1:] != " ":
+        # The common case, told apart by two C-level scans: no whitespace but single spaces (a
+        # printable string has no other whitespace), none at the ends: nothing to collapse.
+        return head if len(head) <= limit else head[: limit - 1] + "…"
     # Whitespace is collapsed before shortening. A prefix is collapsed, longer ones until it is
     # long enough: a collapsed prefix begins the collapsed whole, so then the cut is the same.
     scan = limit + 16
@@ -66,9 +71,7 @@ def one_line(value: Any, limit: int = _RESULT_PREVIEW_CHARS) -> str:
     while len(line) <= limit and scan < len(text):
         scan *= 4
         line = " ".join(text[:scan].split())
-    if len(line) > limit:
-        line = line[: limit - 1] + "…"
-    return line
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def tool_group_summary_text(messages: Sequence[Message]) -> str:
@@ -81,24 +84,20 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
         ``[Tool results: name: result; ...]`` with each result shortened, or ``[Tool calls: ...]``
         when no result is present.
     """
+    # One pass: in a group every call comes before the results that answer it.
     names: dict[str, str] = {}
-    called: list[str] = []
-    results: list[FunctionResultContent] = []
+    parts: list[str] = []
     for message in messages:
         for content in message.contents:
             if isinstance(content, FunctionCallContent):
                 names[content.call_id] = content.name
-                called.append(content.name)
             elif isinstance(content, FunctionResultContent):
-                results.append(content)
-    if results:
-        parts = [
-            f"{names.get(result.call_id, result.call_id)}: "
-            + (one_line(f"error: {result.exception}") if result.exception else one_line(result.result))
-            for result in results
-        ]
+                exception = content.exception
+                preview = one_line(f"error: {exception}") if exception else one_line(content.result)
+                parts.append(f"{names.get(content.call_id, content.call_id)}: {preview}")
+    if parts:
         return f"[Tool results: {'; '.join(parts)}]"
-    return f"[Tool calls: {', '.join(called) or 'unknown'}]"
+    return f"[Tool calls: {', '.join(names.values()) or 'unknown'}]"
 
 
 def tool_group_summary(group: MessageGroup) -> Message:
@@ -156,13 +155,13 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         groups = _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
-        return (g for g in groups if g.is_complete)
+        return (g for g in groups if not g.unanswered)  # complete groups only
 
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
         index.replace([group], tool_group_summary(group))
 
     def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
-        return bool(index.replace_each(groups, tool_group_summary))
+        return bool(index.collapse_each(groups, tool_group_summary_text))
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
