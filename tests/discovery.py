@@ -1,12 +1,23 @@
-"""Plug-in discovery for the conformance suites: every ``backend_<name>.py`` module of a package."""
+"""Backends for the tests: every ``backend_<name>.py`` module of a package, described for the
+shipped conformance suites, and one way to run a check of them as a test."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from types import ModuleType
+from typing import Any
 
-__all__ = ["backend_modules"]
+import pytest
+
+from agentkeep.testing.conformance import (
+    ConformanceCheck,
+    MessageStoreBackend,
+    NotApplicable,
+    SessionStoreBackend,
+)
+
+__all__ = ["backend_modules", "message_store_backend", "run_check", "session_store_backend"]
 
 
 def backend_modules(package: str) -> list[ModuleType]:
@@ -17,3 +28,31 @@ def backend_modules(package: str) -> list[ModuleType]:
         for info in sorted(pkgutil.iter_modules(folders), key=lambda i: i.name)
         if info.name.startswith("backend_")
     ]
+
+
+def message_store_backend(module: ModuleType) -> MessageStoreBackend:
+    """The description of a ``tests/storage/backend_*`` module for the message-store suite."""
+    spec_of, from_spec = getattr(module, "spec_of", None), getattr(module, "store_from_spec", None)
+    return MessageStoreBackend(
+        module.NAME,
+        module.open_store,
+        corrupt=getattr(module, "corrupt", None),
+        corrupt_summaries=getattr(module, "corrupt_summaries", None),
+        mark_newer_version=getattr(module, "mark_newer_version", None),
+        reopen=None if spec_of is None or from_spec is None else lambda store: from_spec(spec_of(store)),
+    )
+
+
+def session_store_backend(module: ModuleType) -> SessionStoreBackend:
+    """The description of a ``tests/stores/backend_*`` module for the session-store suite."""
+    return SessionStoreBackend(
+        module.NAME, module.open_session_store, corrupt_session=getattr(module, "corrupt_session", None)
+    )
+
+
+async def run_check(check: ConformanceCheck[Any], backend: Any) -> None:
+    """Run ``check`` on ``backend`` as a test: a check that does not apply is a skip."""
+    try:
+        await check(backend)
+    except NotApplicable as reason:
+        pytest.skip(str(reason))

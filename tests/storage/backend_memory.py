@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from agentkeep.storage import InMemoryMessageStore, MessageStore
-from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "memory"
 CROSS_PROCESS = False
@@ -21,6 +20,3 @@ async def open_store(**options: Any) -> AsyncIterator[MessageStore]:
         yield store
     finally:
         await store.aclose()
-
-
-BACKEND = MessageStoreBackend(NAME, open_store)

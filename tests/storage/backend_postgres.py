@@ -14,7 +14,6 @@ from psycopg.abc import QueryNoTemplate
 
 from agentkeep.storage import MessageStore
 from agentkeep.storage.postgres import SCHEMA_VERSION, PostgresMessageStore
-from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "postgres"
 URL = os.environ.get("AGENTKEEP_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -92,13 +91,3 @@ async def mark_newer_version(store: MessageStore) -> None:
         ),
         (SCHEMA_VERSION + 1,),
     )
-
-
-BACKEND = MessageStoreBackend(
-    NAME,
-    open_store,
-    corrupt=corrupt,
-    corrupt_summaries=corrupt_summaries,
-    mark_newer_version=mark_newer_version,
-    reopen=lambda store: store_from_spec(spec_of(store)),
-)

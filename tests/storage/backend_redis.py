@@ -16,7 +16,6 @@ import redis.asyncio as aioredis
 
 from agentkeep.storage import MessageStore
 from agentkeep.storage.redis import LAYOUT_VERSION, RedisMessageStore
-from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "redis"
 CROSS_PROCESS = True
@@ -103,13 +102,3 @@ async def mark_newer_version(store: MessageStore) -> None:
         await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
     finally:
         await client.aclose()
-
-
-BACKEND = MessageStoreBackend(
-    NAME,
-    open_store,
-    corrupt=corrupt,
-    corrupt_summaries=corrupt_summaries,
-    mark_newer_version=mark_newer_version,
-    reopen=lambda store: store_from_spec(spec_of(store)),
-)

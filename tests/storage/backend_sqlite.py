@@ -13,7 +13,6 @@ from typing import Any
 
 from agentkeep.storage import MessageStore
 from agentkeep.storage.sqlite import SCHEMA_VERSION, SQLiteMessageStore
-from agentkeep.testing.conformance import MessageStoreBackend
 
 NAME = "sqlite"
 CROSS_PROCESS = True
@@ -83,13 +82,3 @@ async def mark_newer_version(store: MessageStore) -> None:
         "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, 1, 0)",
         (SCHEMA_VERSION + 1,),
     )
-
-
-BACKEND = MessageStoreBackend(
-    NAME,
-    open_store,
-    corrupt=corrupt,
-    corrupt_summaries=corrupt_summaries,
-    mark_newer_version=mark_newer_version,
-    reopen=lambda store: store_from_spec(spec_of(store)),
-)

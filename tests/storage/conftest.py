@@ -3,8 +3,6 @@
 Each backend is a module ``tests/storage/backend_<name>.py`` that defines:
 
 * ``NAME``: the backend's name (``store.backend``);
-* ``BACKEND``: its :class:`~agentkeep.testing.conformance.MessageStoreBackend`, which the shipped
-  suite (``test_conformance.py``) runs on;
 * ``open_store(**options)``: an async context manager giving a fresh, isolated store (its own file,
   key prefix or schema) created with ``options`` (``max_messages``, ``ttl``), set up, and removed
   afterwards;
@@ -15,7 +13,9 @@ Each backend is a module ``tests/storage/backend_<name>.py`` that defines:
 * ``mark_newer_version(store)``: make the stored data claim a newer format/schema version;
 * ``stop_backend`` / ``restart_backend`` (optional, for fault tests of server backends).
 
-The ``backend`` fixture runs every test that takes it once per module found.
+The ``backend`` fixture runs every test that takes it once per module found; the shipped suite
+(``test_conformance.py``) sees each module as :func:`tests.discovery.message_store_backend`
+describes it.
 """
 
 from __future__ import annotations

@@ -10,19 +10,12 @@ from types import ModuleType
 
 import pytest
 
-from agentkeep.testing.conformance import (
-    ConformanceCheck,
-    MessageStoreBackend,
-    NotApplicable,
-    message_store_checks,
-)
+from agentkeep.testing.conformance import ConformanceCheck, MessageStoreBackend, message_store_checks
+from tests.discovery import message_store_backend, run_check
 
 
 @pytest.mark.parametrize("check", message_store_checks(), ids=str)
 async def test_message_store_contract(
     check: ConformanceCheck[MessageStoreBackend], backend: ModuleType
 ) -> None:
-    try:
-        await check(backend.BACKEND)
-    except NotApplicable as reason:
-        pytest.skip(str(reason))
+    await run_check(check, message_store_backend(backend))

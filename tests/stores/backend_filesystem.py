@@ -9,7 +9,6 @@ from typing import Any
 
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore, FileSystemSessionStore
-from agentkeep.testing.conformance import SessionStoreBackend
 
 NAME = "filesystem"
 CROSS_PROCESS = True
@@ -39,6 +38,3 @@ def session_store_spec(store: AgentSessionStore) -> dict[str, Any]:
 
 def session_store_from_spec(spec: dict[str, Any]) -> AgentSessionStore:
     return FileSystemSessionStore(spec["root_dir"])
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

@@ -12,7 +12,6 @@ from typing import Any
 
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore, FileSystemSessionStore, IsolationKeyScopedSessionStore
-from agentkeep.testing.conformance import SessionStoreBackend
 
 NAME = "isolation"
 CROSS_PROCESS = True
@@ -46,6 +45,3 @@ def session_store_spec(store: AgentSessionStore) -> dict[str, Any]:
 def session_store_from_spec(spec: dict[str, Any]) -> AgentSessionStore:
     inner = FileSystemSessionStore(spec["root_dir"])
     return IsolationKeyScopedSessionStore(inner, spec["isolation_key"], owns_inner_store=True)
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore, InMemorySessionStore, agent_key
-from agentkeep.testing.conformance import SessionStoreBackend
 
 NAME = "memory"
 CROSS_PROCESS = False
@@ -27,6 +26,3 @@ def corrupt_session(store: AgentSessionStore, agent: Agent, conversation_id: str
     key = (agent_key(agent), conversation_id)
     version, _ = store._sessions[key]
     store._sessions[key] = (version, b'{"version": 1, "session_id": ')
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

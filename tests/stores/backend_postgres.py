@@ -11,7 +11,6 @@ from psycopg import sql
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore, agent_key
 from agentkeep.stores.postgres import PostgresSessionStore
-from agentkeep.testing.conformance import SessionStoreBackend
 from tests.storage.backend_postgres import URL, drop_schema, execute, new_schema
 
 NAME = "postgres"
@@ -49,6 +48,3 @@ def session_store_spec(store: AgentSessionStore) -> dict[str, Any]:
 
 def session_store_from_spec(spec: dict[str, Any]) -> AgentSessionStore:
     return PostgresSessionStore.from_url(spec["url"], schema=spec["schema"], timeout=spec["timeout"])
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

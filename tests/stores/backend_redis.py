@@ -15,7 +15,6 @@ import redis.asyncio as aioredis
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore
 from agentkeep.stores.redis import RedisSessionStore
-from agentkeep.testing.conformance import SessionStoreBackend
 from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
 NAME = "redis"
@@ -51,6 +50,3 @@ def session_store_spec(store: AgentSessionStore) -> dict[str, Any]:
 
 def session_store_from_spec(spec: dict[str, Any]) -> AgentSessionStore:
     return RedisSessionStore.from_url(spec["url"], key_prefix=spec["key_prefix"], timeout=spec["timeout"])
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

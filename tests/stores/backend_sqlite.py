@@ -14,7 +14,6 @@ from typing import Any
 from agentkeep import Agent
 from agentkeep.stores import AgentSessionStore, agent_key
 from agentkeep.stores.sqlite import SQLiteSessionStore
-from agentkeep.testing.conformance import SessionStoreBackend
 
 NAME = "sqlite"
 CROSS_PROCESS = True
@@ -53,6 +52,3 @@ def session_store_spec(store: AgentSessionStore) -> dict[str, Any]:
 
 def session_store_from_spec(spec: dict[str, Any]) -> AgentSessionStore:
     return SQLiteSessionStore(spec["path"], timeout=spec["timeout"])
-
-
-BACKEND = SessionStoreBackend(NAME, open_session_store, corrupt_session=corrupt_session)

@@ -4,7 +4,6 @@ cross-process tests (``test_multiprocess.py``).
 Each backend is a module ``tests/stores/backend_<name>.py`` that defines:
 
 * ``NAME``: the backend's name (the test id);
-* ``BACKEND``: its :class:`~agentkeep.testing.conformance.SessionStoreBackend` (the shipped suite);
 * ``open_session_store()``: an async context manager giving a fresh, isolated
   :class:`~agentkeep.stores.AgentSessionStore` (its own folder, file, key prefix or schema, with no
   sessions in it), removed and closed afterwards;
@@ -14,7 +13,9 @@ Each backend is a module ``tests/stores/backend_<name>.py`` that defines:
   ``session_store_spec(store) -> dict`` (JSON-serializable) and ``session_store_from_spec(spec)``
   (builds, in another process, a store on the same data; the caller closes it with ``aclose()``).
 
-The ``session_backend`` fixture runs every test that takes it once per module found.
+The ``session_backend`` fixture runs every test that takes it once per module found; the shipped
+suite (``test_conformance.py``) sees each module as :func:`tests.discovery.session_store_backend`
+describes it.
 """
 
 from __future__ import annotations

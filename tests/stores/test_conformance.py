@@ -10,19 +10,12 @@ from types import ModuleType
 
 import pytest
 
-from agentkeep.testing.conformance import (
-    ConformanceCheck,
-    NotApplicable,
-    SessionStoreBackend,
-    session_store_checks,
-)
+from agentkeep.testing.conformance import ConformanceCheck, SessionStoreBackend, session_store_checks
+from tests.discovery import run_check, session_store_backend
 
 
 @pytest.mark.parametrize("check", session_store_checks(), ids=str)
 async def test_session_store_contract(
     check: ConformanceCheck[SessionStoreBackend], session_backend: ModuleType
 ) -> None:
-    try:
-        await check(session_backend.BACKEND)
-    except NotApplicable as reason:
-        pytest.skip(str(reason))
+    await run_check(check, session_store_backend(session_backend))

@@ -90,7 +90,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
                 _append_structured(state, message, position, tokens, size, tail)
                 turn = len(turn_live) - 1 if turn_live else None
                 continue
-            # -- a new group of this one message, made and counted inline --
+            # -- a new group of this one message, made (as MessageGroup() would) and counted inline --
             if kind is _USER:
                 turn = len(turn_live)
                 turn_live.append(0)
@@ -145,19 +145,8 @@ def _append_structured(
             return
         if type(content) is FunctionResultContent:
             owner = state.calls.get(content.call_id)
-            if owner is not None:  # as _add_to does, inline: every tool loop's result comes here
-                later = owner.later_indices
-                if later is None:
-                    owner.later_indices = [position]
-                else:
-                    later.append(position)
-                owner.token_count += tokens
-                owner.byte_count += size
-                state.group_of.append(owner)
-                if not owner.excluded:
-                    state.included_message_count += 1
-                    state.included_token_count += tokens
-                    state.included_byte_count += size
+            if owner is not None:
+                _add_to(state, owner, position, tokens, size)
                 if owner.unanswered:
                     owner.unanswered.discard(content.call_id)
                 return
@@ -184,17 +173,8 @@ def _append_structured(
 
 def _new_tool_group(state: IndexState, position: int, tokens: int, size: int, call_ids: list[str]) -> None:
     """A new tool-call group of the call message at ``position``, its calls pending, counted."""
-    turn_live = state.turn_live
-    turn = len(turn_live) - 1
-    group = MessageGroup.__new__(MessageGroup)
-    group.index = state.owner
-    group.kind = _TOOL
-    group.turn = turn if turn >= 0 else None
-    group.order = group.first_index = position
-    group.later_indices = None
-    group.token_count = tokens
-    group.byte_count = size
-    group.excluded = False
+    turn = len(state.turn_live) - 1
+    group = MessageGroup(state.owner, _TOOL, turn if turn >= 0 else None, position, position, tokens, size)
     group.call_ids = call_ids
     group.unanswered = set(call_ids)
     calls = state.calls
@@ -209,8 +189,8 @@ def _new_tool_group(state: IndexState, position: int, tokens: int, size: int, ca
     state.included_byte_count += size
     state.included_tool_group_count += 1
     if turn >= 0:
-        live = turn_live[turn] + 1
-        turn_live[turn] = live
+        live = state.turn_live[turn] + 1
+        state.turn_live[turn] = live
         if live == 1:
             state.included_turn_count += 1
 
@@ -272,9 +252,7 @@ def _new_group(
     if kind is _USER:
         turn_live.append(0)
     turn = len(turn_live) - 1
-    group = MessageGroup(state.owner, kind, turn if turn >= 0 else None, position)
-    group.token_count = tokens
-    group.byte_count = size
+    group = MessageGroup(state.owner, kind, turn if turn >= 0 else None, position, position, tokens, size)
     state.groups.append(group)
     state.group_of.append(group)
     if kind is _TOOL:

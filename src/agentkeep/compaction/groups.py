@@ -159,6 +159,8 @@ class MessageGroup:
         turn: int | None,
         position: int,
         order: int | None = None,
+        token_count: int = 0,
+        byte_count: int = 0,
     ) -> None:
         self.index = index
         self.kind = kind
@@ -166,8 +168,8 @@ class MessageGroup:
         self.order = position if order is None else order
         self.first_index = position
         self.later_indices = None
-        self.token_count = 0
-        self.byte_count = 0
+        self.token_count = token_count
+        self.byte_count = byte_count
         self.excluded = False
         self.call_ids = ()
         self.unanswered = None

@@ -382,7 +382,6 @@ class MessageIndex:
         tokenizer = state.tokenizer
         per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
         count_tokens = tokenizer.count_tokens
-        new_group = MessageGroup.__new__
         summary_kind, tool_kind, system_kind = (
             MessageGroupKind.SUMMARY,
             MessageGroupKind.TOOL_CALL,
@@ -422,18 +421,7 @@ class MessageIndex:
                 else:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order
-                summary_group = new_group(MessageGroup)
-                summary_group.index = self
-                summary_group.kind = summary_kind
-                summary_group.turn = turn
-                summary_group.order = order
-                summary_group.first_index = position
-                summary_group.later_indices = None
-                summary_group.token_count = tokens
-                summary_group.byte_count = size
-                summary_group.excluded = False
-                summary_group.call_ids = ()
-                summary_group.unanswered = None
+                summary_group = MessageGroup(self, summary_kind, turn, position, order, tokens, size)
                 group_of.append(summary_group)
                 all_groups[slot] = summary_group  # the summary takes the group's slot
                 if slot < state.head:

@@ -81,6 +81,15 @@ def _echo(messages: Sequence[Message]) -> str:
     return f"re: {messages[-1].text}"
 
 
+def _echo_agent(
+    store: MessageStore, **options: Any
+) -> tuple[StorageHistoryProvider, ScriptedChatClient, Agent]:
+    """A history provider on ``store``, a model that echoes, and an agent with both."""
+    provider = StorageHistoryProvider(store, "db", **options)
+    client = ScriptedChatClient(_echo)
+    return provider, client, Agent(client, context_providers=[provider])
+
+
 def _weather(city: str) -> str:
     """The weather in a city."""
     return f"sunny in {city}"
@@ -123,9 +132,7 @@ async def each_turn_stores_its_two_messages(backend: MessageStoreBackend) -> Non
 async def the_session_keeps_only_the_key_and_resumes(backend: MessageStoreBackend) -> None:
     """A serialized session holds the conversation id only, and a restored one continues it."""
     async with backend.open() as store:
-        provider = StorageHistoryProvider(store, "db")
-        client = ScriptedChatClient(_echo)
-        agent = Agent(client, context_providers=[provider])
+        _, client, agent = _echo_agent(store)
         session = agent.create_session()
         for i in range(20):
             await agent.run(f"message {i} " + "x" * 200, session=session)
@@ -142,9 +149,7 @@ async def the_session_keeps_only_the_key_and_resumes(backend: MessageStoreBacken
 async def attach_points_a_new_session_at_a_stored_conversation(backend: MessageStoreBackend) -> None:
     """``attach`` makes a new session continue an existing conversation."""
     async with backend.open() as store:
-        provider = StorageHistoryProvider(store, "db")
-        client = ScriptedChatClient(_echo)
-        agent = Agent(client, context_providers=[provider])
+        provider, client, agent = _echo_agent(store)
         await agent.run(
             "What is the weather in Amsterdam?", session=agent.create_session(session_id="conv-7")
         )
@@ -159,8 +164,7 @@ async def turns_read_only_what_is_new(backend: MessageStoreBackend) -> None:
     """After the first load, each turn asks the store only for the messages appended since."""
     async with backend.open() as store:
         counting = CountingStore(store)
-        provider = StorageHistoryProvider(counting, "db")
-        agent = Agent(ScriptedChatClient(_echo), context_providers=[provider])
+        _, _, agent = _echo_agent(counting)
         session = agent.create_session()
         for i in range(5):
             await agent.run(f"turn {i}", session=session)
@@ -177,9 +181,7 @@ async def turns_read_only_what_is_new(backend: MessageStoreBackend) -> None:
 async def a_compaction_by_another_writer_is_picked_up(backend: MessageStoreBackend) -> None:
     """A compaction recorded by someone else changes what the next turn loads."""
     async with backend.open() as store:
-        provider = StorageHistoryProvider(store, "db")
-        client = ScriptedChatClient(_echo)
-        agent = Agent(client, context_providers=[provider])
+        provider, client, agent = _echo_agent(store)
         session = agent.create_session()
         for i in range(3):
             await agent.run(f"turn {i}", session=session)
@@ -197,9 +199,7 @@ async def a_compaction_by_another_writer_is_picked_up(backend: MessageStoreBacke
 async def load_limit_bounds_the_window_without_orphan_tool_results(backend: MessageStoreBackend) -> None:
     """``load_limit`` loads the newest messages, never starting with results whose call is cut off."""
     async with backend.open() as store:
-        provider = StorageHistoryProvider(store, "db", load_limit=2)
-        client = ScriptedChatClient(_echo)
-        agent = Agent(client, context_providers=[provider])
+        provider, client, agent = _echo_agent(store, load_limit=2)
         session = agent.create_session()
         stored = [
             Message("user", ["q"]),
