@@ -84,23 +84,21 @@ class MessageIdGenerator:
         batch: How many ids' worth of random bytes to read at a time.
     """
 
-    __slots__ = ("_batch", "_prefix", "_random", "_used")
+    __slots__ = ("_batch", "_ready")
 
     def __init__(self, *, batch: int = 256) -> None:
         if batch <= 0:
             raise ValueError("batch must be positive")
         self._batch = batch
-        self._random = ""
-        self._used = 0
-        self._prefix = ""
+        self._ready: list[str] = []  # made ahead, handed out from the end
 
     def __call__(self) -> str:
-        used = self._used
-        if used >= len(self._random):
-            self._prefix = f"{time.time_ns() // 1_000_000:012x}"
-            self._random, used = os.urandom(10 * self._batch).hex(), 0
-        self._used = used + 20
-        return self._prefix + self._random[used : used + 20]
+        ready = self._ready
+        if not ready:
+            prefix = f"{time.time_ns() // 1_000_000:012x}"
+            random = os.urandom(10 * self._batch).hex()
+            ready.extend([prefix + random[at : at + 20] for at in range(20 * self._batch - 20, -1, -20)])
+        return ready.pop()
 
 
 def _format_time(value: datetime) -> str:
