@@ -1,8 +1,8 @@
 """agentkeep: sessions, durable history, memory (context providers) and compaction for LLM agents.
 
-The public names are re-exported here; each lives in one module (see the package layout in the
-README): messages and contents, sessions and state, providers and history, the agent, tools,
-chat clients, errors.
+The public names are re-exported here; each lives in one module (the map is in
+``docs/architecture.md``): messages and contents, sessions and state, providers and history, the
+agent, tools, chat clients, the harness agent, storage-backed history, errors.
 """
 
 from .agent import Agent, AgentResponse, AgentResponseUpdate, AgentRunStream
