@@ -27,6 +27,7 @@ from agentkeep import (
     UsageDetails,
     get_source_id,
     get_source_type,
+    message_id_generator,
     new_message_id,
     normalize_messages,
 )
@@ -453,6 +454,23 @@ def test_ids_are_unique_and_hex() -> None:
     ids = [new_message_id() for _ in range(2000)]
     assert len(set(ids)) == len(ids)
     assert all(HEX32.fullmatch(i) for i in ids)
+
+
+def test_an_id_generator_makes_unique_time_ordered_ids_in_batches() -> None:
+    next_id = message_id_generator(batch=3)
+    ids = [next_id() for _ in range(10)]  # four batches, the last one partly used
+    assert len(set(ids)) == 10
+    assert all(HEX32.fullmatch(i) for i in ids)
+    prefixes = [int(i[:12], 16) for i in ids]
+    assert prefixes == sorted(prefixes)  # batches are made in time order
+    assert len({i[:12] for i in ids[:3]}) == 1  # one clock read per batch
+    assert abs(prefixes[0] - time.time_ns() // 1_000_000) < 60_000
+
+
+@pytest.mark.parametrize("batch", [0, -1])
+def test_an_id_generator_needs_a_positive_batch(batch: int) -> None:
+    with pytest.raises(ValueError, match="batch must be positive"):
+        message_id_generator(batch=batch)
 
 
 def test_ids_are_time_ordered() -> None:

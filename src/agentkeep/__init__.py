@@ -48,12 +48,12 @@ from .errors import (
 from .message_log import MessageChain, MessageLog, MessageView
 from .messages import (
     Message,
-    MessageIdGenerator,
     MessageInput,
     MessageSourceType,
     Role,
     get_source_id,
     get_source_type,
+    message_id_generator,
     new_message_id,
     normalize_messages,
 )
@@ -116,7 +116,6 @@ __all__ = [
     "MessageCountingChatReducer",
     "MessageFilter",
     "MessageFormatError",
-    "MessageIdGenerator",
     "MessageInput",
     "MessageLog",
     "MessageSourceType",
@@ -150,6 +149,7 @@ __all__ = [
     "create_harness_agent",
     "get_source_id",
     "get_source_type",
+    "message_id_generator",
     "new_message_id",
     "normalize_messages",
     "tool",

@@ -10,7 +10,7 @@ storage never has to compare message bodies to tell messages apart.
 :func:`get_source_id` read the stamp. Stamps are request metadata, not part of the wire form.
 Stamping never mutates a caller's message: :meth:`Message.with_source` returns a shallow copy,
 and a history log stamps each message once, when it is stored (see
-:mod:`agentkeep.sequences`), so loading a long history stamps nothing.
+:mod:`agentkeep.message_log`), so loading a long history stamps nothing.
 
 **Wire form.** ``{"role": "user", "contents": [{"type": "text", "text": "hi"}], "message_id":
 "...", "created_at": "2026-01-01T00:00:00Z"}``; empty optional fields are left out. Unknown
@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
+from itertools import chain, repeat
 from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
 import msgspec
@@ -33,12 +34,12 @@ from .errors import MessageFormatError
 
 __all__ = [
     "Message",
-    "MessageIdGenerator",
     "MessageInput",
     "MessageSourceType",
     "Role",
     "get_source_id",
     "get_source_type",
+    "message_id_generator",
     "new_message_id",
     "normalize_messages",
 ]
@@ -72,33 +73,36 @@ def new_message_id() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{int.from_bytes(os.urandom(10)):020x}"
 
 
-class MessageIdGenerator:
-    """Makes ids like :func:`new_message_id`, reading the clock and random bytes once per batch.
+def message_id_generator(*, batch: int = 256) -> Callable[[], str]:
+    """A source of ids like :func:`new_message_id` that reads the clock and random bytes once per
+    ``batch`` ids; call it for the next id.
 
     For code that names many messages at once (a compaction collapsing a long history names tens
     of thousands): one system call per ``batch`` ids instead of two per id. The ids of one batch
-    share the millisecond they were made in, so they still sort by creation time. Call it for the
-    next id.
+    share the millisecond they were made in, so they still sort by creation time. The callable is
+    the C-level ``__next__`` of an endless chain of batches, so an id costs no Python frame;
+    a batch is made only when the previous one is used up.
 
     Args:
-        batch: How many ids' worth of random bytes to read at a time.
+        batch: How many ids to make at a time.
+
+    Raises:
+        ValueError: ``batch`` is not positive.
+
+    Example:
+        >>> next_id = message_id_generator()
+        >>> len(next_id()), next_id() != next_id()
+        (32, True)
     """
+    if batch <= 0:
+        raise ValueError("batch must be positive")
+    return chain.from_iterable(map(_id_batch, repeat(batch))).__next__
 
-    __slots__ = ("_batch", "_ready")
 
-    def __init__(self, *, batch: int = 256) -> None:
-        if batch <= 0:
-            raise ValueError("batch must be positive")
-        self._batch = batch
-        self._ready: list[str] = []  # made ahead, handed out from the end
-
-    def __call__(self) -> str:
-        ready = self._ready
-        if not ready:
-            prefix = f"{time.time_ns() // 1_000_000:012x}"
-            random = os.urandom(10 * self._batch).hex()
-            ready.extend([prefix + random[at : at + 20] for at in range(20 * self._batch - 20, -1, -20)])
-        return ready.pop()
+def _id_batch(size: int) -> list[str]:
+    prefix = f"{time.time_ns() // 1_000_000:012x}"
+    random = os.urandom(10 * size).hex()
+    return [prefix + random[at : at + 20] for at in range(0, 20 * size, 20)]
 
 
 def _format_time(value: datetime) -> str:

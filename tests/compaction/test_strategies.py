@@ -475,3 +475,18 @@ def test_one_line_is_the_collapsed_text_cut_to_the_limit(text: str, limit: int) 
     collapsed = " ".join(text.split())
     expected = collapsed if len(collapsed) <= limit else collapsed[: limit - 1] + "…"
     assert one_line(text, limit) == expected
+
+
+def test_a_call_and_its_result_read_as_in_any_other_group() -> None:
+    # One call and its result (the common group) against the same contents with a text part in
+    # front of the call, which goes through the general form.
+    def with_text(message: Message) -> Message:
+        return Message("assistant", [Content.from_text(""), *message.contents])
+
+    failed = Message("tool", [Content.from_function_result("c1", exception="TimeoutError: slow")])
+    for group in ([call("c1"), result("c1")], [call("c1"), failed], [call("c1"), result("other")]):
+        general = tool_group_summary_text([with_text(group[0]), group[1]])
+        assert tool_group_summary_text(group) == general
+    expected = "[Tool results: get_weather: error: TimeoutError: slow]"
+    assert tool_group_summary_text([call("c1"), failed]) == expected
+    assert tool_group_summary_text([call("c1"), result("other")]) == "[Tool results: other: sunny, 18°C]"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from typing import Final, cast
+from typing import Final
 
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
@@ -45,13 +45,14 @@ _TOOL: Final = MessageGroupKind.TOOL_CALL
 def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
     """Add ``messages`` to the index ``state``, grouping and counting only them.
 
-    The common message (one text content, or a summary or system message) forms a group of its
-    own and is handled here, in one pass written for speed: this loop is the whole cold build of
-    a long history. Messages with calls, results or reasoning go to :func:`_append_structured`.
-    Totals of the common path are summed in locals and added once at the end (in ``finally``, so
-    they stay exact if the tokenizer raises); the other paths add to ``state`` directly, and sums
-    commute. Turn counts are not sums (a turn is included when its count leaves 0), so they are
-    kept up to date as groups are made.
+    The common messages are handled here, in one pass written for speed: this loop is the whole
+    cold build of a long history. A message that forms a group of its own (one text content, a
+    summary or system message, one function call) gets it made inline; a message with one result
+    joins its call's group inline; the rest (parallel calls, reasoning, unknown results, several
+    contents) go to :func:`_append_structured`. Totals of the inline paths are summed in locals
+    and added once at the end (in ``finally``, so they stay exact if the tokenizer raises); the
+    other path adds to ``state`` directly, and sums commute. Turn counts are not sums (a turn is
+    included when its count leaves 0), so they are kept up to date as groups are made.
     """
     tokenizer = state.tokenizer
     count_tokens = tokenizer.count_tokens
@@ -60,15 +61,16 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
     per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
     overhead = MESSAGE_OVERHEAD_TOKENS
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
-    groups, turn_live, tool_groups = state.groups, state.turn_live, state.tool_groups
+    groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
     turn: int | None = len(turn_live) - 1 if turn_live else None
-    total_tokens = total_bytes = made = tokens_made = bytes_made = tool_groups_made = 0
+    total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
         for message in messages:
             contents = message.contents
-            plain = len(contents) == 1 and type(contents[0]) is TextContent
-            text = cast(TextContent, contents[0]).text if plain else message_token_text(message)
+            only = contents[0] if len(contents) == 1 else None
+            plain = type(only) is TextContent
+            text = only.text if plain else message_token_text(message)
             tokens = (-(-len(text) // per_token) if per_token else count_tokens(text)) + overhead
             size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             position = len(all_messages)
@@ -79,6 +81,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
             tail = state.reasoning_tail
             if tail:
                 state.reasoning_tail = []  # any message ends the reasoning tail, or absorbs it
+            call_id: str | None = None
             props = message.additional_properties
             if props is not None and isinstance(props.get(SUMMARY_PROPERTY), list):
                 kind = _SUMMARY
@@ -86,6 +89,25 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
                 kind = _SYSTEM
             elif plain:
                 kind = role_kinds[message.role]
+            elif type(only) is FunctionCallContent and not tail:  # one call: a new tool-call group
+                kind, call_id = _TOOL, only.call_id
+            elif type(only) is FunctionResultContent and (owner := calls.get(only.call_id)) is not None:
+                # -- one result: it joins its call's group (as _add_to would), counted inline --
+                later = owner.later_indices
+                if later is None:
+                    owner.later_indices = [position]
+                else:
+                    later.append(position)
+                owner.token_count += tokens
+                owner.byte_count += size
+                group_of.append(owner)
+                if not owner.excluded:
+                    joined += 1
+                    tokens_made += tokens
+                    bytes_made += size
+                if owner.unanswered:
+                    owner.unanswered.discard(only.call_id)
+                continue
             else:
                 _append_structured(state, message, position, tokens, size, tail)
                 turn = len(turn_live) - 1 if turn_live else None
@@ -103,14 +125,19 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
             group.token_count = tokens
             group.byte_count = size
             group.excluded = False
-            group.call_ids = ()
-            group.unanswered = None
+            if call_id is None:
+                group.call_ids = ()
+                group.unanswered = None
+            else:
+                group.call_ids = [call_id]
+                group.unanswered = {call_id}
+                calls[call_id] = group
             groups.append(group)
             group_of.append(group)
             made += 1
             tokens_made += tokens
             bytes_made += size
-            if kind is _TOOL:  # a tool message without results: a tool-call group of its own
+            if kind is _TOOL:  # a call, or a tool message without results
                 tool_groups_made += 1
                 tool_groups.append(group)
             if turn is not None and kind is not _SYSTEM:
@@ -122,7 +149,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
         state.total_tokens += total_tokens
         state.total_bytes += total_bytes
         state.included_group_count += made
-        state.included_message_count += made
+        state.included_message_count += made + joined
         state.included_token_count += tokens_made
         state.included_byte_count += bytes_made
         state.included_tool_group_count += tool_groups_made
@@ -131,26 +158,9 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
 def _append_structured(
     state: IndexState, message: Message, position: int, tokens: int, size: int, tail: list[MessageGroup]
 ) -> None:
-    """Group a message that has calls, results or reasoning (``tail``: the reasoning-only groups
-    just before it).
-
-    The two common messages of a tool loop, one call and the one result that answers it, take
-    the first branches; everything else goes through :func:`_classify`.
-    """
-    contents = message.contents
-    if len(contents) == 1:
-        content = contents[0]
-        if type(content) is FunctionCallContent and not tail:
-            _new_tool_group(state, position, tokens, size, [content.call_id])
-            return
-        if type(content) is FunctionResultContent:
-            owner = state.calls.get(content.call_id)
-            if owner is not None:
-                _add_to(state, owner, position, tokens, size)
-                if owner.unanswered:
-                    owner.unanswered.discard(content.call_id)
-                return
-    calls, results, reasoning_only = _classify(contents)
+    """Group a message with calls, results or reasoning that the main loop does not handle inline
+    (``tail``: the reasoning-only groups just before it)."""
+    calls, results, reasoning_only = _classify(message.contents)
     if calls and not results and not tail:  # parallel calls: a new tool-call group
         _new_tool_group(state, position, tokens, size, [call.call_id for call in calls])
         return

@@ -32,6 +32,7 @@ __all__ = [
     "SUMMARY_PROPERTY",
     "MessageGroup",
     "MessageGroupKind",
+    "fill_message_ids",
     "is_summary_message",
     "mark_summary",
     "order_key",
@@ -62,22 +63,28 @@ def summarized_message_ids(message: Message) -> list[str]:
     return [item for item in cast("list[Any]", ids) if isinstance(item, str)]
 
 
-def mark_summary(summary: Message, replaced: Sequence[Message], new_id: Callable[[], str]) -> None:
-    """Mark ``summary`` with :data:`SUMMARY_PROPERTY` listing the ids of ``replaced``, in order.
-
-    A replaced message without an id gets one from ``new_id`` first (as it would on entering a
-    session): a summary must name what it replaces.
-    """
-    ids = [message.message_id for message in replaced]
+def fill_message_ids(messages: Sequence[Message], new_id: Callable[[], str]) -> list[str]:
+    """The ``message_id`` of each of ``messages``, in order; one without an id gets one from
+    ``new_id`` first (as it would on entering a session)."""
+    ids = [message.message_id for message in messages]
     if None in ids:
-        for at, message in enumerate(replaced):
+        for at, message in enumerate(messages):
             if message.message_id is None:
                 message.message_id = new_id()
             ids[at] = message.message_id
+    return cast("list[str]", ids)  # every None was filled in above
+
+
+def mark_summary(summary: Message, replaced: Sequence[Message], new_id: Callable[[], str]) -> None:
+    """Mark ``summary`` with :data:`SUMMARY_PROPERTY` listing the ids of ``replaced``, in order.
+
+    A replaced message without an id gets one from ``new_id`` first (see
+    :func:`fill_message_ids`): a summary must name what it replaces.
+    """
+    ids = fill_message_ids(replaced, new_id)
     props = summary.additional_properties
-    marked = cast("list[str]", ids)  # every None was filled in above
     summary.additional_properties = (
-        {SUMMARY_PROPERTY: marked} if props is None else {**props, SUMMARY_PROPERTY: marked}
+        {SUMMARY_PROPERTY: ids} if props is None else {**props, SUMMARY_PROPERTY: ids}
     )
 
 

@@ -38,11 +38,19 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final
 
-from ..messages import Message, MessageIdGenerator, Role
+from ..messages import Message, Role, message_id_generator
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
 from ._projection import included_messages
-from .groups import MessageGroup, MessageGroupKind, mark_summary, order_key, summarized_message_ids
+from .groups import (
+    SUMMARY_PROPERTY,
+    MessageGroup,
+    MessageGroupKind,
+    fill_message_ids,
+    mark_summary,
+    order_key,
+    summarized_message_ids,
+)
 from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
 
 __all__ = ["MessageIndex"]
@@ -285,7 +293,7 @@ class MessageIndex:
             self._check_replaceable(group)
         ordered = sorted({id(g): g for g in groups}.values(), key=order_key)
         if len(ordered) == 1:
-            return self._replace_each(ordered, lambda _: summary, MessageIdGenerator(batch=1))[0]
+            return self._replace_each(ordered, lambda _: summary, message_id_generator(batch=1))[0]
         # The oldest group is replaced as on its own, with the mark listing every message; then
         # the later groups are excluded (in this order, so changes() lists ids in order) and leave
         # the list.
@@ -295,9 +303,8 @@ class MessageIndex:
         tail = state.reasoning_tail
         if tail and any(g in tail for g in later):
             state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-        made = self._replace_each([first], lambda _: summary, MessageIdGenerator(batch=len(listed)), listed)[
-            0
-        ]
+        new_id = message_id_generator(batch=len(listed))
+        made = self._replace_each([first], lambda _: summary, new_id, listed)[0]
         self.exclude_many(later)
         gone = {id(g) for g in later}
         slot = bisect_left(state.groups, first.order, key=order_key)
@@ -322,7 +329,7 @@ class MessageIndex:
             ValueError: A group belongs to another index or is excluded. The groups before it stay
                 replaced.
         """
-        return self._replace_each(groups, summarize, MessageIdGenerator())
+        return self._replace_each(groups, summarize, message_id_generator())
 
     def collapse_each(
         self,
@@ -344,7 +351,7 @@ class MessageIndex:
         Raises:
             ValueError: As :meth:`replace_each`.
         """
-        return self._replace_each(groups, None, MessageIdGenerator(), summary_text=summary_text, role=role)
+        return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
@@ -394,18 +401,21 @@ class MessageIndex:
             for group in groups:
                 if group.index is not self or group_of[group.first_index] is not group or group.excluded:
                     self._check_replaceable(group)  # raises, saying why
-                own = group.messages
+                later = group.later_indices  # the group's messages (as group.messages reads them)
+                first = messages[group.first_index]
+                own = [first, *map(messages.__getitem__, later)] if later else [first]
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    summary = Message(role, text)
+                    ids = fill_message_ids(own if listed is None else listed, new_id)
+                    summary = Message(role, text, additional_properties={SUMMARY_PROPERTY: ids})
                 else:
                     summary = summarize(group)
                     text = message_token_text(summary)
+                    mark_summary(summary, own if listed is None else listed, new_id)
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                mark_summary(summary, own if listed is None else listed, new_id)
                 tokens = (
                     -(-len(text) // per_token) if per_token else count_tokens(text)
                 ) + MESSAGE_OVERHEAD_TOKENS

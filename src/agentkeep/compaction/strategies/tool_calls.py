@@ -60,10 +60,14 @@ def one_line(value: Any, limit: int = _RESULT_PREVIEW_CHARS) -> str:
         except (TypeError, ValueError):
             text = str(value)
     head = text[: limit + 1]
-    if head.isprintable() and "  " not in head and head[:1] != " " and head[-1:] != " ":
+    if head.isprintable() and "  " not in head and head[:1] != " ":
         # The common case, told apart by two C-level scans: no whitespace but single spaces (a
-        # printable string has no other whitespace), none at the ends: nothing to collapse.
-        return head if len(head) <= limit else head[: limit - 1] + "…"
+        # printable string has no other whitespace) and none at the start: nothing to collapse.
+        if head[-1:] != " ":
+            return head if len(head) <= limit else head[: limit - 1] + "…"
+        after = text[limit + 1 : limit + 2]
+        if after and not after.isspace():  # a word follows the cut space: the line goes on
+            return head[: limit - 1] + "…"
     # Whitespace is collapsed before shortening. A prefix is collapsed, longer ones until it is
     # long enough: a collapsed prefix begins the collapsed whole, so then the cut is the same.
     scan = limit + 16
@@ -84,6 +88,18 @@ def tool_group_summary_text(messages: Sequence[Message]) -> str:
         ``[Tool results: name: result; ...]`` with each result shortened, or ``[Tool calls: ...]``
         when no result is present.
     """
+    if len(messages) == 2:  # the common group: one call and the result that answers it
+        calls, results = messages[0].contents, messages[1].contents
+        if len(calls) == 1 and len(results) == 1:
+            call, result = calls[0], results[0]
+            if (
+                type(call) is FunctionCallContent
+                and type(result) is FunctionResultContent
+                and result.call_id == call.call_id
+            ):
+                exception = result.exception
+                preview = one_line(f"error: {exception}") if exception else one_line(result.result)
+                return f"[Tool results: {call.name}: {preview}]"
     # One pass: in a group every call comes before the results that answer it.
     names: dict[str, str] = {}
     parts: list[str] = []
