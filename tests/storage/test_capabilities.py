@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from agentkeep import Agent
+from agentkeep import Agent, storage
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage import (
-    InMemoryMessageStore,
-    MessageStore,
-    SupportsClose,
-    SupportsExpiry,
-    SupportsListing,
-    SupportsPurge,
-    SupportsSetup,
-    close_store,
-    setup_store,
-)
+from agentkeep.storage import InMemoryMessageStore, MessageStore
 from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
@@ -22,7 +12,13 @@ from agentkeep.testing.conformance import CountingStore
 
 
 def test_the_built_in_backends_declare_what_they_can_do() -> None:
-    capabilities = (SupportsSetup, SupportsClose, SupportsListing, SupportsExpiry, SupportsPurge)
+    capabilities = (
+        storage.SupportsSetup,
+        storage.SupportsClose,
+        storage.SupportsListing,
+        storage.SupportsExpiry,
+        storage.SupportsPurge,
+    )
     declared = {
         type(store).__name__: [c.__name__ for c in capabilities if isinstance(store, c)]
         for store in (
@@ -47,7 +43,7 @@ def test_the_built_in_backends_declare_what_they_can_do() -> None:
 
 async def test_a_core_only_store_works_under_an_agent() -> None:
     store = CountingStore(InMemoryMessageStore())  # the core only: what the smallest backend writes
-    await setup_store(store)  # nothing to set up: no error
+    await storage.setup_store(store)  # nothing to set up: no error
     provider = StorageHistoryProvider(store, "db", owns_store=True)
     client = ScriptedChatClient(lambda messages: f"{len(messages)} seen")
     agent = Agent(client, context_providers=[provider])
@@ -56,4 +52,4 @@ async def test_a_core_only_store_works_under_an_agent() -> None:
     await agent.run("two", session=session)
     assert [m.text for m in client.calls[-1]] == ["one", "1 seen", "two"]
     await provider.aclose()  # nothing to close: no error
-    await close_store(store)
+    await storage.close_store(store)

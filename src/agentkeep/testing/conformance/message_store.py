@@ -21,17 +21,8 @@ from typing import Any
 from ...contents import Content, UsageDetails
 from ...errors import CorruptRecordError, SchemaVersionError, StorageClosedError
 from ...messages import Message
-from ...storage.base import (
-    MessageStore,
-    StoredMessage,
-    Summary,
-    SupportsClose,
-    SupportsExpiry,
-    SupportsListing,
-    SupportsPurge,
-    SupportsSetup,
-    close_store,
-)
+from ...storage import base as contract
+from ...storage.base import MessageStore, StoredMessage, Summary
 from ...storage.memory import InMemoryMessageStore
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
 
@@ -399,7 +390,7 @@ async def _agree(reference: MessageStore, store: MessageStore) -> None:
                     _shape(want.entries),
                     f"read(raw={raw_read}, last={last}, after={after})",
                 )
-    if isinstance(store, SupportsListing) and isinstance(reference, SupportsListing):
+    if isinstance(store, contract.SupportsListing) and isinstance(reference, contract.SupportsListing):
         expect_equal(await store.list_conversations(), await reference.list_conversations(), "the listing")
 
 
@@ -463,7 +454,7 @@ async def random_operations_match_the_reference(backend: MessageStoreBackend) ->
 async def setup_is_idempotent(backend: MessageStoreBackend) -> None:
     """``setup()`` can run again and again on a store in use."""
     async with backend.open() as store:
-        if not isinstance(store, SupportsSetup):
+        if not isinstance(store, contract.SupportsSetup):
             raise NotApplicable(f"{backend.name} needs no setup")
         await store.setup()
         await store.setup()
@@ -475,7 +466,7 @@ async def setup_is_idempotent(backend: MessageStoreBackend) -> None:
 async def a_closed_store_refuses_work(backend: MessageStoreBackend) -> None:
     """After ``aclose()`` (idempotent) every operation raises StorageClosedError."""
     async with backend.open() as store:
-        if not isinstance(store, SupportsClose):
+        if not isinstance(store, contract.SupportsClose):
             raise NotApplicable(f"{backend.name} owns nothing to close")
         await store.append("s", turn(1))
         await store.aclose()
@@ -496,19 +487,19 @@ async def data_from_a_newer_version_is_refused(backend: MessageStoreBackend) -> 
         await backend.mark_newer_version(store)
         fresh = backend.reopen(store)
         try:
-            expect(isinstance(fresh, SupportsSetup), "a store with versioned data has setup()")
-            assert isinstance(fresh, SupportsSetup)
+            expect(isinstance(fresh, contract.SupportsSetup), "a store with versioned data has setup()")
+            assert isinstance(fresh, contract.SupportsSetup)
             with expect_raises(SchemaVersionError, "setting up on newer data"):
                 await fresh.setup()
         finally:
-            await close_store(fresh)
+            await contract.close_store(fresh)
 
 
 @_check
 async def listing_shows_newest_activity_first(backend: MessageStoreBackend) -> None:
     """``list_conversations`` orders by the newest message's time, counts, limits, forgets deletions."""
     async with backend.open() as store:
-        if not isinstance(store, SupportsListing):
+        if not isinstance(store, contract.SupportsListing):
             raise NotApplicable(f"{backend.name} does not list conversations")
         expect_equal(await store.list_conversations(), [], "an empty store's listing")
         base = datetime(2026, 1, 1, tzinfo=UTC)
@@ -534,7 +525,7 @@ async def listing_shows_newest_activity_first(backend: MessageStoreBackend) -> N
 async def expiry_and_ttl(backend: MessageStoreBackend) -> None:
     """``expire`` and the ``ttl`` option make conversations vanish; appends refresh the ttl."""
     async with backend.open() as store:
-        if not isinstance(store, SupportsExpiry):
+        if not isinstance(store, contract.SupportsExpiry):
             raise NotApplicable(f"{backend.name} does not expire conversations")
         await store.append("x", turn(1))
         await store.append("y", turn(1))
@@ -558,7 +549,7 @@ async def expiry_and_ttl(backend: MessageStoreBackend) -> None:
 async def an_append_to_an_expired_conversation_starts_afresh(backend: MessageStoreBackend) -> None:
     """After expiry the id is a new conversation: seqs from 1, epoch 0, no old summaries."""
     async with backend.open(ttl=0.2) as store:
-        if not isinstance(store, SupportsExpiry):
+        if not isinstance(store, contract.SupportsExpiry):
             raise NotApplicable(f"{backend.name} does not expire conversations")
         await store.append("e", turn(1))
         [first, _] = await _raw(store, "e")
@@ -580,7 +571,7 @@ async def listing_skips_expired_conversations_and_counts_after_trims(backend: Me
     if not backend.max_messages:
         raise NotApplicable(f"{backend.name} does not trim (max_messages)")
     async with backend.open(max_messages=3) as store:
-        if not isinstance(store, SupportsListing) or not isinstance(store, SupportsExpiry):
+        if not isinstance(store, contract.SupportsListing) or not isinstance(store, contract.SupportsExpiry):
             raise NotApplicable(f"{backend.name} does not both list and expire conversations")
         day = datetime(2026, 1, 1, tzinfo=UTC)
         for number, name in enumerate(["a", "b", "c"]):
@@ -608,7 +599,7 @@ async def listing_skips_expired_conversations_and_counts_after_trims(backend: Me
 async def purge_removes_only_expired_conversations(backend: MessageStoreBackend) -> None:
     """``purge_expired`` deletes the expired conversations (once) and keeps the live ones."""
     async with backend.open() as store:
-        if not isinstance(store, SupportsPurge) or not isinstance(store, SupportsExpiry):
+        if not isinstance(store, contract.SupportsPurge) or not isinstance(store, contract.SupportsExpiry):
             raise NotApplicable(f"{backend.name} does not purge expired conversations")
         await store.append("old", turn(1))
         await store.append("kept", turn(1))
