@@ -29,6 +29,7 @@ from .errors import (
     CompactionError,
     ConflictError,
     CorruptRecordError,
+    IsolationError,
     MessageFormatError,
     ModelUnavailableError,
     ProviderConfigurationError,
@@ -72,12 +73,20 @@ from .providers import (
     SessionContext,
     StorageHistoryProvider,
 )
-from .sessions import SESSION_FORMAT_VERSION, AgentSession, ProviderSessionState, StateBag
+from .sessions import (
+    ISOLATION_SEPARATOR,
+    SESSION_FORMAT_VERSION,
+    AgentSession,
+    ProviderSessionState,
+    StateBag,
+    check_isolation_key,
+)
 from .tools import FunctionTool, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ISOLATION_SEPARATOR",
     "SESSION_FORMAT_VERSION",
     "AIContext",
     "Agent",
@@ -110,6 +119,7 @@ __all__ = [
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",
+    "IsolationError",
     "Message",
     "MessageAIContextProvider",
     "MessageChain",
@@ -146,6 +156,7 @@ __all__ = [
     "UsageContent",
     "UsageDetails",
     "__version__",
+    "check_isolation_key",
     "create_harness_agent",
     "get_source_id",
     "get_source_type",

@@ -28,6 +28,7 @@ the whole family in one clause and the specific kinds where they can act on them
         ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
         ├── SchemaVersionError      stored data was written by a newer (or unknown) format version
         ├── ConflictError           a save over a newer version of the same session
+        ├── IsolationError          a session of another tenant (isolation key) read or saved
         └── StorageClosedError      a store used after aclose()
 
 Errors carry the context needed to act on them (the key, the session, the tool) in their
@@ -44,6 +45,7 @@ __all__ = [
     "CompactionError",
     "ConflictError",
     "CorruptRecordError",
+    "IsolationError",
     "MessageFormatError",
     "ModelUnavailableError",
     "ProviderConfigurationError",
@@ -202,6 +204,21 @@ class ConflictError(StorageError):
 
     Attributes:
         conversation_id: The session's key in the store.
+    """
+
+    def __init__(self, message: str, *, backend: str, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(message, backend=backend)
+
+
+class IsolationError(StorageError):
+    """A tenant's scoped view met a session that belongs to another tenant.
+
+    Raised instead of handing the session over (or saving it): a session records the isolation key
+    it was made under, and storage keys derived from it stay that tenant's.
+
+    Attributes:
+        conversation_id: The conversation id as the caller named it.
     """
 
     def __init__(self, message: str, *, backend: str, conversation_id: str) -> None:

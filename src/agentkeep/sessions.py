@@ -21,9 +21,17 @@ session; keys are namespaced by their owner (``"compaction:<source_id>"``,
 ``"history:<source_id>"``, ``"store:version"``), so providers and stores never reach into each
 other's data.
 
+**Tenants.** A session made or saved through a tenant's scoped store
+(:class:`~agentkeep.stores.IsolationKeyScopedSessionStore`) records that tenant's
+:attr:`AgentSession.isolation_key`, and :attr:`AgentSession.storage_key` — what every provider and
+store derives its keys from (a history's conversation id, a memory's key) — is then
+``{isolation_key}::{session_id}``: two tenants that both call their conversation ``chat-1`` never
+share a stored history.
+
 **Payload.** ``session.to_dict()`` gives ``{"type": "session", "version": 1, "session_id": ...,
-"service_session_id": ..., "state": {...}}``. :meth:`AgentSession.from_dict` refuses a corrupt
-payload or an unknown version with :class:`~agentkeep.errors.SessionFormatError`.
+"service_session_id": ..., "state": {...}}``, plus ``"isolation_key"`` when the session has one.
+:meth:`AgentSession.from_dict` refuses a corrupt payload or an unknown version with
+:class:`~agentkeep.errors.SessionFormatError`.
 """
 
 from __future__ import annotations
@@ -39,21 +47,45 @@ import msgspec
 from .errors import SessionFormatError, StateTypeError
 
 __all__ = [
+    "ISOLATION_SEPARATOR",
     "SESSION_FORMAT_VERSION",
     "AgentSession",
     "ProviderSessionState",
     "StateBag",
+    "check_isolation_key",
     "from_builtins",
     "to_builtins",
 ]
 
 T = TypeVar("T")
 
+ISOLATION_SEPARATOR: Final = "::"
+"""What separates a tenant's isolation key from an id in storage keys (``alice::chat-1``)."""
+
 SESSION_FORMAT_VERSION: Final = 1
 """The version written into every session payload; payloads of other versions are refused."""
 
 _MISSING: Final = object()
-_SESSION_FIELDS: Final = frozenset({"type", "version", "session_id", "service_session_id", "state"})
+
+
+def check_isolation_key(value: object) -> str:
+    """``value`` if it can be a tenant's isolation key: a non-empty string without ``"::"`` that
+    does not end in ``":"``, so ``{isolation_key}::{id}`` can only be read one way.
+
+    Raises:
+        ValueError: It cannot.
+    """
+    if not isinstance(value, str) or not value or ISOLATION_SEPARATOR in value or value.endswith(":"):
+        raise ValueError(
+            f"isolation_key must be a non-empty string without {ISOLATION_SEPARATOR!r} that does "
+            f"not end in ':', not {value!r}"
+        )
+    return value
+
+
+_SESSION_FIELDS: Final = frozenset(
+    {"type", "version", "session_id", "service_session_id", "isolation_key", "state"}
+)
 
 
 # -- value codec ------------------------------------------------------------------------------
@@ -313,18 +345,38 @@ class AgentSession:
     Attributes:
         state: The :class:`StateBag` providers keep their per-session data in.
         service_session_id: Remote conversation id (``None`` when history is local).
+        isolation_key: The tenant the session belongs to (``None``: no tenant), set by a scoped
+            session store; for views over views, the tenants' keys outermost last
+            (``"org-7::alice"``). Once set it can only narrow to a sub-tenant. See
+            :attr:`storage_key`.
         runtime: This process's caches about the session, keyed by their owner; never serialized
             (see the module docs).
         extra_fields: Top-level payload fields this agentkeep does not know, written back as read.
     """
 
-    __slots__ = ("_session_id", "extra_fields", "runtime", "service_session_id", "state")
+    __slots__ = (
+        "_isolation_key",
+        "_session_id",
+        "extra_fields",
+        "runtime",
+        "service_session_id",
+        "state",
+    )
 
-    def __init__(self, *, session_id: str | None = None, service_session_id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str | None = None,
+        service_session_id: str | None = None,
+        isolation_key: str | None = None,
+    ) -> None:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError("session_id must be a non-empty string (or None for a new id)")
         self._session_id = session_id or str(uuid.uuid4())
         self.service_session_id = service_session_id
+        self._isolation_key: str | None = None
+        if isolation_key is not None:
+            self.isolation_key = isolation_key
         self.state = StateBag()
         self.extra_fields: dict[str, Any] | None = None
         self.runtime: dict[str, Any] = {}
@@ -333,6 +385,38 @@ class AgentSession:
     def session_id(self) -> str:
         """The session's id."""
         return self._session_id
+
+    @property
+    def isolation_key(self) -> str | None:
+        """The tenant this session belongs to, or ``None``."""
+        return self._isolation_key
+
+    @isolation_key.setter
+    def isolation_key(self, value: str | None) -> None:
+        current = self._isolation_key
+        if value == current:
+            return
+        if current is not None and not (
+            isinstance(value, str) and value.startswith(current + ISOLATION_SEPARATOR)
+        ):
+            raise ValueError(
+                f"session {self._session_id} belongs to tenant {current!r}; its isolation key "
+                "cannot change (only narrow to a sub-tenant of it)"
+            )
+        for part in value.split(ISOLATION_SEPARATOR) if isinstance(value, str) else [value]:
+            check_isolation_key(part)
+        self._isolation_key = value
+
+    @property
+    def storage_key(self) -> str:
+        """The id storage keys derive from: :attr:`session_id`, scoped to the tenant when the session
+        has an :attr:`isolation_key` (``{isolation_key}::{session_id}``).
+
+        A history provider's conversation id defaults to it, so the stored history of one tenant's
+        ``chat-1`` is never another's.
+        """
+        key = self._isolation_key
+        return self._session_id if key is None else f"{key}{ISOLATION_SEPARATOR}{self._session_id}"
 
     def to_dict(self) -> dict[str, Any]:
         """The versioned payload for storage; see the module docs for its shape."""
@@ -343,6 +427,8 @@ class AgentSession:
             "service_session_id": self.service_session_id,
             "state": self.state.to_dict(),
         }
+        if self._isolation_key is not None:
+            payload["isolation_key"] = self._isolation_key
         if self.extra_fields:
             for key, value in self.extra_fields.items():
                 payload.setdefault(key, value)
@@ -376,10 +462,16 @@ class AgentSession:
         service_id = payload.get("service_session_id")
         if service_id is not None and not isinstance(service_id, str):
             raise SessionFormatError("session payload 'service_session_id' must be a string or null")
+        isolation_key = payload.get("isolation_key")
+        if isolation_key is not None and not isinstance(isolation_key, str):
+            raise SessionFormatError("session payload 'isolation_key' must be a string or absent")
         state = payload.get("state", {})
         if not isinstance(state, dict):
             raise SessionFormatError("session payload 'state' must be an object")
-        session = cls(session_id=session_id, service_session_id=service_id)
+        try:
+            session = cls(session_id=session_id, service_session_id=service_id, isolation_key=isolation_key)
+        except ValueError as exc:
+            raise SessionFormatError(f"session payload 'isolation_key': {exc}") from exc
         session.state = StateBag.from_json_values(cast("dict[str, Any]", state))
         unknown = {k: v for k, v in payload.items() if k not in _SESSION_FIELDS}
         session.extra_fields = unknown or None  # written back unchanged by to_dict()
@@ -413,7 +505,8 @@ class AgentSession:
     def __repr__(self) -> str:
         return (
             f"AgentSession(session_id={self._session_id!r}, service_session_id={self.service_session_id!r}, "
-            f"state_keys={self.state.keys()!r})"
+            + (f"isolation_key={self._isolation_key!r}, " if self._isolation_key is not None else "")
+            + f"state_keys={self.state.keys()!r})"
         )
 
 

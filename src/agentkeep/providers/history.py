@@ -13,6 +13,11 @@ and :meth:`~HistoryProvider.save_messages`. The base:
   request messages (stamped, see :func:`~agentkeep.messages.get_source_type`) and picks which to
   store instead.
 
+The ``session_id`` both methods receive is the session's
+:attr:`~agentkeep.sessions.AgentSession.storage_key`: the session id, scoped to the session's tenant
+when it has one (``alice::chat-1``). A subclass that keys its storage by it keeps tenants apart
+without knowing about them.
+
 ``load_messages=False`` makes an audit / evaluation sink: it records without changing what the
 model sees.
 
@@ -140,7 +145,7 @@ class HistoryProvider(ContextProvider):
     # -- the shared behaviour -------------------------------------------------------------------
     async def get_session_messages(self, session: AgentSession) -> Sequence[Message]:
         """The history stored for ``session`` (what the next run would load)."""
-        return await self.get_messages(session.session_id, state=self.get_state(session), session=session)
+        return await self.get_messages(session.storage_key, state=self.get_state(session), session=session)
 
     async def before_run(
         self,
@@ -151,7 +156,7 @@ class HistoryProvider(ContextProvider):
         state: Any,
     ) -> AIContext | None:
         """Load history into the request (the agent skips this when ``load_messages`` is off)."""
-        history = await self.get_messages(context.session_id, state=state, session=session)
+        history = await self.get_messages(session.storage_key, state=state, session=session)
         if self.provide_output_message_filter is not None:
             history = self.provide_output_message_filter(history)
         context.extend_messages(self, history, source_type=MessageSourceType.CHAT_HISTORY)
@@ -185,4 +190,4 @@ class HistoryProvider(ContextProvider):
         """Store the run's new messages per the configuration; nothing when the run failed."""
         messages = self.messages_to_store(context)
         if messages:
-            await self.save_messages(context.session_id, messages, state=state, session=session)
+            await self.save_messages(session.storage_key, messages, state=state, session=session)

@@ -6,7 +6,8 @@ backend modules subclass it with convenient constructors (``SQLiteHistoryProvide
 :func:`agentkeep.store_urls.open_history_provider` makes one from a URL.
 
 Only the conversation id lives in the session state (``{"conversation_id": "..."}`` under the
-provider's ``source_id``), so a serialized session stays tiny. It defaults to the session's id;
+provider's ``source_id``), so a serialized session stays tiny. It defaults to the session's
+:attr:`~agentkeep.sessions.AgentSession.storage_key` (its id, scoped to its tenant if it has one);
 :meth:`StorageHistoryProvider.attach` points a new session at an existing stored conversation.
 
 Per-turn cost is O(new messages): the loaded view is cached in the session's runtime space
@@ -240,4 +241,4 @@ class StorageHistoryProvider(HistoryProvider):
 
 
 def _new_state(session: AgentSession | None) -> ConversationState:
-    return ConversationState(session.session_id if session is not None else new_message_id())
+    return ConversationState(session.storage_key if session is not None else new_message_id())

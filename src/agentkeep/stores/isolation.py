@@ -5,6 +5,13 @@ rewrites every conversation id to ``{isolation_key}::{conversation_id}`` before 
 store, so a tenant can only ever name its own sessions: a conversation id another tenant uses, or
 one that itself contains ``::``, still lands under the caller's key.
 
+Isolation holds for what a session points at, too. Every session the view hands out or saves
+carries the tenant's :attr:`~agentkeep.sessions.AgentSession.isolation_key`, so its
+:attr:`~agentkeep.sessions.AgentSession.storage_key` — the default key of a durable history and of
+anything else a provider keys by session — is tenant-scoped: alice's and bob's ``chat-1`` have
+separate stored histories. A session recorded for another tenant is refused with
+:class:`~agentkeep.errors.IsolationError`, on reading and on saving.
+
 The rewritten id stays inside the store. Sessions come back with the ``session_id`` the caller
 knows: a new session's ``session_id`` is the caller's ``conversation_id``, and a stored session keeps
 the id it was saved with. (A session whose id would be the scoped id is given the caller's id.)
@@ -12,10 +19,10 @@ the id it was saved with. (A session whose id would be the scoped id is given th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from ..errors import ConflictError, StorageClosedError
-from ..sessions import AgentSession
+from ..errors import ConflictError, IsolationError, StorageClosedError
+from ..sessions import ISOLATION_SEPARATOR, AgentSession, check_isolation_key
 from .base import (
     AgentSessionStore,
     DelegatingSessionStore,
@@ -28,9 +35,6 @@ if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = ["ISOLATION_SEPARATOR", "IsolationKeyScopedSessionStore"]
-
-ISOLATION_SEPARATOR: Final = "::"
-"""What separates the isolation key from the conversation id in the inner store's ids."""
 
 
 class IsolationKeyScopedSessionStore(DelegatingSessionStore):
@@ -59,15 +63,10 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
     def __init__(
         self, inner_store: AgentSessionStore, isolation_key: str, *, owns_inner_store: bool = False
     ) -> None:
-        if not isinstance(isolation_key, str) or not isolation_key:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"isolation_key must be a non-empty string, not {isolation_key!r}")
-        if ISOLATION_SEPARATOR in isolation_key or isolation_key.endswith(":"):
-            raise ValueError(
-                f"isolation_key {isolation_key!r} must not contain {ISOLATION_SEPARATOR!r} or end in ':' "
-                "(the scoped id would be ambiguous)"
-            )
         super().__init__(inner_store)
-        self._isolation_key = isolation_key
+        self._isolation_key = check_isolation_key(isolation_key)
+        below = inner_store.get_service(IsolationKeyScopedSessionStore)
+        self._scope = isolation_key if below is None else f"{below.scope}{ISOLATION_SEPARATOR}{isolation_key}"
         self._owns_inner_store = owns_inner_store
         self._closed = False
 
@@ -75,6 +74,13 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
     def isolation_key(self) -> str:
         """The user or tenant this view is limited to."""
         return self._isolation_key
+
+    @property
+    def scope(self) -> str:
+        """The isolation key sessions of this view carry: :attr:`isolation_key`, after the scopes
+        of the views this one stands on (``"org-7::alice"`` for an ``alice`` view over an ``org-7``
+        view)."""
+        return self._scope
 
     def scoped_id(self, conversation_id: str) -> str:
         """The id ``conversation_id`` has in the inner store: ``{isolation_key}::{conversation_id}``.
@@ -84,6 +90,27 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         """
         check_conversation_id(conversation_id)
         return f"{self._isolation_key}{ISOLATION_SEPARATOR}{conversation_id}"
+
+    def _claim(self, session: AgentSession, conversation_id: str) -> None:
+        """Mark ``session`` as this tenant's, or refuse it when it is another tenant's.
+
+        Accepted: a session of this :attr:`scope` or of a sub-tenant's (a view over this one).
+        Claimed: a session with no isolation key (saved before sessions recorded their tenant:
+        what its providers stored keeps its key, what they key from now on is scoped), or with
+        the key of a tenant this view is a sub-tenant of (the view below claimed it first).
+        """
+        owner, scope = session.isolation_key, self._scope
+        if owner == scope or (owner is not None and owner.startswith(scope + ISOLATION_SEPARATOR)):
+            return
+        if owner is None or scope.startswith(owner + ISOLATION_SEPARATOR):
+            session.isolation_key = scope
+        else:
+            raise IsolationError(
+                f"session {session.session_id!r} under conversation {conversation_id!r} belongs to "
+                "another tenant",
+                backend=self.backend,
+                conversation_id=conversation_id,
+            )
 
     def _check_open(self) -> None:
         if self._closed:
@@ -97,6 +124,7 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         """
         scoped = self.scoped_id(conversation_id)
         self._check_open()
+        self._claim(session, conversation_id)
         try:
             await self.inner_store.save_session(agent, scoped, session)
         except ConflictError as exc:  # name the conversation as the caller knows it
@@ -108,9 +136,14 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         self._check_open()
         session = await self.inner_store.get_session(agent, scoped)
         if session.session_id != scoped:
+            self._claim(session, conversation_id)
             return session
         # The inner store made a new session named after the scoped id: the caller never sees it.
-        renamed = AgentSession(session_id=conversation_id, service_session_id=session.service_session_id)
+        renamed = AgentSession(
+            session_id=conversation_id,
+            service_session_id=session.service_session_id,
+            isolation_key=self._scope,
+        )
         renamed.state = session.state
         renamed.extra_fields = session.extra_fields
         set_session_version(renamed, session_version(session))
