@@ -724,3 +724,19 @@ def test_property_normalize_keeps_messages(items: list[Message]) -> None:
     result = normalize_messages(items)
     assert len(result) == len(items)
     assert all(a is b for a, b in zip(result, items, strict=True))
+
+
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59"])
+def test_times_outside_the_utc_range_are_refused(text: str) -> None:
+    when = datetime.fromisoformat(text)
+    with pytest.raises(MessageFormatError, match="outside the UTC range"):
+        Message("user", ["x"], created_at=when)
+    with pytest.raises(MessageFormatError, match="outside the UTC range") as caught:
+        Message.from_dict({"role": "user", "contents": [{"type": "text", "text": "x"}], "created_at": text})
+    assert caught.value.path == "created_at"
+
+
+def test_times_at_the_edges_of_the_utc_range_are_kept() -> None:
+    for when in (datetime(1, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, 23, 59, tzinfo=UTC)):
+        message = Message.from_dict(Message("user", ["x"], created_at=when).to_dict())
+        assert message.created_at == when

@@ -177,9 +177,7 @@ class Message:
             self.contents = items
         self.author_name = author_name
         self.message_id = message_id
-        if created_at is not None and created_at.tzinfo is None:
-            raise MessageFormatError("created_at must be timezone-aware", path="created_at")
-        self.created_at = created_at
+        self.created_at = None if created_at is None else _check_time(created_at, "created_at")
         self.additional_properties = additional_properties or None
         self.extra_fields = None
         self._source = None
@@ -373,7 +371,23 @@ def _parse_time(value: Any, path: str) -> datetime:
         raise MessageFormatError(f"'created_at' is not an ISO-8601 time: {value!r}", path=path) from exc
     if parsed.tzinfo is None:
         raise MessageFormatError("'created_at' must carry a timezone", path=path)
-    return parsed
+    return _check_time(parsed, path)
+
+
+def _check_time(value: datetime, path: str) -> datetime:
+    """``value`` if it is a timezone-aware time whose instant a UTC ``datetime`` can hold."""
+    if not isinstance(value, datetime):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise MessageFormatError(f"created_at must be a datetime, not {type(value).__name__}", path=path)
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise MessageFormatError("created_at must be timezone-aware", path=path)
+    if value.year in (1, 9999):  # only there can an offset move the instant out of range
+        try:
+            value.astimezone(UTC)
+        except OverflowError as exc:
+            raise MessageFormatError(
+                f"created_at {value.isoformat()} is outside the UTC range of a datetime", path=path
+            ) from exc
+    return value
 
 
 def get_source_type(message: Message) -> MessageSourceType:

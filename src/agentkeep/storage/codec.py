@@ -60,6 +60,9 @@ DECODE_ERRORS: Final = (
 """What decoding a damaged record can raise; backends turn these into ``CorruptRecordError``."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_TIME: Final = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_MAX_TIME: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+"""The range of times :func:`decode_time` can return, as :func:`encode_time` values."""
 _ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
 _ROLE_CODES: Final[dict[str, int]] = {role: code for code, role in enumerate(_ROLES)}
 _PLAIN, _WIRE, _AUTHORED, _PLAIN_Z, _AUTHORED_Z = 1, 2, 3, 4, 5
@@ -99,9 +102,23 @@ def decode_id(data: bytes) -> str:
 
 
 def encode_time(value: datetime) -> int:
-    """Microseconds since the Unix epoch (UTC)."""
-    delta = value - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    """Microseconds since the Unix epoch (UTC).
+
+    Raises:
+        MessageFormatError: ``value`` has no timezone, or its instant lies outside what a UTC
+            ``datetime`` can hold (years 1 to 9999 in UTC, e.g. ``0001-01-01T00:00:00+23:59``):
+            it could be written but never read back.
+    """
+    try:
+        delta = value - _EPOCH
+    except TypeError as exc:
+        raise MessageFormatError("created_at must be a timezone-aware datetime", path="created_at") from exc
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if not _MIN_TIME <= micros <= _MAX_TIME:
+        raise MessageFormatError(
+            f"created_at {value.isoformat()} is outside the UTC range of a datetime", path="created_at"
+        )
+    return micros
 
 
 def decode_time(value: int) -> datetime:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import StorageClosedError
 from ..messages import Message
 from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, newest_first
-from .codec import encode_body
+from .codec import encode_body, encode_identity
 
 __all__ = ["InMemoryMessageStore"]
 
@@ -92,7 +92,7 @@ class InMemoryMessageStore:
         for message in messages:
             encode_body(message)  # like a durable backend, refuse what could not be stored
         for message in messages:
-            message.ensure_identity()
+            encode_identity(message)  # gives the message an id and a time, and checks them
         async with self._lock:
             conversation = self._get(conversation_id)
             if conversation is None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from ...contents import Content, UsageDetails
-from ...errors import CorruptRecordError, SchemaVersionError, StorageClosedError
+from ...errors import CorruptRecordError, MessageFormatError, SchemaVersionError, StorageClosedError
 from ...messages import Message
 from ...storage import base as contract
 from ...storage.base import MessageStore, StoredMessage, Summary
@@ -160,6 +160,28 @@ async def non_utc_times_keep_their_instant(backend: MessageStoreBackend) -> None
         await store.append("tz", [Message("user", ["x"], created_at=when)])
         [entry] = await _raw(store, "tz")
         expect_equal(entry.message.created_at, when, "the time read back")
+
+
+@_check
+async def times_a_record_cannot_hold_are_refused(backend: MessageStoreBackend) -> None:
+    """A time whose instant lies outside the UTC years 1-9999 (an extreme offset at either end) or
+    that has no timezone is refused with ``MessageFormatError`` before anything is written; the
+    conversation stays readable."""
+    async with backend.open() as store:
+        await store.append("t", turn(1))
+        for text in ("0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59"):
+            message = Message("user", ["poison"])
+            message.created_at = datetime.fromisoformat(text)  # set after construction, unchecked
+            with expect_raises(MessageFormatError, f"appending a message made at {text}"):
+                await store.append("t", [Message("user", ["fine"]), message])
+        naive = Message("user", ["naive"])
+        naive.created_at = datetime(2026, 1, 1)  # no timezone: the point of the check
+        with expect_raises(MessageFormatError, "appending a message with a naive time"):
+            await store.append("t", [naive])
+        expect_equal(texts(await _raw(store, "t")), ["question 1", "answer 1"], "what is stored")
+        edge = datetime(1, 1, 1, tzinfo=UTC)
+        await store.append("t", [Message("user", ["edge"], created_at=edge)])
+        expect_equal((await _raw(store, "t"))[-1].message.created_at, edge, "the earliest time")
 
 
 @_check
