@@ -29,6 +29,7 @@ the whole family in one clause and the specific kinds where they can act on them
         ├── SchemaVersionError      stored data was written by a newer (or unknown) format version
         ├── ConflictError           a save over a newer version of the same session
         ├── IsolationError          a session of another tenant (isolation key) read or saved
+        ├── MessageIdConflictError  an append reuses a stored message id for other content
         └── StorageClosedError      a store used after aclose()
 
 Errors carry the context needed to act on them (the key, the session, the tool) in their
@@ -47,6 +48,7 @@ __all__ = [
     "CorruptRecordError",
     "IsolationError",
     "MessageFormatError",
+    "MessageIdConflictError",
     "ModelUnavailableError",
     "ProviderConfigurationError",
     "SchemaVersionError",
@@ -223,6 +225,23 @@ class IsolationError(StorageError):
 
     def __init__(self, message: str, *, backend: str, conversation_id: str) -> None:
         self.conversation_id = conversation_id
+        super().__init__(message, backend=backend)
+
+
+class MessageIdConflictError(StorageError):
+    """An append gave a message the id of a stored message with other content (or two messages of
+    one batch the same id). Nothing of the batch is stored.
+
+    The same batch appended again (a retry) is not a conflict: it is recognised and stored once.
+
+    Attributes:
+        conversation_id: The conversation.
+        message_id: The id in conflict.
+    """
+
+    def __init__(self, message: str, *, backend: str, conversation_id: str, message_id: str) -> None:
+        self.conversation_id = conversation_id
+        self.message_id = message_id
         super().__init__(message, backend=backend)
 
 

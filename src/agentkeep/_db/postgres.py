@@ -126,6 +126,71 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "CREATE INDEX ON {messages} (conversation, id)",
         "CREATE INDEX ON {summaries} (conversation, id)",
     ),
+    # A retry is a batch stored as it is (ids and bodies, from its first message on); any other
+    # batch reusing an id among the newest p_window is refused: -k names its k-th message.
+    (
+        """CREATE OR REPLACE FUNCTION {append_messages}(
+            p_conversation text, p_times bigint[], p_ids bytea[], p_bodies bytea[],
+            p_check boolean, p_window bigint, p_max bigint, p_ttl double precision
+        ) RETURNS bigint LANGUAGE plpgsql AS $$
+        DECLARE
+            v_key bigint; v_last bigint; v_count bigint; v_expired boolean; v_found bigint; v_gone bigint;
+            v_same bigint;
+        BEGIN
+            SELECT key, last_seq, message_count, coalesce(expires_at <= now(), false)
+                INTO v_key, v_last, v_count, v_expired
+                FROM {conversations} WHERE conversation_id = p_conversation FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO {conversations} AS c (conversation_id) VALUES (p_conversation)
+                    ON CONFLICT (conversation_id) DO UPDATE SET last_seq = c.last_seq
+                    RETURNING key, last_seq, message_count, coalesce(expires_at <= now(), false)
+                    INTO v_key, v_last, v_count, v_expired;
+            END IF;
+            IF v_expired THEN  -- gone for readers: start over
+                DELETE FROM {messages} WHERE conversation = v_key;
+                DELETE FROM {summaries} WHERE conversation = v_key;
+                UPDATE {conversations} SET epoch = 0, expires_at = NULL WHERE key = v_key;
+                v_last := 0; v_count := 0;
+            ELSIF p_check AND v_last > 0 THEN
+                SELECT seq INTO v_found FROM {messages}
+                    WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
+                    ORDER BY seq DESC LIMIT 1;
+                IF FOUND THEN
+                    SELECT count(*) INTO v_same
+                        FROM unnest(p_ids, p_bodies) WITH ORDINALITY AS t(id, body, ord)
+                        JOIN {messages} m ON m.conversation = v_key AND m.seq = v_found + t.ord - 1
+                            AND m.id = t.id AND m.body = t.body;
+                    IF v_same = cardinality(p_ids) THEN
+                        RETURN v_found;  -- a retry: stored already
+                    END IF;
+                    RETURN -1;
+                END IF;
+                SELECT t.ord INTO v_found FROM unnest(p_ids) WITH ORDINALITY AS t(id, ord)
+                    WHERE EXISTS (SELECT 1 FROM {messages} m
+                        WHERE m.conversation = v_key AND m.seq > v_last - p_window AND m.id = t.id)
+                    ORDER BY t.ord LIMIT 1;
+                IF FOUND THEN
+                    RETURN -v_found;
+                END IF;
+            END IF;
+            INSERT INTO {messages} (conversation, seq, time, id, body)
+                SELECT v_key, v_last + t.ord, t.time, t.id, t.body
+                FROM unnest(p_times, p_ids, p_bodies) WITH ORDINALITY AS t(time, id, body, ord);
+            v_count := v_count + cardinality(p_ids);
+            IF v_count > p_max THEN
+                DELETE FROM {messages} WHERE conversation = v_key AND seq IN (
+                    SELECT seq FROM {messages} WHERE conversation = v_key ORDER BY seq LIMIT v_count - p_max
+                );
+                GET DIAGNOSTICS v_gone = ROW_COUNT;
+                v_count := v_count - v_gone;
+            END IF;
+            UPDATE {conversations} SET last_seq = v_last + cardinality(p_ids), message_count = v_count,
+                expires_at = coalesce(now() + make_interval(secs => p_ttl), expires_at)
+                WHERE key = v_key;
+            RETURN v_last + 1;
+        END
+        $$""",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)

@@ -170,18 +170,38 @@ APPEND = RedisScript(
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local index, expiry = KEYS[6], KEYS[7]
--- ARGV: max_messages (0: none), ttl in ms (0: none), the first message's needle, the
--- conversation id, then the entries
-local max_messages, ttl, needle, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+-- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
+-- newest (the caller gave some), the conversation id, then the entries.
+-- Returns the first seq, or -k when the k-th entry's id is stored with other content.
+local max_messages, ttl, check, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4]
 local FIRST = 5
 local state = redis.call('HMGET', meta, 'h', 'l')
 local head, last
 if state[1] then
   head, last = tonumber(state[1]), tonumber(state[2])
-  local at = redis.call('LPOS', recent, needle, 'RANK', -1)
-  if at then
-    local seq = last - redis.call('LLEN', recent) + 1 + at
-    if seq >= head then return seq end  -- a retry: stored already
+  if check then
+    local base = last - redis.call('LLEN', recent) + 1
+    local first = needle_at(ARGV[FIRST], 1)
+    local at = redis.call('LPOS', recent, first, 'RANK', -1)
+    if at and base + at >= head then
+      -- a retry if the batch is stored as it is from there (ids and bodies; times may differ)
+      local seq, n = base + at, #ARGV - FIRST + 1
+      local stored = redis.call('LRANGE', log, seq - head, seq - head + n - 1)
+      local same = #stored == n
+      for k = 1, n do
+        if not same then break end
+        local mine, theirs = ARGV[FIRST + k - 1], stored[k]
+        local id = needle_at(mine, 1)
+        same = theirs ~= '' and needle_at(theirs, 1) == id
+          and string.sub(theirs, #id + 9) == string.sub(mine, #id + 9)
+      end
+      if same then return seq end
+      return -1
+    end
+    for k = FIRST + 1, #ARGV do
+      local other = redis.call('LPOS', recent, needle_at(ARGV[k], 1), 'RANK', -1)
+      if other and base + other >= head then return -(k - FIRST + 1) end
+    end
   end
 else
   redis.call('DEL', log, excl, sums, recent)  -- leftovers of a conversation that expired

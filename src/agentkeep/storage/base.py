@@ -42,11 +42,12 @@ conversation expires; refreshed by every append).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
+from ..errors import MessageIdConflictError
 from ..messages import Message
 
 __all__ = [
@@ -61,14 +62,90 @@ __all__ = [
     "SupportsListing",
     "SupportsPurge",
     "SupportsSetup",
+    "check_batch_ids",
     "check_retention",
     "close_store",
+    "find_retry",
+    "id_conflict",
     "newest_first",
     "setup_store",
 ]
 
+K = TypeVar("K")
+
 DEDUP_WINDOW = 256
-"""How many of the newest stored entries an append checks for ids of a retried batch."""
+"""How many of the newest stored entries an append checks the batch's message ids against: a batch
+stored there as it is, from its first message on, is a retry; any other batch reusing one of their
+ids is a :class:`~agentkeep.errors.MessageIdConflictError`."""
+
+
+def check_batch_ids(backend: str, conversation_id: str, messages: Sequence[Message]) -> bool:
+    """Whether an append of ``messages`` must look for their ids among the stored ones: only ids
+    the caller gave can be stored already (those :meth:`~agentkeep.messages.Message.ensure_identity`
+    makes are new).
+
+    Raises:
+        MessageIdConflictError: Two messages of the batch have the same id.
+    """
+    given = [m.message_id for m in messages if m.message_id is not None]
+    if len(set(given)) != len(given):
+        seen: set[str] = set()
+        for message_id in given:
+            if message_id in seen:
+                raise id_conflict(backend, conversation_id, message_id, within_batch=True)
+            seen.add(message_id)
+    return bool(given)
+
+
+def find_retry(
+    backend: str,
+    conversation_id: str,
+    ids: Sequence[K],
+    bodies: Sequence[bytes],
+    stored: Mapping[K, tuple[int, bytes]],
+    *,
+    name: Callable[[K], str] = str,
+) -> int | None:
+    """Decide an append whose ids may be stored: the first sequence number of the stored batch if
+    it is a retry, ``None`` if none of ``ids`` is stored.
+
+    Args:
+        backend: For the error.
+        conversation_id: For the error.
+        ids: The batch's message ids, in order.
+        bodies: Their encoded bodies (:func:`~agentkeep.storage.codec.encode_body`).
+        stored: ``(seq, body)`` of each stored entry among the newest :data:`DEDUP_WINDOW` whose
+            id is one of ``ids``.
+        name: The id as the caller knows it, for the error (ids may be given encoded).
+
+    Raises:
+        MessageIdConflictError: An id is stored, but the batch is not stored as it is.
+    """
+    if not stored:
+        return None
+    first = stored.get(ids[0])
+    if first is not None:
+        start = first[0]
+        if all(
+            stored.get(i) == (start + k, body) for k, (i, body) in enumerate(zip(ids, bodies, strict=True))
+        ):
+            return start
+    taken = next(i for i in ids if i in stored)
+    raise id_conflict(backend, conversation_id, name(taken))
+
+
+def id_conflict(
+    backend: str, conversation_id: str, message_id: str, *, within_batch: bool = False
+) -> MessageIdConflictError:
+    """The error for an append that reuses ``message_id``."""
+    what = "two messages of the batch have" if within_batch else "a stored message with other content has"
+    return MessageIdConflictError(
+        f"{backend}: cannot append to conversation {conversation_id!r}: {what} the id {message_id!r} "
+        "(nothing was stored)",
+        backend=backend,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +255,13 @@ class MessageStore(Protocol):
     async def append(self, conversation_id: str, messages: Sequence[Message]) -> list[int]:
         """Append ``messages`` atomically; returns their sequence numbers.
 
-        Messages without an id or creation time get them (on the caller's objects). A batch whose
-        first message id is among the newest :data:`DEDUP_WINDOW` stored entries is a retry: it
-        stores nothing and returns the original sequence numbers.
+        Messages without an id or creation time get them (on the caller's objects). Ids the
+        caller gave are looked for among the newest :data:`DEDUP_WINDOW` stored entries: a batch
+        stored there as it is (same ids in the same order and the same content, from its first
+        message on) is a retry, which stores nothing and returns the original sequence numbers;
+        any other reuse of a stored id, or one id twice in the batch, raises
+        :class:`~agentkeep.errors.MessageIdConflictError` and stores nothing. Times are not
+        compared: a retry that stamped its messages anew is still the same batch.
         """
         ...
 

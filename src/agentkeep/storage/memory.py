@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 
 from ..errors import StorageClosedError
 from ..messages import Message
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, newest_first
+from .base import (
+    DEDUP_WINDOW,
+    ConversationInfo,
+    HistoryView,
+    StoredMessage,
+    Summary,
+    check_batch_ids,
+    find_retry,
+    newest_first,
+)
 from .codec import encode_body, encode_identity
 
 __all__ = ["InMemoryMessageStore"]
@@ -89,17 +98,23 @@ class InMemoryMessageStore:
         self._check()
         if not messages:
             return []
-        for message in messages:
-            encode_body(message)  # like a durable backend, refuse what could not be stored
+        bodies = [encode_body(m) for m in messages]  # like a durable backend, refuse what could not be stored
+        check = check_batch_ids(self.backend, conversation_id, messages)
         for message in messages:
             encode_identity(message)  # gives the message an id and a time, and checks them
         async with self._lock:
             conversation = self._get(conversation_id)
             if conversation is None:
                 conversation = self._conversations[conversation_id] = _Conversation()
-            first = conversation.by_id.get(messages[0].message_id or "")
-            if first is not None and first.seq > conversation.last_seq - DEDUP_WINDOW:
-                return [conversation.by_id[m.message_id or ""].seq for m in messages]
+            if check:
+                ids = [m.message_id or "" for m in messages]
+                floor, by_id = conversation.last_seq - DEDUP_WINDOW, conversation.by_id
+                found = {
+                    i: (e.seq, encode_body(e.message)) for i in ids if (e := by_id.get(i)) and e.seq > floor
+                }
+                start = find_retry(self.backend, conversation_id, ids, bodies, found)
+                if start is not None:
+                    return list(range(start, start + len(messages)))
             seqs: list[int] = []
             for message in messages:
                 conversation.last_seq += 1

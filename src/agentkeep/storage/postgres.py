@@ -78,7 +78,16 @@ from ..errors import CorruptRecordError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, check_retention
+from .base import (
+    DEDUP_WINDOW,
+    ConversationInfo,
+    HistoryView,
+    StoredMessage,
+    Summary,
+    check_batch_ids,
+    check_retention,
+    id_conflict,
+)
 from .codec import (
     DECODE_ERRORS,
     decode_id,
@@ -244,7 +253,7 @@ class PostgresMessageStore:
         if not messages:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
-        may_be_retry = messages[0].message_id is not None  # a new id cannot have been stored
+        may_be_retry = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
         ids: list[bytes] = []
         times: list[int] = []
         for message in messages:
@@ -253,15 +262,18 @@ class PostgresMessageStore:
             times.append(created_at)
         attempts = 0
 
-        async def operation(conn: PostgresConnection) -> list[int]:
+        async def operation(conn: PostgresConnection) -> int:
             nonlocal attempts
             attempts += 1  # a second attempt may follow one that committed
             check = may_be_retry or attempts > 1
             params = (conversation_id, times, ids, bodies, check, DEDUP_WINDOW, self.max_messages, self.ttl)
             [(first,)] = await self.database.fetch(conn, self._q["append"], params)
-            return list(range(first, first + len(ids)))
+            return first
 
-        return await self.database.run(operation, retry=True)
+        first = await self.database.run(operation, retry=True)
+        if first < 0:
+            raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
+        return list(range(first, first + len(ids)))
 
     # -- reads ----------------------------------------------------------------------------------
     async def read(

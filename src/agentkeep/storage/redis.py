@@ -100,7 +100,16 @@ from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
 from . import _redis_lua as _lua
-from .base import ConversationInfo, HistoryView, StoredMessage, Summary, check_retention, newest_first
+from .base import (
+    ConversationInfo,
+    HistoryView,
+    StoredMessage,
+    Summary,
+    check_batch_ids,
+    check_retention,
+    id_conflict,
+    newest_first,
+)
 from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_identity
 
 if TYPE_CHECKING:
@@ -430,20 +439,25 @@ class RedisMessageStore:
         if not messages:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
+        check = check_batch_ids(self.backend, conversation_id, messages)
         entries = [_entry(message, body) for message, body in zip(messages, bodies, strict=True)]
         await self._ready()
-        first = await self.connection.run(
-            _lua.APPEND,
-            self._indexed_keys(conversation_id),
-            [
-                self.max_messages or 0,
-                _ms(self.ttl) if self.ttl is not None else 0,
-                _needle(messages[0].message_id or ""),
-                conversation_id,
-                *entries,
-            ],
+        first = int(
+            await self.connection.run(
+                _lua.APPEND,
+                self._indexed_keys(conversation_id),
+                [
+                    self.max_messages or 0,
+                    _ms(self.ttl) if self.ttl is not None else 0,
+                    1 if check else 0,
+                    conversation_id,
+                    *entries,
+                ],
+            )
         )
-        return list(range(int(first), int(first) + len(messages)))
+        if first < 0:
+            raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
+        return list(range(first, first + len(messages)))
 
     async def read(
         self,

@@ -80,8 +80,25 @@ from ..errors import CorruptRecordError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
-from .base import DEDUP_WINDOW, ConversationInfo, HistoryView, StoredMessage, Summary, check_retention
-from .codec import DECODE_ERRORS, decode_message, decode_time, encode_body, encode_id, encode_identity
+from .base import (
+    DEDUP_WINDOW,
+    ConversationInfo,
+    HistoryView,
+    StoredMessage,
+    Summary,
+    check_batch_ids,
+    check_retention,
+    find_retry,
+)
+from .codec import (
+    DECODE_ERRORS,
+    decode_id,
+    decode_message,
+    decode_time,
+    encode_body,
+    encode_id,
+    encode_identity,
+)
 
 __all__ = [
     "MIGRATIONS",
@@ -95,6 +112,8 @@ __all__ = [
 
 _SEQ_BITS: Final = 32
 _SEQ_MASK: Final = (1 << _SEQ_BITS) - 1
+_ID_BATCH: Final = 500
+"""How many ids one lookup of a retried batch names (SQLite bounds the parameters of a statement)."""
 
 
 # -- the message store ----------------------------------------------------------------------------
@@ -177,11 +196,34 @@ class SQLiteMessageStore:
         if not messages:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse before touching anything
+        check = check_batch_ids(self.backend, conversation_id, messages)
         rows = [(*encode_identity(message), body) for message, body in zip(messages, bodies, strict=True)]
-        return await self.database.run(partial(self._append, conversation_id, rows))
+        return await self.database.run(partial(self._append, conversation_id, rows, check))
+
+    def _retried(
+        self,
+        db: sqlite3.Connection,
+        conversation_id: str,
+        found: _Conversation,
+        rows: list[tuple[bytes, int, bytes]],
+    ) -> int | None:
+        """The first seq of ``rows`` if they are stored already (a retry); see the contract."""
+        low, high = _span(found.key, found.last_seq - DEDUP_WINDOW, found.last_seq)
+        ids = [row[0] for row in rows]
+        stored: dict[bytes, tuple[int, bytes]] = {}
+        for at in range(0, len(ids), _ID_BATCH):
+            chunk = ids[at : at + _ID_BATCH]
+            for message_id, position, body in db.execute(
+                "SELECT id, position, body FROM agentkeep_messages WHERE position > ? AND position <= ? "
+                f"AND id IN ({','.join('?' * len(chunk))})",
+                (low, high, *chunk),
+            ):
+                stored[message_id] = (position & _SEQ_MASK, body)
+        bodies = [row[2] for row in rows]
+        return find_retry(self.backend, conversation_id, ids, bodies, stored, name=decode_id)
 
     def _append(
-        self, conversation_id: str, rows: list[tuple[bytes, int, bytes]], db: sqlite3.Connection
+        self, conversation_id: str, rows: list[tuple[bytes, int, bytes]], check: bool, db: sqlite3.Connection
     ) -> list[int]:
         now = now_us()
         with write_transaction(db):
@@ -192,15 +234,10 @@ class SQLiteMessageStore:
                 )
                 assert cursor.lastrowid is not None
                 found = _Conversation(cursor.lastrowid, 0, 0, 0, 0, None)
-            else:
-                retried = db.execute(
-                    "SELECT position FROM agentkeep_messages "
-                    "WHERE position > ? AND position <= ? AND id = ? LIMIT 1",
-                    (*_span(found.key, found.last_seq - DEDUP_WINDOW, found.last_seq), rows[0][0]),
-                ).fetchone()
-                if retried is not None:
-                    seq = retried[0] & _SEQ_MASK
-                    return list(range(seq, seq + len(rows)))
+            elif check:
+                start = self._retried(db, conversation_id, found, rows)
+                if start is not None:
+                    return list(range(start, start + len(rows)))
             key, first = found.key, found.last_seq + 1
             if found.last_seq + len(rows) > _SEQ_MASK:
                 raise ValueError(f"conversation {conversation_id!r} is full ({_SEQ_MASK} sequence numbers)")

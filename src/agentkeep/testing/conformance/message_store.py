@@ -19,7 +19,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from ...contents import Content, UsageDetails
-from ...errors import CorruptRecordError, MessageFormatError, SchemaVersionError, StorageClosedError
+from ...errors import (
+    CorruptRecordError,
+    MessageFormatError,
+    MessageIdConflictError,
+    SchemaVersionError,
+    StorageClosedError,
+)
 from ...messages import Message
 from ...storage import base as contract
 from ...storage.base import MessageStore, StoredMessage, Summary
@@ -207,6 +213,43 @@ async def a_retried_append_stores_nothing_twice(backend: MessageStoreBackend) ->
         await store.append("r", turn(2))
         expect_equal(await store.append("r", first_turn), first, "seqs of the retried batch")
         expect_equal(len(await _raw(store, "r")), 4, "messages stored")
+
+
+@_check
+async def a_reused_message_id_is_refused_not_dropped(backend: MessageStoreBackend) -> None:
+    """A batch that reuses a stored id for other content, or one id twice, raises
+    ``MessageIdConflictError`` and stores nothing; the same batch again (new objects, same ids and
+    content, times stamped anew) is a retry, stored once."""
+    async with backend.open() as store:
+
+        def batch(i: int, *ids: str) -> list[Message]:
+            return [
+                Message("user", [f"turn {i}"], message_id=ids[0]),
+                Message("assistant", [f"reply {i}"], message_id=ids[1]),
+            ]
+
+        expect_equal(await store.append("ids", batch(1, "u1", "a1")), [1, 2], "seqs of the first turn")
+        for label, reused in (
+            ("the first id again for another turn", batch(2, "u1", "a2")),
+            ("a later id of the batch stored already", batch(2, "u2", "a1")),
+            ("one id twice in the batch", batch(2, "u2", "u2")),
+            (
+                "a retry with other content",
+                [Message("user", ["turn 1, edited"], message_id="u1"), batch(1, "u1", "a1")[1]],
+            ),
+        ):
+            with expect_raises(MessageIdConflictError, f"appending {label}") as caught:
+                await store.append("ids", reused)
+            error = caught.error
+            assert isinstance(error, MessageIdConflictError)
+            expect(error.conversation_id == "ids", f"{label}: the error names the conversation")
+            expect(error.message_id in ("u1", "a1", "u2"), f"{label}: the error names the id")
+        expect_equal(texts(await _raw(store, "ids")), ["turn 1", "reply 1"], "what is stored")
+        expect_equal(
+            await store.append("ids", batch(1, "u1", "a1")), [1, 2], "seqs of a retry with new objects"
+        )
+        expect_equal(await store.append("ids", batch(2, "u2", "a2")), [3, 4], "seqs of the next turn")
+        expect_equal(len(await _raw(store, "ids")), 4, "messages stored")
 
 
 @_check
