@@ -39,6 +39,7 @@ def message_store_backend(module: ModuleType) -> MessageStoreBackend:
         corrupt=getattr(module, "corrupt", None),
         corrupt_summaries=getattr(module, "corrupt_summaries", None),
         mark_newer_version=getattr(module, "mark_newer_version", None),
+        tamper=getattr(module, "tamper", None),
         reopen=None if spec_of is None or from_spec is None else lambda store: from_spec(spec_of(store)),
     )
 

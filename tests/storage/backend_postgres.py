@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -67,6 +67,24 @@ async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
             "WHERE {m}.conversation = {c}.key AND {c}.conversation_id = %s AND {m}.seq = %s"
         ).format(m=sql.Identifier(store.schema, "messages"), c=sql.Identifier(store.schema, "conversations")),
         (conversation_id, seq),
+    )
+
+
+async def tamper(
+    store: MessageStore, conversation_id: str, seq: int, change: Callable[[bytes], bytes]
+) -> None:
+    assert isinstance(store, PostgresMessageStore)
+    names = {
+        "m": sql.Identifier(store.schema, "messages"),
+        "c": sql.Identifier(store.schema, "conversations"),
+    }
+    where = "{m}.conversation = {c}.key AND {c}.conversation_id = %s AND {m}.seq = %s"
+    [(body,)] = await execute(
+        sql.SQL("SELECT body FROM {m}, {c} WHERE " + where).format(**names), (conversation_id, seq)
+    )
+    await execute(
+        sql.SQL("UPDATE {m} SET body = %s FROM {c} WHERE " + where).format(**names),
+        (change(bytes(body)), conversation_id, seq),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -80,6 +80,22 @@ async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
     try:
         head = int(await client.hget(keys.meta, "h") or 0)
         await client.lset(keys.log, seq - head, "\x10not a record")
+    finally:
+        await client.aclose()
+
+
+async def tamper(
+    store: MessageStore, conversation_id: str, seq: int, change: Callable[[bytes], bytes]
+) -> None:
+    assert isinstance(store, RedisMessageStore)
+    keys = store.conversation_keys(conversation_id)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        head = int(await client.hget(keys.meta, "h") or 0)
+        record: Any = await client.lindex(keys.log, seq - head)
+        assert isinstance(record, bytes)
+        changed: Any = change(record)  # the client's stubs type values as str; bytes are stored as they are
+        await client.lset(keys.log, seq - head, changed)
     finally:
         await client.aclose()
 

@@ -6,7 +6,7 @@ import asyncio
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,22 @@ async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
         "UPDATE agentkeep_messages SET body = x'ff00' WHERE position = "
         "((SELECT key FROM agentkeep_conversations WHERE conversation_id = ?) << 32) + ?",
         (conversation_id, seq),
+    )
+
+
+async def tamper(
+    store: MessageStore, conversation_id: str, seq: int, change: Callable[[bytes], bytes]
+) -> None:
+    assert isinstance(store, SQLiteMessageStore)
+    where = "position = ((SELECT key FROM agentkeep_conversations WHERE conversation_id = ?) << 32) + ?"
+    [(body,)] = await asyncio.to_thread(
+        execute, store.path, f"SELECT body FROM agentkeep_messages WHERE {where}", (conversation_id, seq)
+    )
+    await asyncio.to_thread(
+        execute,
+        store.path,
+        f"UPDATE agentkeep_messages SET body = ? WHERE {where}",
+        (change(bytes(body)), conversation_id, seq),
     )
 
 

@@ -17,6 +17,9 @@ from agentkeep.storage.codec import (
     encode_body,
     encode_id,
     encode_time,
+    seal,
+    seal_key,
+    unseal,
 )
 
 PROSE = (
@@ -29,9 +32,10 @@ def _round_trip(message: Message) -> Message:
     message.ensure_identity()
     assert message.message_id is not None
     assert message.created_at is not None
-    return decode_message(
-        encode_body(message), encode_id(message.message_id), encode_time(message.created_at)
-    )
+    message_id, created_at = encode_id(message.message_id), encode_time(message.created_at)
+    key = seal_key("conversation")
+    sealed = seal(key, message_id, created_at, encode_body(message))
+    return decode_message(sealed, message_id, created_at, key=key)
 
 
 @pytest.mark.parametrize(
@@ -102,3 +106,51 @@ def test_times_keep_the_instant() -> None:
 def test_bad_records_raise_value_error(body: bytes) -> None:
     with pytest.raises(ValueError):  # backends turn these into CorruptRecordError
         decode_body(body, message_id=None, created_at=None)
+
+
+def _sealed_record() -> tuple[int, bytes, int, bytes]:
+    key = seal_key("c-1")
+    message_id, created_at = encode_id("m-1"), encode_time(datetime(2026, 1, 1, tzinfo=UTC))
+    return (
+        key,
+        message_id,
+        created_at,
+        seal(key, message_id, created_at, encode_body(Message("user", ["100 EUR"]))),
+    )
+
+
+def test_every_single_bit_flip_in_a_sealed_record_is_detected() -> None:
+    key, message_id, created_at, record = _sealed_record()
+    body = unseal(key, message_id, created_at, record)
+    assert decode_body(body, message_id="m-1", created_at=None).text == "100 EUR"
+    for bit in range(len(record) * 8):
+        flipped = bytearray(record)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(ValueError):
+            decode_message(bytes(flipped), message_id, created_at, key=key)
+    for bit in range(len(message_id) * 8):  # the id and the time are covered too
+        other = bytearray(message_id)
+        other[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(ValueError):
+            unseal(key, bytes(other), created_at, record)
+    stored_time = created_at.to_bytes(8, "big", signed=True)  # as backends keep it
+    for bit in range(64):
+        other = int.from_bytes(stored_time, "big", signed=True) ^ (1 << bit)
+        changed = other - (1 << 64) if other >= 1 << 63 else other
+        with pytest.raises(ValueError):
+            unseal(key, message_id, changed, record)
+
+
+def test_truncated_and_moved_records_are_detected() -> None:
+    key, message_id, created_at, record = _sealed_record()
+    for size in range(1, len(record)):
+        with pytest.raises(ValueError):
+            decode_message(record[:size], message_id, created_at, key=key)
+    with pytest.raises(ValueError, match="checksum"):
+        unseal(seal_key("c-2"), message_id, created_at, record)  # another conversation's
+
+
+def test_unsealed_records_of_format_1_stay_readable() -> None:
+    body = encode_body(Message("user", ["old"]))
+    message = decode_message(body, encode_id("m-1"), 0, key=seal_key("c"))
+    assert message.text == "old"

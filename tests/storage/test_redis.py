@@ -25,6 +25,7 @@ from agentkeep import (
 )
 from agentkeep.storage import DEDUP_WINDOW, Summary
 from agentkeep.storage import redis as redis_module
+from agentkeep.storage.codec import FORMAT_VERSION
 from agentkeep.storage.redis import (
     LAYOUT_VERSION,
     RedisConnection,
@@ -103,12 +104,14 @@ async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client
     async with open_store() as store:
         assert await client.hgetall(store.layout_key) == {
             b"layout": str(LAYOUT_VERSION).encode(),
-            b"format": b"1",
+            b"format": str(FORMAT_VERSION).encode(),
         }
         await client.hset(store.layout_key, "format", 7)
         fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
         try:
-            with pytest.raises(SchemaVersionError, match=r"record format version .*7.* up to version 1"):
+            with pytest.raises(
+                SchemaVersionError, match=rf"record format version .*7.* up to version {FORMAT_VERSION}"
+            ):
                 await fresh.append("x", turn(1))  # the first operation checks the layout
             await client.hset(store.layout_key, mapping={"format": 1, "layout": "junk"})
             with pytest.raises(SchemaVersionError, match="key layout"):
@@ -119,6 +122,8 @@ async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client
             await client.hset(store.layout_key, "layout", 1)
             await fresh.setup()
             assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
+            # an older record format is raised to this one: older agentkeeps refuse the keys now
+            assert await client.hget(store.layout_key, "format") == str(FORMAT_VERSION).encode()
             assert await fresh.append("x", turn(1)) == [1, 2]
         finally:
             await fresh.aclose()

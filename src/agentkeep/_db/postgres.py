@@ -126,8 +126,9 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         "CREATE INDEX ON {messages} (conversation, id)",
         "CREATE INDEX ON {summaries} (conversation, id)",
     ),
-    # A retry is a batch stored as it is (ids and bodies, from its first message on); any other
-    # batch reusing an id among the newest p_window is refused: -k names its k-th message.
+    # A retry is a batch stored as it is from its first message on (ids, and bodies short of their
+    # seals, which cover the time); any other batch reusing an id among the newest p_window is
+    # refused: -k names its k-th message.
     (
         """CREATE OR REPLACE FUNCTION {append_messages}(
             p_conversation text, p_times bigint[], p_ids bytea[], p_bodies bytea[],
@@ -159,7 +160,9 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
                     SELECT count(*) INTO v_same
                         FROM unnest(p_ids, p_bodies) WITH ORDINALITY AS t(id, body, ord)
                         JOIN {messages} m ON m.conversation = v_key AND m.seq = v_found + t.ord - 1
-                            AND m.id = t.id AND m.body = t.body;
+                            AND m.id = t.id
+                            AND substring(m.body FROM 1 FOR length(m.body) - 4)
+                                = substring(t.body FROM 1 FOR length(t.body) - 4);
                     IF v_same = cardinality(p_ids) THEN
                         RETURN v_found;  -- a retry: stored already
                     END IF;

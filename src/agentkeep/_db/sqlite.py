@@ -230,6 +230,11 @@ class SQLiteDatabase:
                     "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, ?, ?)",
                     (number, FORMAT_VERSION, now_us()),
                 )
+            if 0 < record_format < FORMAT_VERSION:  # what is written from now on: older agentkeeps refuse it
+                connection.execute(
+                    "UPDATE agentkeep_schema SET format = ? WHERE version = ?",
+                    (FORMAT_VERSION, SCHEMA_VERSION),
+                )
 
     def _close_connection(self) -> None:
         if self._connection is not None:

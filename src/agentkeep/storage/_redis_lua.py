@@ -161,6 +161,12 @@ if not found[1] then
   redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'format', ARGV[2])
   return {ARGV[1], ARGV[2]}
 end
+-- an older record format is raised to this one (what is written from now on), so an older
+-- agentkeep refuses the keys instead of misreading new records
+local format = tonumber(found[2])
+if format and format >= 1 and format < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'format', ARGV[2])
+end
 return found
 """)
 
@@ -184,7 +190,8 @@ if state[1] then
     local first = needle_at(ARGV[FIRST], 1)
     local at = redis.call('LPOS', recent, first, 'RANK', -1)
     if at and base + at >= head then
-      -- a retry if the batch is stored as it is from there (ids and bodies; times may differ)
+      -- a retry if the batch is stored as it is from there (ids, and bodies short of their
+      -- 4-byte seals, which cover the time: a retry may have stamped its messages anew)
       local seq, n = base + at, #ARGV - FIRST + 1
       local stored = redis.call('LRANGE', log, seq - head, seq - head + n - 1)
       local same = #stored == n
@@ -193,7 +200,7 @@ if state[1] then
         local mine, theirs = ARGV[FIRST + k - 1], stored[k]
         local id = needle_at(mine, 1)
         same = theirs ~= '' and needle_at(theirs, 1) == id
-          and string.sub(theirs, #id + 9) == string.sub(mine, #id + 9)
+          and string.sub(theirs, #id + 9, -5) == string.sub(mine, #id + 9, -5)
       end
       if same then return seq end
       return -1

@@ -15,6 +15,15 @@ A stored message is three parts, so backends can keep the id and time in their o
   backend (a row's own overhead is 30-60 bytes). Anything else is ``0x02`` and the wire form as
   MessagePack (lossless, unknown fields included).
 
+**Seal** (format 2, :func:`seal`): every record a durable backend writes carries a CRC-32 over
+the conversation id, the encoded id, the time and the body, appended to the body (4 bytes), and its
+kind byte has the high nibble ``0xF`` (``0xF1``-``0xF5``: four bits from any unsealed kind). A
+flipped bit or a truncated record anywhere in id, time or body, or a record moved to another
+conversation, fails :func:`unseal`. Records of format 1 (no seal) stay readable; what cannot be
+told apart from corruption is a damaged kind byte that happens to become an unsealed kind while the
+rest still decodes. Summaries' lists of replaced ids and the backends' bookkeeping (sequence
+numbers, exclusion flags) are not covered.
+
 Decoding errors raise ``ValueError`` / ``msgspec`` errors (:data:`DECODE_ERRORS` lists what a damaged
 record can raise); backends turn them into
 :class:`~agentkeep.errors.CorruptRecordError` naming the conversation and sequence number.
@@ -43,10 +52,14 @@ __all__ = [
     "encode_id",
     "encode_identity",
     "encode_time",
+    "seal",
+    "seal_key",
+    "unseal",
 ]
 
-FORMAT_VERSION: Final = 1
-"""Version of this record format; backends store it and refuse data from newer versions."""
+FORMAT_VERSION: Final = 2
+"""Version of this record format; backends store it and refuse data from newer versions (2: sealed
+records, see the module docs)."""
 
 DECODE_ERRORS: Final = (
     ValueError,
@@ -66,6 +79,8 @@ _MAX_TIME: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(micr
 _ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
 _ROLE_CODES: Final[dict[str, int]] = {role: code for code, role in enumerate(_ROLES)}
 _PLAIN, _WIRE, _AUTHORED, _PLAIN_Z, _AUTHORED_Z = 1, 2, 3, 4, 5
+_SEALED: Final = 0xF0  # the high nibble of a sealed record's kind byte
+_CRC_RESIDUE: Final = 0x2144DF1C
 _DEFLATE_FROM: Final = 96  # bytes of text; shorter texts rarely shrink
 _DEFLATE_GAIN: Final = 8  # bytes a deflated text must save to be stored deflated
 _HEX: Final = frozenset("0123456789abcdef")
@@ -159,8 +174,12 @@ def encode_body(message: Message) -> bytes:
     return bytes((_WIRE,)) + _encoder.encode(wire)
 
 
-def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | None) -> Message:
-    """The message :func:`encode_body` encoded, with its id and time put back.
+def decode_body(
+    body: bytes, *, message_id: str | None, created_at: datetime | None, end: int | None = None
+) -> Message:
+    """The message :func:`encode_body` encoded, with its id and time put back; ``body`` may be a
+    sealed record's, read up to ``end`` (its seal is checked by :func:`unseal` or
+    :func:`decode_message`, not here).
 
     Raises:
         ValueError: ``body`` is not a valid record (``MessageFormatError`` is a ``ValueError``).
@@ -168,8 +187,10 @@ def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | N
     if not body:
         raise ValueError("empty record")
     kind = body[0]
+    if kind >= _SEALED:  # a sealed body (its seal checked by unseal)
+        kind &= 0x0F
     if kind in (_PLAIN, _AUTHORED, _PLAIN_Z, _AUTHORED_Z):
-        if len(body) < 2 or body[1] >= len(_ROLES):
+        if len(body) < 2 or body[1] >= len(_ROLES) or (end is not None and end < 2):
             raise ValueError("bad role code")
         author: str | None = None
         start = 2
@@ -177,7 +198,7 @@ def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | N
             size = body[2]
             author = body[3 : 3 + size].decode()
             start = 3 + size
-        raw = body[start:]
+        raw = body[start:end]
         if kind in (_PLAIN_Z, _AUTHORED_Z):
             try:
                 raw = zlib.decompress(raw, -15)
@@ -189,7 +210,7 @@ def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | N
         return message
     if kind == _WIRE:
         try:
-            wire: Any = _decoder.decode(body[1:])
+            wire: Any = _decoder.decode(body[1:end])
         except msgspec.DecodeError as exc:
             raise ValueError(f"invalid MessagePack: {exc}") from exc
         message = Message.from_dict(wire)
@@ -199,6 +220,49 @@ def decode_body(body: bytes, *, message_id: str | None, created_at: datetime | N
     raise ValueError(f"unknown record kind {kind}")
 
 
-def decode_message(body: bytes, message_id: bytes, created_at: int) -> Message:
-    """A message from its three stored parts."""
-    return decode_body(body, message_id=decode_id(message_id), created_at=decode_time(created_at))
+def seal_key(conversation_id: str) -> int:
+    """What binds seals to ``conversation_id`` (the CRC-32 of it): computed once per operation."""
+    return zlib.crc32(conversation_id.encode("utf-8", "surrogatepass") + b"\x00")
+
+
+def seal(key: int, message_id: bytes, created_at: int, body: bytes) -> bytes:
+    """``body`` (from :func:`encode_body`) sealed for storage: its kind marked as sealed and a
+    CRC-32 over the conversation (``key`` from :func:`seal_key`), id, time and body appended."""
+    sealed = bytes((body[0] | _SEALED,)) + body[1:]
+    start = zlib.crc32(created_at.to_bytes(8, "big", signed=True), zlib.crc32(message_id, key))
+    return sealed + zlib.crc32(sealed, start).to_bytes(4, "little")
+
+
+def _sealed_end(key: int, message_id: bytes, created_at: int, record: bytes) -> int | None:
+    """Where a sealed record's body ends (its seal checked), or ``None`` for an unsealed one."""
+    if not record or record[0] < _SEALED:
+        return None  # unsealed (format 1), or a kind decode_body refuses
+    if len(record) < 6:
+        raise ValueError("truncated record")
+    # A CRC-32 over data followed by its own CRC (little-endian) always gives the same residue.
+    start = zlib.crc32(created_at.to_bytes(8, "big", signed=True), zlib.crc32(message_id, key))
+    if zlib.crc32(record, start) != _CRC_RESIDUE:
+        raise ValueError("the record's checksum does not match: it was changed or damaged")
+    return len(record) - 4
+
+
+def unseal(key: int, message_id: bytes, created_at: int, record: bytes) -> bytes:
+    """The body of a record :func:`seal` sealed, its seal checked (a record of format 1 as it is);
+    :func:`decode_body` reads either.
+
+    Raises:
+        ValueError: The seal does not match: the record, its id or its time was changed, or it
+            belongs to another conversation.
+    """
+    end = _sealed_end(key, message_id, created_at, record)
+    return record if end is None else record[:end]
+
+
+def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: int) -> Message:
+    """A message from its three stored parts, its seal checked (``key`` from :func:`seal_key`)."""
+    return decode_body(
+        body,
+        message_id=decode_id(message_id),
+        created_at=decode_time(created_at),
+        end=_sealed_end(key, message_id, created_at, body),
+    )

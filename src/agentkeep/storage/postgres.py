@@ -96,6 +96,8 @@ from .codec import (
     encode_body,
     encode_id,
     encode_identity,
+    seal,
+    seal_key,
 )
 
 __all__ = [
@@ -256,10 +258,12 @@ class PostgresMessageStore:
         may_be_retry = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
         ids: list[bytes] = []
         times: list[int] = []
-        for message in messages:
+        key = seal_key(conversation_id)
+        for at, message in enumerate(messages):
             message_id, created_at = encode_identity(message)
             ids.append(message_id)
             times.append(created_at)
+            bodies[at] = seal(key, message_id, created_at, bodies[at])
         attempts = 0
 
         async def operation(conn: PostgresConnection) -> int:
@@ -298,6 +302,7 @@ class PostgresMessageStore:
         if not rows:
             return HistoryView()
         epoch, last_seq = rows[0][0], rows[0][1]
+        key = seal_key(conversation_id)
         if rows[0][2 if raw else 4] is None:  # the conversation exists, nothing matched
             return HistoryView([], epoch, last_seq)
         if raw:
@@ -306,7 +311,7 @@ class PostgresMessageStore:
             else:
                 rows.reverse()
             entries = [
-                StoredMessage(seq, self._decode(conversation_id, seq, body, raw_id, time), excluded)
+                StoredMessage(seq, self._decode(conversation_id, key, seq, body, raw_id, time), excluded)
                 for _, _, seq, raw_id, time, body, excluded in rows
             ]
             return HistoryView(entries, epoch, last_seq)
@@ -316,14 +321,16 @@ class PostgresMessageStore:
             rows.reverse()
         entries: list[StoredMessage] = []
         for _, _, _, kind, seq, raw_id, time, body, replaces in rows:
-            message = self._decode(conversation_id, seq, body, raw_id, time)
+            message = self._decode(conversation_id, key, seq, body, raw_id, time)
             ids = self._ids(conversation_id, seq, replaces) if kind == 0 else ()
             entries.append(StoredMessage(seq, message, replaces=ids))
         return HistoryView(entries, epoch, last_seq)
 
-    def _decode(self, conversation_id: str, seq: int, body: bytes, raw_id: bytes, time: int) -> Message:
+    def _decode(
+        self, conversation_id: str, key: int, seq: int, body: bytes, raw_id: bytes, time: int
+    ) -> Message:
         try:
-            return decode_message(body, raw_id, time)
+            return decode_message(body, raw_id, time, key=key)
         except DECODE_ERRORS as exc:
             raise CorruptRecordError(
                 str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq
@@ -352,9 +359,11 @@ class PostgresMessageStore:
         """
         self.database.check_open()
         rows: list[tuple[bytes, int, bytes, list[bytes]]] = []
+        key = seal_key(conversation_id)
         for summary in summaries:
             body = encode_body(summary.message)
             summary_id, summary_time = encode_identity(summary.message)
+            body = seal(key, summary_id, summary_time, body)
             rows.append(
                 (summary_id, summary_time, body, [encode_id(replaced) for replaced in summary.replaces])
             )

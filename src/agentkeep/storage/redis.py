@@ -110,7 +110,16 @@ from .base import (
     id_conflict,
     newest_first,
 )
-from .codec import FORMAT_VERSION, decode_message, decode_time, encode_body, encode_id, encode_identity
+from .codec import (
+    FORMAT_VERSION,
+    decode_message,
+    decode_time,
+    encode_body,
+    encode_id,
+    encode_identity,
+    seal,
+    seal_key,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -160,10 +169,12 @@ def _known_needle(message_id: str) -> bytes | None:
         return None  # an id no message can have: nothing stored matches it
 
 
-def _entry(message: Message, body: bytes) -> bytes:
-    """The log entry of ``message`` (given an id and time first if it has none)."""
+def _entry(key: int, message: Message, body: bytes) -> bytes:
+    """The log entry of ``message`` (given an id and time first if it has none), sealed with
+    ``key`` (:func:`~agentkeep.storage.codec.seal_key` of its conversation)."""
     ident, created_at = encode_identity(message)
-    return _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + body
+    sealed = seal(key, ident, created_at, body)
+    return _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + sealed
 
 
 def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
@@ -176,18 +187,18 @@ def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
     return data[start:end], int.from_bytes(data[end : end + 8], "big", signed=True), data[end + 8 :]
 
 
-def _decode_entry(conversation_id: str, seq: int, data: bytes) -> Message:
+def _decode_entry(conversation_id: str, key: int, seq: int, data: bytes) -> Message:
     try:
         message_id, created_at, body = _split_entry(data)
-        return decode_message(body, message_id, created_at)
+        return decode_message(body, message_id, created_at, key=key)
     except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
         raise _corrupt(conversation_id, seq, exc) from exc
 
 
-def _decode_summary(conversation_id: str, seq: int, data: bytes) -> StoredMessage:
+def _decode_summary(conversation_id: str, key: int, seq: int, data: bytes) -> StoredMessage:
     try:
         size = int.from_bytes(data[:4], "big")
-        message = _decode_entry(conversation_id, seq, data[4 : 4 + size])
+        message = _decode_entry(conversation_id, key, seq, data[4 : 4 + size])
         replaces = tuple(_replaces_decoder.decode(data[4 + size :]))
     except CorruptRecordError:
         raise
@@ -237,26 +248,28 @@ def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
 def _raw_entries(conversation_id: str, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
     """The ``READ`` script's log pieces as entries, each flagged by the exclusion ranges."""
     starts, ends = _parse_ranges(excluded)
+    key = seal_key(conversation_id)
     out: list[StoredMessage] = []
     for _, first, entries in pieces:
         for offset, data in enumerate(entries):
             seq = first + offset
             index = bisect_right(starts, seq) - 1
             flagged = index >= 0 and seq <= ends[index]
-            out.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data), flagged))
+            out.append(StoredMessage(seq, _decode_entry(conversation_id, key, seq, data), flagged))
     return out
 
 
 def _view_entries(conversation_id: str, pieces: list[Any]) -> list[StoredMessage]:
     """The ``READ`` script's view pieces (runs of log entries, and summaries) as entries."""
+    key = seal_key(conversation_id)
     entries: list[StoredMessage] = []
     for kind, first, payload in pieces:
         if kind == 0:
             for offset, data in enumerate(payload):
                 seq = first + offset
-                entries.append(StoredMessage(seq, _decode_entry(conversation_id, seq, data)))
+                entries.append(StoredMessage(seq, _decode_entry(conversation_id, key, seq, data)))
         else:
-            entries.append(_decode_summary(conversation_id, first, payload))
+            entries.append(_decode_summary(conversation_id, key, first, payload))
     return entries
 
 
@@ -440,7 +453,8 @@ class RedisMessageStore:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
         check = check_batch_ids(self.backend, conversation_id, messages)
-        entries = [_entry(message, body) for message, body in zip(messages, bodies, strict=True)]
+        key = seal_key(conversation_id)
+        entries = [_entry(key, message, body) for message, body in zip(messages, bodies, strict=True)]
         await self._ready()
         first = int(
             await self.connection.run(
@@ -496,9 +510,10 @@ class RedisMessageStore:
         args: list[bytes | str | int] = [conversation_id]
         needles = [n for n in map(_known_needle, excluded) if n is not None]
         args += [len(needles), *needles, len(summaries)]
+        key = seal_key(conversation_id)
         for summary in summaries:
             message = summary.message
-            entry = _entry(message, encode_body(message))
+            entry = _entry(key, message, encode_body(message))
             replaces = [n for n in map(_known_needle, summary.replaces) if n is not None]
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]

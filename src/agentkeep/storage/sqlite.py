@@ -98,6 +98,8 @@ from .codec import (
     encode_body,
     encode_id,
     encode_identity,
+    seal,
+    seal_key,
 )
 
 __all__ = [
@@ -197,7 +199,11 @@ class SQLiteMessageStore:
             return []
         bodies = [encode_body(message) for message in messages]  # refuse before touching anything
         check = check_batch_ids(self.backend, conversation_id, messages)
-        rows = [(*encode_identity(message), body) for message, body in zip(messages, bodies, strict=True)]
+        key = seal_key(conversation_id)
+        rows: list[tuple[bytes, int, bytes]] = []
+        for message, body in zip(messages, bodies, strict=True):
+            message_id, created_at = encode_identity(message)
+            rows.append((message_id, created_at, seal(key, message_id, created_at, body)))
         return await self.database.run(partial(self._append, conversation_id, rows, check))
 
     def _retried(
@@ -218,8 +224,8 @@ class SQLiteMessageStore:
                 f"AND id IN ({','.join('?' * len(chunk))})",
                 (low, high, *chunk),
             ):
-                stored[message_id] = (position & _SEQ_MASK, body)
-        bodies = [row[2] for row in rows]
+                stored[message_id] = (position & _SEQ_MASK, body[:-4])  # the seal covers the time
+        bodies = [row[2][:-4] for row in rows]
         return find_retry(self.backend, conversation_id, ids, bodies, stored, name=decode_id)
 
     def _append(
@@ -281,9 +287,11 @@ class SQLiteMessageStore:
         self.database.check_open()
         excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
         new: list[_NewSummary] = []
+        key = seal_key(conversation_id)
         for summary in summaries:
             body = encode_body(summary.message)
             summary_id, summary_time = encode_identity(summary.message)
+            body = seal(key, summary_id, summary_time, body)
             replaced = [encoded for encoded in map(_encode_known_id, summary.replaces) if encoded is not None]
             replaces = msgspec.json.encode(list(summary.replaces))
             new.append(
@@ -525,9 +533,11 @@ def _entries(conversation_id: str, rows: Iterable[_MessageRow]) -> list[StoredMe
     """Decode rows (the hot loop of long loads: no call per row beyond the codec's)."""
     entries: list[StoredMessage] = []
     seq = 0
+    key = seal_key(conversation_id)
     try:
         for seq, message_id, created_at, body, excluded in rows:
-            entries.append(StoredMessage(seq, decode_message(body, message_id, created_at), bool(excluded)))
+            message = decode_message(body, message_id, created_at, key=key)
+            entries.append(StoredMessage(seq, message, bool(excluded)))
     except DECODE_ERRORS as exc:
         raise CorruptRecordError(str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
     return entries

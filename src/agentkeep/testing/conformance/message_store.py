@@ -52,6 +52,9 @@ class MessageStoreBackend:
             summaries of that conversation undecodable.
         mark_newer_version: ``await mark_newer_version(store)`` makes the stored data claim a
             newer format or schema version than this agentkeep knows.
+        tamper: ``await tamper(store, conversation_id, seq, change)`` replaces that stored
+            message's record (the bytes the backend keeps for it, as they are stored) with
+            ``change(record)``: how the suite flips bits and truncates records.
         reopen: ``reopen(store)``: a new store object on the same data, not set up yet (the
             suite closes it).
     """
@@ -62,6 +65,7 @@ class MessageStoreBackend:
     corrupt: Callable[[MessageStore, str, int], Awaitable[None]] | None = None
     corrupt_summaries: Callable[[MessageStore, str], Awaitable[None]] | None = None
     mark_newer_version: Callable[[MessageStore], Awaitable[None]] | None = None
+    tamper: Callable[[MessageStore, str, int, Callable[[bytes], bytes]], Awaitable[None]] | None = None
     reopen: Callable[[MessageStore], MessageStore] | None = None
 
 
@@ -408,6 +412,36 @@ async def corrupt_records_are_reported_not_skipped(backend: MessageStoreBackend)
         with expect_raises(CorruptRecordError, "reading the view"):
             await store.read("bad")
         expect_equal(texts(await _raw(store, "bad", last=1)), ["answer 2"], "other records still read")
+
+
+@_check
+async def changed_records_are_detected_not_returned(backend: MessageStoreBackend) -> None:
+    """Every single-bit flip and every truncation of a stored record raises CorruptRecordError
+    (records carry a checksum); the record restored reads as before."""
+    if backend.tamper is None:
+        raise NotApplicable(f"{backend.name} gives the suite no way to change a stored record")
+    async with backend.open() as store:
+        await store.append("sum", [Message("user", ["pay 100 EUR"]), Message("assistant", ["ok"])])
+        original: list[bytes] = []
+
+        def keep(record: bytes) -> bytes:
+            original.append(record)
+            return record
+
+        await backend.tamper(store, "sum", 1, keep)
+        [record] = original
+        changes: list[tuple[str, bytes]] = []
+        for bit in range(len(record) * 8):
+            flipped = bytearray(record)
+            flipped[bit // 8] ^= 1 << (bit % 8)
+            changes.append((f"bit {bit} flipped", bytes(flipped)))
+        changes += [(f"cut to {size} bytes", record[:size]) for size in range(len(record))]
+        for label, changed in changes:
+            await backend.tamper(store, "sum", 1, lambda _, changed=changed: changed)
+            with expect_raises(CorruptRecordError, f"reading a record with {label}"):
+                await store.read("sum", raw=True)
+        await backend.tamper(store, "sum", 1, lambda _: record)
+        expect_equal(texts(await _raw(store, "sum")), ["pay 100 EUR", "ok"], "the restored record")
 
 
 @_check
