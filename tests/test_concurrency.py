@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from types import ModuleType
+
+import pytest
 
 from agentkeep import InMemoryHistoryProvider, Message, MessageCountingChatReducer, MessageLog
+from agentkeep.clients.base import ChatOptions, ChatResponse
+from agentkeep.providers import StorageHistoryProvider
 from agentkeep.testing import ScriptedChatClient
+from tests.discovery import backend_modules
+
+HISTORY_BACKENDS = backend_modules("tests.storage")
 
 
 def _answer(messages: Sequence[Message]) -> str:
@@ -56,3 +64,46 @@ def test_log_replace_based_on_a_view_keeps_later_appends() -> None:
     # a view of a list that has since been replaced cannot be the base of another replacement
     assert not log.replace([], based_on=before)
     assert [m.text for m in log.view()] == ["two", "three"]
+
+
+class SlowClient(ScriptedChatClient):
+    """Answers after yielding to the event loop a few times, so runs really overlap."""
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return await super().get_response(messages, options=options)
+
+
+@pytest.mark.parametrize("backend", HISTORY_BACKENDS, ids=lambda m: m.NAME)
+async def test_tasks_sharing_one_session_object_never_send_duplicates(backend: ModuleType) -> None:
+    async with backend.open_store() as store:
+        client = SlowClient(_answer)
+        agent = client.as_agent(context_providers=[StorageHistoryProvider(store, "history")])
+        session = agent.create_session()
+        await agent.run("first", session=session)  # the session's view is cached from here on
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(agent.run(f"turn {i}", session=session) for i in range(8)))
+        for request in client.calls:
+            ids = [m.message_id for m in request]
+            assert len(ids) == len(set(ids)), [m.text for m in request]
+        # every run saw the turns before it, each once: the requests grow two messages a run
+        assert [len(request) for request in client.calls] == [1 + 2 * n for n in range(9)]
+        stored = (await store.read(session.storage_key)).messages
+        assert len(stored) == 18
+        assert len({m.message_id for m in stored}) == 18
+
+
+async def test_a_streamed_run_holds_the_session_until_it_is_closed() -> None:
+    agent = SlowClient(_answer).as_agent(context_providers=[InMemoryHistoryProvider()])
+    session = agent.create_session()
+    stream = agent.run("streamed", stream=True, session=session)
+    async for _ in stream:
+        break  # leave the stream open: the next run on the session waits for it
+    waiting = asyncio.create_task(agent.run("next", session=session))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    await stream.aclose()
+    async with asyncio.timeout(10):
+        response = await waiting
+    assert response.text == "re: next"

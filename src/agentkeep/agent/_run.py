@@ -12,9 +12,10 @@ a run never writes on the agent.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -111,6 +112,29 @@ def plan_run(
     )
 
 
+_TURN_KEY: Final = "run:turn"
+"""The runtime key of a session's turn lock."""
+
+
+def session_turn(session: AgentSession) -> asyncio.Lock:
+    """The lock runs on ``session`` hold for their whole length, kept in its runtime space.
+
+    Concurrent runs on one session object would otherwise each load the same new history into
+    the session's cached view and send it twice. (Runs on *different* session objects of one
+    conversation, in this process or others, stay concurrent: the store orders their appends.)
+    A lock belongs to one event loop, so a session used from another loop gets a new one.
+    """
+    loop = asyncio.get_running_loop()
+    held = session.runtime.get(_TURN_KEY)
+    if isinstance(held, tuple):
+        owner, lock = cast("tuple[object, asyncio.Lock]", held)
+        if owner is loop:
+            return lock
+    lock = asyncio.Lock()
+    session.runtime[_TURN_KEY] = (loop, lock)
+    return lock
+
+
 @dataclass(slots=True)
 class _LoopState:
     """The tool loop's progress within one run."""
@@ -155,7 +179,20 @@ class AgentRun:
         self._compaction = compaction
 
     async def execute(self, *, stream: bool) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
-        """The run pipeline; yields updates when ``stream``, and always the response last."""
+        """The run pipeline; yields updates when ``stream``, and always the response last.
+
+        Runs on one session object take turns (see :func:`session_turn`): each sees the history
+        the one before it stored, and the session's caches are never extended by two at once.
+        """
+        if self._session is None:
+            async for item in self._execute(stream=stream):
+                yield item
+            return
+        async with session_turn(self._session):
+            async for item in self._execute(stream=stream):
+                yield item
+
+    async def _execute(self, *, stream: bool) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
         plan = plan_run(self.agent, self._session, self._tools, self._options, self._compaction)
         context = await self._before(plan)
         loop = _LoopState(conversation_id=plan.conversation_id)

@@ -74,7 +74,9 @@ class AgentRunStream:
     """The updates of a streamed run; ``get_final_response()`` gives the same :class:`AgentResponse`.
 
     Iterate it with ``async for``. The run's providers (and so history storage) finish when the
-    stream is exhausted; a stream abandoned half-way stores nothing, like a failed run.
+    stream is exhausted; a stream abandoned half-way stores nothing, like a failed run. A run holds
+    its session until it ends (runs on one session take turns), so close a stream you leave early
+    with :meth:`aclose` (or ``async with``); one that is dropped is closed when it is collected.
     """
 
     def __init__(self, source: AsyncIterator[AgentResponseUpdate | AgentResponse]) -> None:
@@ -106,3 +108,15 @@ class AgentRunStream:
 
     def __await__(self) -> Generator[Any, None, AgentResponse]:
         return self.get_final_response().__await__()
+
+    async def aclose(self) -> None:
+        """End the run where it is (nothing is stored unless it had finished); idempotent."""
+        close = getattr(self._source, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def __aenter__(self) -> AgentRunStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
