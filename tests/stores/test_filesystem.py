@@ -242,7 +242,7 @@ async def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(
     session = await store.get_session(agent, "c")
     session.state["value"] = "new"
 
-    def broken_replace(src: Any, dst: Any) -> None:
+    def broken_replace(src: Any, dst: Any, **_: Any) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
@@ -321,3 +321,71 @@ async def test_file_io_stays_off_the_event_loop(tmp_path: Path, monkeypatch: pyt
     assert await store.delete_session(agent, "c") is True
     monkeypatch.undo()
     assert on_loop == []
+
+
+# -- links and permissions ----------------------------------------------------------------------
+
+
+async def test_a_link_planted_as_the_agent_folder_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "sessions", tmp_path / "outside"
+    root.mkdir(mode=0o700)
+    outside.mkdir()
+    (root / "helper").symlink_to(outside, target_is_directory=True)
+    store = FileSystemSessionStore(root)
+    agent = make_agent()
+    with pytest.raises(StorageUnavailableError, match="open folder"):
+        await save_new(store, agent, "c", value="secret")
+    with pytest.raises(StorageUnavailableError):
+        await store.get_session(agent, "c")
+    with pytest.raises(StorageUnavailableError):
+        await store.delete_session(agent, "c")
+    assert list(outside.iterdir()) == []  # nothing written through the link
+
+
+async def test_a_link_planted_as_the_lock_file_is_refused_and_its_target_not_created(tmp_path: Path) -> None:
+    store = FileSystemSessionStore(tmp_path / "sessions")
+    agent = make_agent()
+    await save_new(store, agent, "c", value="old")
+    lock = store.session_path(agent, "c").with_suffix(".lock")
+    lock.unlink()
+    target = tmp_path / "created-through-the-link"
+    lock.symlink_to(target)
+    session = await store.get_session(agent, "c")
+    session.state["value"] = "new"
+    with pytest.raises(StorageUnavailableError, match="lock file"):
+        await store.save_session(agent, "c", session)
+    assert not target.exists()
+    assert (await store.get_session(agent, "c")).state["value"] == "old"
+
+
+async def test_a_link_planted_as_a_session_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:
+    store = FileSystemSessionStore(tmp_path / "sessions")
+    agent = make_agent()
+    await save_new(store, agent, "other", value="x")  # creates the agent folder
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    path = store.session_path(agent, "c")
+    path.symlink_to(victim)
+    with pytest.raises(StorageUnavailableError, match="read"):
+        await store.get_session(agent, "c")
+    assert victim.read_text() == "precious"
+
+
+async def test_a_root_others_can_write_to_is_tightened_when_ours(tmp_path: Path) -> None:
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)
+    store = FileSystemSessionStore(root)
+    await save_new(store, make_agent(), "c", value=1)
+    assert root.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+async def test_a_root_others_can_write_to_is_refused_when_not_ours(tmp_path: Path) -> None:
+    root = tmp_path / "theirs"
+    root.mkdir()
+    root.chmod(0o777)
+    os.chown(root, 65534, 65534)  # nobody
+    with pytest.raises(StorageUnavailableError, match="other users can write"):
+        await save_new(FileSystemSessionStore(root), make_agent(), "c", value=1)
+    assert list(root.iterdir()) == []

@@ -20,6 +20,13 @@ sees the old or the new session, never half of one. The compare-and-set of the o
 which works between threads and processes on one machine (not across network file systems
 without working ``flock``). All file I/O runs in worker threads (``asyncio.to_thread``).
 
+**Links are never followed.** The agent folders and every file in them are opened relative to
+their folder with ``O_NOFOLLOW`` (on systems with ``dir_fd``): a symbolic link planted as an agent
+folder, a session file or a lock file makes the operation fail with
+:class:`~agentkeep.errors.StorageUnavailableError`, instead of writing or creating the link's
+target. The root folder itself may be a link (the operator's choice), but one that other users can
+write to is tightened to owner-only when it is ours and refused when it is not.
+
 A file that is not valid JSON, has the wrong shape, or holds another conversation raises
 :class:`~agentkeep.errors.SessionFormatError` naming the file; it is never replaced silently
 (``delete_session`` removes it).
@@ -29,9 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
+import stat
 import sys
 import time
 from collections.abc import Generator
@@ -211,29 +220,74 @@ class FileSystemSessionStore(AgentSessionStore):
         message = f"cannot {what} {path}: {exc}"
         return StorageUnavailableError(message, backend=self.backend, address=str(path))
 
+    def _check_root(self) -> None:
+        """Create the root folder (mode 0700), and tighten or refuse one others can write to."""
+        root = self.root_dir
+        try:
+            root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.stat(root)
+        except OSError as exc:
+            raise self._unavailable("create folder", root, exc) from exc
+        if not stat.S_ISDIR(info.st_mode):
+            raise StorageUnavailableError(f"{root} is not a folder", backend=self.backend, address=str(root))
+        if info.st_mode & 0o022 and sys.platform != "win32":
+            if info.st_uid != os.getuid():
+                raise StorageUnavailableError(
+                    f"refusing the session folder {root}: other users can write to it and it is "
+                    "not ours to tighten",
+                    backend=self.backend,
+                    address=str(root),
+                )
+            try:
+                os.chmod(root, stat.S_IMODE(info.st_mode) & 0o700)
+            except OSError as exc:
+                raise self._unavailable("tighten the permissions of", root, exc) from exc
+
+    @contextlib.contextmanager
+    def _folder(self, path: Path, *, create: bool) -> Generator[_Folder | None]:
+        """The agent folder of ``path``, opened without following a link (``None`` if missing and
+        not ``create``)."""
+        if create:
+            self._check_root()
+        folder = path.parent
+        try:
+            opened = _Folder.opened(folder, create=create)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and not create:
+                yield None
+                return
+            raise self._unavailable("open folder", folder, exc) from exc
+        try:
+            yield opened
+        finally:
+            opened.close()
+
     def _save_sync(
         self, path: Path, agent: str, conversation_id: str, payload: bytes, expected: int | None
     ) -> int:
-        try:
-            self.root_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.parent.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise self._unavailable("create folder", path.parent, exc) from exc
-        with self._locked(path.with_suffix(".lock")):
-            record = self._read(path, agent, conversation_id)
-            current = record.version if record is not None else None
-            if current != expected:
-                raise conflict_error(self.backend, agent, conversation_id, expected=expected, current=current)
-            version = (current or 0) + 1
-            data = msgspec.json.encode(
-                _SessionFile(FILE_FORMAT_VERSION, version, agent, conversation_id, msgspec.Raw(payload))
-            )
-            self._write_atomic(path, data)
+        with self._folder(path, create=True) as folder:
+            assert folder is not None
+            with self._locked(folder, path.with_suffix(".lock")):
+                record = self._read_in(folder, path, agent, conversation_id)
+                current = record.version if record is not None else None
+                if current != expected:
+                    raise conflict_error(
+                        self.backend, agent, conversation_id, expected=expected, current=current
+                    )
+                version = (current or 0) + 1
+                data = msgspec.json.encode(
+                    _SessionFile(FILE_FORMAT_VERSION, version, agent, conversation_id, msgspec.Raw(payload))
+                )
+                self._write_atomic(folder, path, data)
         return version
 
     def _read(self, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
+        with self._folder(path, create=False) as folder:
+            return None if folder is None else self._read_in(folder, path, agent, conversation_id)
+
+    def _read_in(self, folder: _Folder, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
         try:
-            data = path.read_bytes()
+            data = folder.read(path.name)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -260,51 +314,52 @@ class FileSystemSessionStore(AgentSessionStore):
             )
         return record
 
-    def _write_atomic(self, path: Path, data: bytes) -> None:
-        temp = path.with_name(f".{path.stem}.{secrets.token_hex(8)}.tmp")
+    def _write_atomic(self, folder: _Folder, path: Path, data: bytes) -> None:
+        temp = f".{path.stem}.{secrets.token_hex(8)}.tmp"
         try:
-            with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+            with open(folder.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as file:
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
-            os.replace(temp, path)
+            folder.replace(temp, path.name)  # replaces a link itself, never its target
         except OSError as exc:
             with contextlib.suppress(OSError):
-                temp.unlink()
+                folder.unlink(temp)
             raise self._unavailable("write", path, exc) from exc
-        _fsync_folder(path.parent)
+        folder.fsync()
 
     def _delete_sync(self, path: Path) -> bool:
-        if not path.exists():
-            return False
-        lock_path = path.with_suffix(".lock")
-        with self._locked(lock_path):
-            try:
-                path.unlink()
-            except FileNotFoundError:
+        with self._folder(path, create=False) as folder:
+            if folder is None or not folder.exists(path.name):
                 return False
-            except OSError as exc:
-                raise self._unavailable("delete", path, exc) from exc
-            # Safe while we hold it: a writer that opened this lock file before the unlink sees, once
-            # it gets the lock, that the path no longer names its file, and starts over (_locked).
-            with contextlib.suppress(OSError):
-                lock_path.unlink()
-        _fsync_folder(path.parent)
+            lock_path = path.with_suffix(".lock")
+            with self._locked(folder, lock_path):
+                try:
+                    folder.unlink(path.name)
+                except FileNotFoundError:
+                    return False
+                except OSError as exc:
+                    raise self._unavailable("delete", path, exc) from exc
+                # Safe while we hold it: a writer that opened this lock file before the unlink
+                # sees, once it gets the lock, that the name no longer is its file, and starts over.
+                with contextlib.suppress(OSError):
+                    folder.unlink(lock_path.name)
+            folder.fsync()
         return True
 
     @contextlib.contextmanager
-    def _locked(self, lock_path: Path) -> Generator[None]:
-        """Hold an exclusive lock on ``lock_path`` (created if missing) for the block."""
+    def _locked(self, folder: _Folder, lock_path: Path) -> Generator[None]:
+        """Hold an exclusive lock on ``lock_path`` (created if missing, never through a link)."""
         deadline = time.monotonic() + self.lock_timeout
         while True:
             try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = folder.open(lock_path.name, os.O_RDWR | os.O_CREAT)
             except OSError as exc:
                 raise self._unavailable("open lock file", lock_path, exc) from exc
             try:
                 self._acquire(fd, lock_path, deadline)
                 try:
-                    current = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+                    current = os.path.samestat(os.fstat(fd), folder.stat(lock_path.name))
                 except FileNotFoundError:
                     current = False
             except BaseException:
@@ -351,17 +406,78 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename or unlink in ``folder`` durable (a no-op where folders cannot be opened)."""
-    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-        return
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse to fsync a folder; the rename itself is still atomic
-    finally:
-        os.close(fd)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+_RELATIVE: Final = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # replace: as rename
+
+
+class _Folder:
+    """An agent's session folder, opened once without following a link; files in it are opened,
+    renamed and removed relative to it (``dir_fd``), so no link on the way is ever followed.
+
+    Where the system has no ``dir_fd`` (Windows), paths are used and a folder that is a link is
+    refused by a check before use.
+    """
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def opened(cls, path: Path, *, create: bool) -> _Folder:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+        if not _RELATIVE:  # pragma: no cover - exercised on Windows only
+            if path.is_symlink() or not path.is_dir():
+                raise OSError(errno.ELOOP, "not a plain folder", str(path))
+            return cls(path, None)
+        return cls(path, os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW))
+
+    def open(self, name: str, flags: int) -> int:
+        """A file descriptor for ``name`` in the folder; a link there fails (``ELOOP``)."""
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            return os.open(self.path / name, flags | _NOFOLLOW, 0o600)
+        return os.open(name, flags | _NOFOLLOW, 0o600, dir_fd=self.fd)
+
+    def read(self, name: str) -> bytes:
+        with open(self.open(name, os.O_RDONLY), "rb") as file:
+            return file.read()
+
+    def stat(self, name: str) -> os.stat_result:
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            return os.stat(self.path / name, follow_symlinks=False)
+        return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.stat(name)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def replace(self, source: str, target: str) -> None:
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            os.replace(self.path / source, self.path / target)
+        else:
+            os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def unlink(self, name: str) -> None:
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            os.unlink(self.path / name)
+        else:
+            os.unlink(name, dir_fd=self.fd)
+
+    def fsync(self) -> None:
+        """Make a rename or unlink in the folder durable (where folders can be synced)."""
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            return
+        with contextlib.suppress(OSError):  # some file systems refuse; the rename is still atomic
+            os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
