@@ -93,10 +93,10 @@ def _session_agentkeep(size: int, reps: int) -> tuple[float, float, float, int]:
     provider.get_state(session).messages.extend(_history(size))
     dump_ms = _time(lambda: msgspec.json.encode(session.to_dict()), reps)
     payload = msgspec.json.encode(session.to_dict())
-    load_ms = _time(lambda: AgentSession.from_dict(msgspec.json.decode(payload)), reps)
+    load_ms = _time(lambda: AgentSession.from_json(payload), reps)  # JSON load + from_dict
 
     def load_and_read() -> None:
-        restored = AgentSession.from_dict(msgspec.json.decode(payload))
+        restored = AgentSession.from_json(payload)
         provider.get_state(restored)
 
     read_ms = _time(load_and_read, max(3, reps // 3))

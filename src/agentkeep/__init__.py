@@ -81,6 +81,7 @@ from .sessions import (
     ProviderSessionState,
     StateBag,
     check_isolation_key,
+    encode_payload,
 )
 from .tools import FunctionTool, tool
 
@@ -160,6 +161,7 @@ __all__ = [
     "__version__",
     "check_isolation_key",
     "create_harness_agent",
+    "encode_payload",
     "get_source_id",
     "get_source_type",
     "message_id_generator",

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
+from ._json_values import json_problem, text_problem
 from .errors import MessageFormatError
 
 __all__ = [
@@ -175,6 +176,9 @@ class TextContent(Content):
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
 
+    def __post_init__(self) -> None:
+        _check_text(self.text, "text")
+
     def to_dict(self) -> dict[str, Any]:
         out = {"type": "text", "text": self.text}
         if self.additional_properties or self.extra_fields:
@@ -191,6 +195,9 @@ class TextReasoningContent(Content):
     text: str
     additional_properties: dict[str, Any] | None = field(default=None, kw_only=True)
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_text(self.text, "text")
 
     def to_dict(self) -> dict[str, Any]:
         return _finish(self, {"type": "text_reasoning", "text": self.text})
@@ -469,6 +476,14 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
 }
 
 
+def _check_text(text: Any, path: str) -> None:
+    if type(text) is not str:
+        raise MessageFormatError(f"a text must be a string, not {type(text).__name__}", path=path)
+    problem = text_problem(text)
+    if problem is not None:
+        raise MessageFormatError(f"the text cannot be stored: {problem}", path=path)
+
+
 def content_from_dict(data: Any, *, path: str = "content") -> Content:
     """Build a content from its wire form.
 
@@ -490,6 +505,9 @@ def content_from_dict(data: Any, *, path: str = "content") -> Content:
         text = data.get("text")
         if type(text) is str:
             return TextContent(text)  # the common case, without the general checks
+    problem = json_problem(data)  # free-form values (arguments, results, properties) included
+    if problem is not None:
+        raise MessageFormatError(f"a content cannot be stored: {problem}", path=path)
     kind = data.get("type")
     decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
     if decoder is not None:

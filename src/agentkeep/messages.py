@@ -29,6 +29,7 @@ from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
 import msgspec
 
+from ._json_values import encode_json, json_problem, text_problem
 from .contents import Content, FunctionCallContent, FunctionResultContent, TextContent, content_from_dict
 from .errors import MessageFormatError
 
@@ -155,7 +156,7 @@ class Message:
         created_at: datetime | None = None,
         additional_properties: dict[str, Any] | None = None,
     ) -> None:
-        if role not in _ROLES:
+        if type(role) is not str or role not in _ROLES:
             raise MessageFormatError(f"unknown role {role!r}; expected one of {sorted(_ROLES)}", path="role")
         self.role = role
         if contents is None:
@@ -175,6 +176,12 @@ class Message:
                         path=f"contents[{index}]",
                     )
             self.contents = items
+        if author_name is not None:
+            _check_field_text(author_name, "author_name")
+        if message_id is not None:
+            _check_field_text(message_id, "message_id")
+        if additional_properties:
+            _check_free_form(additional_properties, "additional_properties")
         self.author_name = author_name
         self.message_id = message_id
         self.created_at = None if created_at is None else _check_time(created_at, "created_at")
@@ -279,7 +286,7 @@ class Message:
         data = cast("dict[str, Any]", data)
         at = f"{path}." if path else ""
         role = data.get("role")
-        if role not in _ROLES:
+        if type(role) is not str or role not in _ROLES:
             what = "missing" if role is None else f"unknown role {role!r}"
             raise MessageFormatError(f"'role' {what}; expected one of {sorted(_ROLES)}", path=f"{at}role")
         raw_contents: Any = data.get("contents", [])
@@ -295,12 +302,12 @@ class Message:
                 for i, item in enumerate(cast("list[Any]", raw_contents))
             ]
         author = data.get("author_name")
-        if author is not None and not isinstance(author, str):
-            raise MessageFormatError("'author_name' must be a string", path=f"{at}author_name")
+        if author is not None:
+            _check_field_text(author, f"{at}author_name")
         message.author_name = author
         message_id = data.get("message_id")
-        if message_id is not None and not isinstance(message_id, str):
-            raise MessageFormatError("'message_id' must be a string", path=f"{at}message_id")
+        if message_id is not None:
+            _check_field_text(message_id, f"{at}message_id")
         message.message_id = message_id
         created = data.get("created_at")
         message.created_at = None if created is None else _parse_time(created, f"{at}created_at")
@@ -309,21 +316,32 @@ class Message:
             raise MessageFormatError(
                 "'additional_properties' must be an object", path=f"{at}additional_properties"
             )
+        if props:
+            _check_free_form(props, f"{at}additional_properties")
         message.additional_properties = props or None  # pyright: ignore[reportUnknownMemberType]
         kind = data.get("type")
         if kind is not None and kind != "message":  # the reference edition writes "type": "message"
             raise MessageFormatError(f"'type' is {kind!r}, expected 'message' (or no type)", path=f"{at}type")
-        message.extra_fields = (
-            None
-            if _KNOWN_FIELDS.issuperset(data)
-            else {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
-        )
+        if _KNOWN_FIELDS.issuperset(data):
+            message.extra_fields = None
+        else:
+            extra = {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
+            _check_free_form(extra, f"{at}(unknown fields)")
+            message.extra_fields = extra
         message._source = None
         return message
 
     def to_json(self) -> str:
-        """The wire form as JSON text."""
-        return msgspec.json.encode(self.to_dict()).decode()
+        """The wire form as JSON text.
+
+        Raises:
+            MessageFormatError: A value set after construction has no JSON form (a lone surrogate,
+                NaN, a structure that contains itself).
+        """
+        try:
+            return encode_json(self.to_dict()).decode()
+        except ValueError as exc:
+            raise MessageFormatError(f"the message cannot be written as JSON: {exc}") from exc
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Message:
@@ -336,6 +354,8 @@ class Message:
             data = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
             raise MessageFormatError(f"invalid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise MessageFormatError("invalid JSON: nested too deeply") from exc
         return cls.from_dict(data)
 
     # -- comparison / display ----------------------------------------------------------------
@@ -360,6 +380,20 @@ class Message:
             f"Message(role={self.role!r}, text={body!r}, contents={len(self.contents)}, "
             f"id={self.message_id!r})"
         )
+
+
+def _check_field_text(value: Any, path: str) -> None:
+    if type(value) is not str:
+        raise MessageFormatError(f"'{path.rsplit('.', 1)[-1]}' must be a string", path=path)
+    problem = text_problem(value)
+    if problem is not None:
+        raise MessageFormatError(f"'{path.rsplit('.', 1)[-1]}' cannot be stored: {problem}", path=path)
+
+
+def _check_free_form(value: Any, path: str) -> None:
+    problem = json_problem(value)
+    if problem is not None:
+        raise MessageFormatError(f"cannot be stored: {problem}", path=path)
 
 
 def _parse_time(value: Any, path: str) -> datetime:

@@ -44,6 +44,7 @@ from typing import Any, Final, Generic, TypeVar, cast, overload
 
 import msgspec
 
+from ._json_values import encode_json, json_problem
 from .errors import SessionFormatError, StateTypeError
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "ProviderSessionState",
     "StateBag",
     "check_isolation_key",
+    "encode_payload",
     "from_builtins",
     "to_builtins",
 ]
@@ -260,11 +262,17 @@ class StateBag:
 
     def _json_of(self, key: str, entry: _Entry) -> Any:
         if entry.obj is _MISSING:
-            return entry.json
+            return entry.json  # checked when the session was restored
         try:
-            return to_builtins(entry.obj)
+            value = to_builtins(entry.obj)
         except TypeError as exc:
             raise StateTypeError(f"state value {key!r} cannot be serialized: {exc}", key=key) from exc
+        except RecursionError as exc:
+            raise StateTypeError(
+                f"state value {key!r} cannot be serialized: it is nested too deeply, or contains itself",
+                key=key,
+            ) from exc
+        return value  # what JSON cannot carry (NaN, lone surrogates) is refused when encoding
 
     # -- mapping-style access ---------------------------------------------------------------------
     def __getitem__(self, key: str) -> Any:
@@ -330,6 +338,32 @@ class StateBag:
 
     def __repr__(self) -> str:
         return f"StateBag(keys={self.keys()!r})"
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """A session payload (:meth:`AgentSession.to_dict`) as JSON bytes, refusing what JSON cannot
+    carry faithfully instead of writing it changed (NaN as ``null``) or failing half-way.
+
+    Each state value is encoded once, on its own (so a problem names its key), and the payload
+    around them is put together from those bytes.
+
+    Raises:
+        StateTypeError: A state value cannot be encoded (the error names its key).
+        SessionFormatError: Another field cannot be encoded.
+    """
+    state: Any = payload.get("state")
+    if isinstance(state, dict):
+        encoded: dict[str, msgspec.Raw] = {}
+        for key, value in cast("dict[str, Any]", state).items():
+            try:
+                encoded[key] = msgspec.Raw(encode_json(value))
+            except ValueError as exc:
+                raise StateTypeError(f"state value {key!r} cannot be serialized: {exc}", key=key) from exc
+        payload = {**payload, "state": encoded}
+    try:
+        return encode_json(payload)
+    except ValueError as exc:
+        raise SessionFormatError(f"session {payload.get('session_id')!r} cannot be encoded: {exc}") from exc
 
 
 # -- sessions ---------------------------------------------------------------------------------
@@ -435,12 +469,18 @@ class AgentSession:
         return payload
 
     @classmethod
-    def from_dict(cls, data: Any) -> AgentSession:
+    def from_dict(cls, data: Any, *, checked: bool = False) -> AgentSession:
         """Restore a session from :meth:`to_dict` output; state values stay JSON until read.
+
+        Args:
+            data: The payload.
+            checked: The caller knows every value in ``data`` has a faithful JSON form (it was
+                just decoded from JSON text, as :meth:`from_json` does), so the check is skipped.
 
         Raises:
             SessionFormatError: The payload is not an object, misses fields, has fields of the
-                wrong type, or has a version other than :data:`SESSION_FORMAT_VERSION`.
+                wrong type, holds values that cannot be written back (lone surrogates, NaN), or
+                has a version other than :data:`SESSION_FORMAT_VERSION`.
         """
         if not isinstance(data, dict):
             raise SessionFormatError(f"a session payload must be an object, not {type(data).__name__}")
@@ -472,8 +512,12 @@ class AgentSession:
             session = cls(session_id=session_id, service_session_id=service_id, isolation_key=isolation_key)
         except ValueError as exc:
             raise SessionFormatError(f"session payload 'isolation_key': {exc}") from exc
-        session.state = StateBag.from_json_values(cast("dict[str, Any]", state))
         unknown = {k: v for k, v in payload.items() if k not in _SESSION_FIELDS}
+        if checked is not True:  # the payload did not come from JSON that cannot hold bad values
+            problem = json_problem([state, unknown])
+            if problem is not None:
+                raise SessionFormatError(f"session payload cannot be stored again: {problem}")
+        session.state = StateBag.from_json_values(cast("dict[str, Any]", state))
         session.extra_fields = unknown or None  # written back unchanged by to_dict()
         return session
 
@@ -481,13 +525,11 @@ class AgentSession:
         """The payload as JSON bytes.
 
         Raises:
-            StateTypeError: A state value has no JSON form.
+            StateTypeError: A state value has no JSON form, or one JSON cannot carry faithfully
+                (NaN, an infinity, a lone surrogate, a structure that contains itself).
+            SessionFormatError: Another field set after construction cannot be encoded.
         """
-        payload = self.to_dict()  # its StateTypeError (a TypeError) must not be caught below
-        try:
-            return msgspec.json.encode(payload)
-        except TypeError as exc:  # pragma: no cover - to_dict already produced builtins
-            raise SessionFormatError(f"session {self._session_id} cannot be encoded: {exc}") from exc
+        return encode_payload(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str | bytes) -> AgentSession:
@@ -500,7 +542,13 @@ class AgentSession:
             data = msgspec.json.decode(text)
         except msgspec.DecodeError as exc:
             raise SessionFormatError(f"session payload is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
+        except RecursionError as exc:
+            raise SessionFormatError("session payload is not valid JSON: nested too deeply") from exc
+        except UnicodeError as exc:
+            raise SessionFormatError(f"session payload is not valid UTF-8 text: {exc}") from exc
+        # Decoded JSON can be written back as it is: JSON has no NaN and no objects of other
+        # types, and the decoder refuses escaped lone surrogates.
+        return cls.from_dict(data, checked=True)
 
     def __repr__(self) -> str:
         return (

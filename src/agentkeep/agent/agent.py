@@ -218,8 +218,12 @@ class Agent:
         """
         if isinstance(data, str | bytes):
             session = AgentSession.from_json(data)
-        else:
+        elif isinstance(data, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - outside data
             session = AgentSession.from_dict(dict(data))
+        else:
+            raise SessionFormatError(
+                f"a session payload must be a mapping or JSON text, not {type(data).__name__}"
+            )
         providers = list(self.context_providers)
         if self.default_history_provider is not None:
             providers.append(self.default_history_provider)

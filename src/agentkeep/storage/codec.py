@@ -94,7 +94,10 @@ def encode_id(message_id: str) -> bytes:
         return bytes.fromhex(message_id)
     if "\x00" in message_id:
         raise MessageFormatError("message ids may not contain NUL characters", path="message_id")
-    raw = b"\x00" + message_id.encode()
+    try:
+        raw = b"\x00" + message_id.encode()
+    except UnicodeEncodeError as exc:
+        raise MessageFormatError("message ids must be valid Unicode text", path="message_id") from exc
     return raw + b"\x00" if len(raw) == 16 else raw
 
 
@@ -142,7 +145,20 @@ def decode_time(value: int) -> datetime:
 
 
 def encode_body(message: Message) -> bytes:
-    """The message without id and time, compactly (see the module docs)."""
+    """The message without id and time, compactly (see the module docs).
+
+    Raises:
+        MessageFormatError: A value set after the message was made cannot be stored (a lone
+            surrogate, a structure that contains itself, an object of no known form).
+    """
+    try:
+        return _encode_body(message)
+    except (UnicodeEncodeError, RecursionError, TypeError, OverflowError) as exc:
+        what = "a lone surrogate in a text" if isinstance(exc, UnicodeEncodeError) else str(exc)
+        raise MessageFormatError(f"the message cannot be stored: {what}") from exc
+
+
+def _encode_body(message: Message) -> bytes:
     contents = message.contents
     if (
         len(contents) == 1

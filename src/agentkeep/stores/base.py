@@ -20,10 +20,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
-import msgspec
-
-from ..errors import ConflictError, SessionFormatError
-from ..sessions import AgentSession
+from ..errors import ConflictError, SessionFormatError, StateTypeError
+from ..sessions import AgentSession, encode_payload
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -92,7 +90,11 @@ def encode_session(agent: Agent, session: AgentSession) -> bytes:
     Raises:
         SessionFormatError: A state value cannot be serialized.
     """
-    return msgspec.json.encode(agent.serialize_session(session))
+    payload = agent.serialize_session(session)
+    try:
+        return encode_payload(payload)
+    except StateTypeError as exc:
+        raise SessionFormatError(f"session {session.session_id}: {exc}") from exc
 
 
 def restore_session(agent: Agent, payload: bytes | str, *, version: int, where: str) -> AgentSession:
