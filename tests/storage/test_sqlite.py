@@ -190,6 +190,34 @@ async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Pat
         await store.aclose()
 
 
+async def test_an_append_cancelled_while_it_waits_for_the_lock_never_commits(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = SQLiteMessageStore(path, timeout=10)
+    await store.append("c", turn(1))
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")  # another writer holds the lock
+        pending = asyncio.create_task(store.append("c", turn(2)))
+        queued = asyncio.create_task(store.append("c", turn(3)))  # waits for the worker itself
+        await asyncio.sleep(0.2)  # the first append now waits in SQLite's busy handler
+        pending.cancel()
+        queued.cancel()
+        await asyncio.to_thread(holder.execute, "ROLLBACK")  # the lock is free again
+        async with asyncio.timeout(30):
+            for task in (pending, queued):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        # the caller saw the cancel: nothing was committed behind its back
+        assert [e.message.text for e in (await store.read("c", raw=True)).entries] == [
+            "question 1",
+            "answer 1",
+        ]
+        assert await store.append("c", turn(2)) == [3, 4]  # and the store works on
+    finally:
+        await asyncio.to_thread(holder.close)
+        await store.aclose()
+
+
 async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_stores_once(
     store: SQLiteMessageStore,
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
@@ -105,6 +106,24 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+class _JobState:
+    """What a job of :meth:`SQLiteDatabase.run` and its caller tell each other across threads."""
+
+    __slots__ = ("cancelled", "committed")
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()  # set by the caller when it was cancelled
+        self.committed = False  # set by the worker once a write committed
+
+
+class _Abandoned(Exception):
+    """A job stopped (before committing) because its caller was cancelled."""
+
+
+_current = threading.local()
+"""The worker thread's current job state (``state``), for :func:`write_transaction`."""
+
+
 class SQLiteDatabase:
     """A SQLite database file and the single worker thread that owns its connection.
 
@@ -142,7 +161,22 @@ class SQLiteDatabase:
             SchemaVersionError: The database was written by a newer agentkeep.
         """
         self.check_open()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, job)
+        job_state = _JobState()
+        future = asyncio.get_running_loop().run_in_executor(self._executor, self._call, job, job_state)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The caller gave up. A job still waiting (for the worker, or for another writer's
+            # lock) must not commit behind its back: it is told to roll back before committing.
+            # If it committed first, the caller is told it is done instead of cancelled.
+            job_state.cancelled.set()
+            try:
+                result = await future
+            except BaseException:
+                raise asyncio.CancelledError from None
+            if not job_state.committed:
+                raise
+            return result
 
     async def setup(self) -> None:
         """Open the database and apply pending migrations (idempotent)."""
@@ -163,7 +197,10 @@ class SQLiteDatabase:
         return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
 
     # -- the worker thread ----------------------------------------------------------------------
-    def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
+    def _call(self, job: Callable[[sqlite3.Connection], T], job_state: _JobState) -> T:
+        if job_state.cancelled.is_set():
+            raise _Abandoned  # cancelled while it waited for the worker: never started
+        _current.state = job_state
         try:
             connection = self._connection or self._open()
             return job(connection)
@@ -176,6 +213,8 @@ class SQLiteDatabase:
             raise  # our own mistakes: not the database's state
         except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
             raise self.unavailable(str(exc)) from exc
+        finally:
+            _current.state = None
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -251,11 +290,20 @@ def _nothing(connection: sqlite3.Connection) -> None:
 
 @contextmanager
 def write_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first.
+
+    In a job of :meth:`SQLiteDatabase.run` whose caller was cancelled meanwhile (say while this
+    waited for another writer's lock), it rolls back instead of committing.
+    """
     connection.execute("BEGIN IMMEDIATE")
+    job_state: _JobState | None = getattr(_current, "state", None)
     try:
         yield
+        if job_state is not None and job_state.cancelled.is_set():
+            raise _Abandoned
         connection.execute("COMMIT")
+        if job_state is not None:
+            job_state.committed = True
     except BaseException:
         if connection.in_transaction:
             connection.execute("ROLLBACK")
