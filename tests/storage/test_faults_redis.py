@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -96,7 +97,7 @@ def turn(tag: str) -> list[Message]:
     return [Message("user", [f"{tag} question"]), Message("assistant", [f"{tag} answer"])]
 
 
-async def test_a_server_that_stops_answering_times_out_and_the_retry_is_stored_once(
+async def test_a_busy_server_does_not_apply_a_timed_out_append_later(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:
     store = RedisMessageStore.from_url(server.url, timeout=TIMEOUT)
@@ -110,13 +111,37 @@ async def test_a_server_that_stops_answering_times_out_and_the_retry_is_stored_o
                 await store.append("c", second)  # sent, but the reply does not come in time
         assert caught.value.address == server.url
         await sleeping
-        # the server did run the timed-out append once it woke up; the retry must not add it again
-        assert await admin.llen(store.conversation_keys("c").log) == 4
+        # the server woke up past the caller's timeout: the append it then found did not apply
+        assert await admin.llen(store.conversation_keys("c").log) == 2
         assert await store.append("c", second) == [3, 4]
+        assert await store.append("c", second) == [3, 4]  # and a second retry adds nothing
         texts = [entry.message.text for entry in (await store.read("c", raw=True)).entries]
         assert texts == ["first question", "first answer", "second question", "second answer"]
         await store.append("c", turn("third"))
         assert [entry.seq for entry in (await store.read("c", raw=True)).entries] == [1, 2, 3, 4, 5, 6]
+    finally:
+        await store.aclose()
+
+
+async def test_a_paused_server_does_not_apply_a_timed_out_append_when_resumed(
+    server: RedisServer, admin: aioredis.Redis
+) -> None:
+    store = RedisMessageStore.from_url(server.url, timeout=TIMEOUT)
+    process = server.process
+    assert process is not None
+    try:
+        await store.append("c", turn("first"))
+        process.send_signal(signal.SIGSTOP)
+        try:
+            async with asyncio.timeout(30):  # a hang guard: the reply timeout fires first
+                with pytest.raises(StorageUnavailableError):
+                    await store.append("c", turn("second"))  # queued in the paused server
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert await admin.ping()  # answered after the queued append ran (or refused to)
+        texts = [entry.message.text for entry in (await store.read("c", raw=True)).entries]
+        assert texts == ["first question", "first answer"]  # reported failed, and not stored
+        assert await store.append("c", turn("second")) == [3, 4]
     finally:
         await store.aclose()
 

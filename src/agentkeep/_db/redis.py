@@ -13,6 +13,7 @@ that names the extra.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, cast
@@ -126,6 +127,9 @@ class RedisConnection:
             raise ValueError("the Redis client must not decode responses (decode_responses=False)")
         self.address = _address(redis_client)
         self._closed = False
+        reply_timeout = options.get("socket_timeout")
+        self.reply_timeout: float | None = float(reply_timeout) if reply_timeout else None
+        self._clock_offset_ms: float | None = None
 
     @property
     def closed(self) -> bool:
@@ -149,6 +153,25 @@ class RedisConnection:
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
                 return await self.client.eval(script.source, len(keys), *keys, *args)
+
+    async def start_by(self) -> int:
+        """A time on the server's clock (ms since the epoch) by which a script sent now must start
+        for its caller still to be waiting for the reply, or 0 when the client has no reply
+        timeout. Scripts that change data refuse to start later: a server paused (or busy) past
+        the caller's timeout must not apply a change the caller was told had failed.
+
+        The server's clock is read once (``TIME``); the limit is 80 % of the reply timeout from
+        now, which leaves the reply time to arrive.
+        """
+        if self.reply_timeout is None:
+            return 0
+        if self._clock_offset_ms is None:
+            before = time.time()
+            seconds, micros = await self.execute("TIME")
+            after = time.time()
+            server_ms = int(seconds) * 1000 + int(micros) / 1000
+            self._clock_offset_ms = server_ms - (before + after) * 500
+        return int(time.time() * 1000 + self._clock_offset_ms + self.reply_timeout * 800)
 
     async def execute(self, *command: bytes | str | int) -> Any:
         """Run one Redis command; errors as in :meth:`run`."""

@@ -465,10 +465,15 @@ class RedisMessageStore:
                     _ms(self.ttl) if self.ttl is not None else 0,
                     1 if check else 0,
                     conversation_id,
+                    await self.connection.start_by(),
                     *entries,
                 ],
             )
         )
+        if first == 0:  # only if the reply came after all: the server was late, nothing written
+            raise self.connection.unavailable(
+                TimeoutError("the server ran the append too late; nothing was stored")
+            )
         if first < 0:
             raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
         return list(range(first, first + len(messages)))
