@@ -408,7 +408,7 @@ def _try_lock(fd: int) -> bool:
 
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
-_RELATIVE: Final = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # replace: as rename
+_RELATIVE: Final = os.name == "posix"  # open, rename, unlink and stat relative to a folder (dir_fd)
 
 
 class _Folder:
