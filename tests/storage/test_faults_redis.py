@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from agentkeep import Agent, Message, StorageUnavailableError
+from agentkeep import Agent, CorruptRecordError, Message, StorageUnavailableError
 from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
@@ -181,5 +181,30 @@ async def test_the_session_store_reports_an_outage_and_recovers(server: RedisSer
         server.start()  # nothing was saved: an empty server
         await store.save_session(agent, "s", session)
         assert (await store.get_session(agent, "s")).session_id == "s"
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("l", "1e400"), ("l", "junk"), ("h", "-5"), ("e", "x"), ("h", "2.5")]
+)
+async def test_damaged_bookkeeping_is_reported_and_never_hangs_the_server(
+    server: RedisServer, admin: aioredis.Redis, field: str, value: str
+) -> None:
+    # a private server: a script that loops on a damaged counter would block every client of it
+    store = RedisMessageStore.from_url(server.url, timeout=TIMEOUT)
+    try:
+        await store.append("c", turn("first"))
+        await admin.hset(store.conversation_keys("c").meta, field, value)
+        async with asyncio.timeout(30):
+            with pytest.raises(CorruptRecordError, match="bookkeeping is damaged") as caught:
+                await store.read("c")
+            assert "{c}" in caught.value.conversation_id
+            if field != "e":  # appends and listings do not read the epoch
+                with pytest.raises(CorruptRecordError):
+                    await store.append("c", turn("second"))
+                with pytest.raises(CorruptRecordError):
+                    await store.list_conversations()
+        assert await admin.ping()  # the server is still answering
     finally:
         await store.aclose()

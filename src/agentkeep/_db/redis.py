@@ -31,7 +31,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the Redis backend needs the redis package: pip install 'agentkeep[redis]'") from exc
 
-from ..errors import StorageClosedError, StorageError, StorageUnavailableError
+from ..errors import CorruptRecordError, StorageClosedError, StorageError, StorageUnavailableError
 
 __all__ = ["RedisConnection", "RedisScript", "escape_key_part"]
 
@@ -49,6 +49,10 @@ def _driver_info() -> dict[str, Any]:
 
 
 _DRIVER_INFO: Final = _driver_info()
+
+
+_CORRUPT_META: Final = "AGENTKEEP_CORRUPT_META "
+"""How the scripts report a conversation whose meta hash holds damaged counters."""
 
 
 class RedisScript:
@@ -186,6 +190,12 @@ class RedisConnection:
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise self.unavailable(exc) from exc
         except RedisError as exc:
+            text = str(exc)
+            if text.startswith(_CORRUPT_META):  # a script found a conversation's counters damaged
+                key, _, detail = text[len(_CORRUPT_META) :].partition(": ")
+                raise CorruptRecordError(
+                    f"its bookkeeping is damaged ({detail})", backend=self.backend, conversation_id=key
+                ) from exc
             raise StorageError(f"redis at {self.address}: {exc}", backend=self.backend) from exc
 
     def unavailable(self, cause: BaseException) -> StorageUnavailableError:

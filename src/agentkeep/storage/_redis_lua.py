@@ -29,8 +29,23 @@ __all__ = [
 # prefix's index (conversation ids by their newest message's time) and expiry (conversation ids by
 # deadline) sorted sets as KEYS[6] and KEYS[7], and take the conversation id as an argument.
 
+_COUNTERS = """
+-- A conversation's counters from its meta hash (head, last seq, epoch), checked: a damaged
+-- field must fail the script, never make it loop or misnumber the log.
+local function counters(meta, state)
+  local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3] or 0)
+  local function bad(n) return n == nil or n ~= n or n ~= math.floor(n) or n > 9007199254740991 end
+  if bad(head) or bad(last) or bad(epoch) or head < 1 or last < head - 1 or epoch < 0 then
+    error({err = 'AGENTKEEP_CORRUPT_META ' .. meta .. ': h=' .. tostring(state[1]) .. ' l=' ..
+      tostring(state[2]) .. ' e=' .. tostring(state[3])})
+  end
+  return head, last, epoch
+end
+"""
+
 _PRELUDE = (
     f"local WINDOW = {DEDUP_WINDOW}\n"
+    + _COUNTERS
     + """
 local function ranges(text)
   local out = {}
@@ -188,7 +203,7 @@ if start_by > 0 and clock_ms() > start_by then return 0 end
 local state = redis.call('HMGET', meta, 'h', 'l')
 local head, last
 if state[1] then
-  head, last = tonumber(state[1]), tonumber(state[2])
+  head, last = counters(meta, state)
   if check then
     local base = last - redis.call('LLEN', recent) + 1
     local first = needle_at(ARGV[FIRST], 1)
@@ -264,7 +279,7 @@ local meta, log, excl, sums = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local after, want, raw = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
 local state = redis.call('HMGET', meta, 'h', 'l', 'e')
 if not state[1] then return {0, 0, {}, ''} end
-local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+local head, last, epoch = counters(meta, state)
 local text = redis.call('GET', excl) or ''
 if want == 0 then return {epoch, last, {}, text} end
 local excluded = ranges(text)
@@ -349,7 +364,7 @@ if not state[1] then
   if #new > 0 then return {-1, 0} end
   return {0, 0}
 end
-local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+local head, last, epoch = counters(meta, state)
 -- wanted[needle]: false while not found, then {seq, anchor}
 local wanted, missing = {}, 0
 local function want(n)
@@ -482,7 +497,8 @@ return 1
 # (fewer reply elements to parse): "<last seq> <raw messages stored> <seq of the newest message, 0
 # if none> " and that message's 8 time bytes.
 LIST = RedisScript(
-    _INDEX
+    _COUNTERS
+    + _INDEX
     + """
 local out = {}
 for k = 1, #ARGV do
@@ -493,7 +509,7 @@ for k = 1, #ARGV do
     redis.call('ZREM', KEYS[2], ARGV[k])
     out[k] = 0
   else
-    local head, last = tonumber(state[1]), tonumber(state[2])
+    local head, last = counters(meta, state)
     local count = last - head + 1
     if head == 1 then
       count = count - redis.call('HLEN', sums)
@@ -513,14 +529,16 @@ return out
 # Indexes conversations written with key layout 1 (which had no index). KEYS: index, expiry,
 # then meta and log of each conversation; ARGV: their ids. Returns how many were indexed.
 REINDEX = RedisScript(
-    _INDEX
+    _COUNTERS
+    + _INDEX
     + """
 local now, done = clock_ms(), 0
 for k = 1, #ARGV do
   local meta, log = KEYS[2 * k + 1], KEYS[2 * k + 2]
   local state = redis.call('HMGET', meta, 'h', 'l')
   if state[1] then
-    local _, stamp = newest(log, tonumber(state[1]), tonumber(state[2]))
+    local head, last = counters(meta, state)
+    local _, stamp = newest(log, head, last)
     -- a bad time is indexed too: listing reports it rather than skipping the conversation
     local score = (stamp and #stamp == 8) and time_value(stamp) or 0
     redis.call('ZADD', KEYS[1], int(score), ARGV[k])
