@@ -17,7 +17,15 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from agentkeep import Agent, CorruptRecordError, Message, SchemaVersionError, StorageClosedError
+from agentkeep import (
+    Agent,
+    CorruptRecordError,
+    Message,
+    SchemaVersionError,
+    StorageClosedError,
+    StorageError,
+    StorageUnavailableError,
+)
 from agentkeep.storage import Summary
 from agentkeep.storage.codec import FORMAT_VERSION
 from agentkeep.storage.postgres import (
@@ -413,3 +421,22 @@ async def test_a_session_persists_across_process_restarts(schema: str) -> None:
     second = await asyncio.to_thread(turn_in_new_process, _OPEN_STORES, "what is my name?", URL, schema)
     assert second["sent"] == ["my name is Ada", "re: my name is Ada", "what is my name?"]
     assert second["session"] < 300  # the session holds the key, the database the messages
+
+
+async def test_an_unknown_database_fails_at_once_saying_why() -> None:
+    store = PostgresMessageStore.from_url(URL.rsplit("/", 1)[0] + "/agentkeep_no_such_database", timeout=30)
+    try:
+        async with asyncio.timeout(10):  # a hang guard far below the 30 s connection timeout
+            with pytest.raises(StorageUnavailableError, match="does not exist"):
+                await store.append("c", turn(1))
+    finally:
+        await store.aclose()
+
+
+async def test_a_record_too_large_for_a_row_is_a_plain_storage_error_not_an_outage() -> None:
+    async with open_store() as store:
+        await store.append("c", turn(1))
+        with pytest.raises(StorageError, match="too large to store") as caught:
+            await store.append("c", [Message("user", ["x"], message_id="i" * 20_000)])
+        assert not isinstance(caught.value, StorageUnavailableError)  # retrying cannot help
+        assert len((await store.read("c", raw=True)).entries) == 2

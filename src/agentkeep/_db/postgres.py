@@ -241,6 +241,10 @@ def _address(conninfo: object, kwargs: object) -> str:
     return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
 
 
+_TOO_LARGE: Final = "54"
+"""SQLSTATE class "program limit exceeded" ("row is too big", too many columns): not retryable."""
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -354,6 +358,11 @@ class PostgresDatabase:
         if not self._opened:
             async with self._setup_lock:
                 if not self._opened:
+                    # One direct connection first: an unknown database or refused credentials fail
+                    # at once, saying so, instead of the pool retrying until the timeout.
+                    reason = await self._why_no_connection()
+                    if reason:
+                        raise self.unavailable(f"cannot connect{reason}")
                     await self.pool.open(wait=False)
                     self._opened = True
 
@@ -395,10 +404,16 @@ class PostgresDatabase:
                         if not conn.broken or attempt == attempts:
                             raise
             except PoolTimeout as exc:
-                raise self.unavailable(f"no connection within {self.timeout:g} s") from exc
+                reason = await self._why_no_connection()
+                raise self.unavailable(f"no connection within {self.timeout:g} s{reason}") from exc
             except TimeoutError as exc:
                 raise self.unavailable(f"no answer within {self.timeout + 1:g} s") from exc
             except psycopg.OperationalError as exc:
+                if (exc.sqlstate or "").startswith(_TOO_LARGE):  # not the server's state: the data's
+                    raise StorageError(
+                        f"{BACKEND} at {self.address}: the data is too large to store ({_describe(exc)})",
+                        backend=BACKEND,
+                    ) from exc
                 await self._drop_dead_connections()
                 raise self.unavailable(_describe(exc)) from exc
             except psycopg.Error as exc:
@@ -407,6 +422,20 @@ class PostgresDatabase:
             # drop the other dead idle ones too before trying again.
             await self._drop_dead_connections()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _why_no_connection(self) -> str:
+        """Why the pool found no connection, from one direct attempt (``""`` if it works now):
+        a database that does not exist or refused credentials say so instead of a bare timeout."""
+        conninfo, options = self.pool.conninfo, self.pool.kwargs or {}
+        if not isinstance(conninfo, str) or not isinstance(options, dict):
+            return ""  # parameters computed per connection: only the pool knows them
+        try:
+            async with asyncio.timeout(self.timeout):
+                conn: PostgresConnection = await psycopg.AsyncConnection.connect(conninfo, **options)
+        except (psycopg.Error, TimeoutError, OSError) as exc:
+            return f": {_describe(exc)}"
+        await conn.close()
+        return ""
 
     async def _drop_dead_connections(self) -> None:
         try:
