@@ -14,7 +14,9 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["encode_json", "json_problem", "text_problem"]
+from .errors import MessageFormatError
+
+__all__ = ["check_text", "encode_json", "json_problem", "text_problem"]
 
 _encoder: Final = msgspec.json.Encoder()
 
@@ -28,6 +30,20 @@ def text_problem(text: str) -> str | None:
     except UnicodeEncodeError:
         return "it holds a lone surrogate (not valid Unicode text)"
     return None
+
+
+def check_text(value: Any, path: str) -> None:
+    """Refuse ``value`` as the text field at ``path`` unless it is a string that can be stored.
+
+    Raises:
+        MessageFormatError: It is not a string, or holds a lone surrogate.
+    """
+    name = path.rsplit(".", 1)[-1]
+    if type(value) is not str:
+        raise MessageFormatError(f"'{name}' must be a string, not {type(value).__name__}", path=path)
+    problem = text_problem(value)
+    if problem is not None:
+        raise MessageFormatError(f"'{name}' cannot be stored: {problem}", path=path)
 
 
 def encode_json(value: Any) -> bytes:

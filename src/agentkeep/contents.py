@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
 
-from ._json_values import json_problem, text_problem
+from ._json_values import check_text, json_problem
 from .errors import MessageFormatError
 
 __all__ = [
@@ -177,7 +177,7 @@ class TextContent(Content):
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
-        _check_text(self.text, "text")
+        check_text(self.text, "text")
 
     def to_dict(self) -> dict[str, Any]:
         out = {"type": "text", "text": self.text}
@@ -197,7 +197,7 @@ class TextReasoningContent(Content):
     extra_fields: dict[str, Any] | None = field(default=None, kw_only=True, repr=False)
 
     def __post_init__(self) -> None:
-        _check_text(self.text, "text")
+        check_text(self.text, "text")
 
     def to_dict(self) -> dict[str, Any]:
         return _finish(self, {"type": "text_reasoning", "text": self.text})
@@ -474,14 +474,6 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
     "usage": _usage,
     "error": _error,
 }
-
-
-def _check_text(text: Any, path: str) -> None:
-    if type(text) is not str:
-        raise MessageFormatError(f"a text must be a string, not {type(text).__name__}", path=path)
-    problem = text_problem(text)
-    if problem is not None:
-        raise MessageFormatError(f"the text cannot be stored: {problem}", path=path)
 
 
 def content_from_dict(data: Any, *, path: str = "content") -> Content:

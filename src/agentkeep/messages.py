@@ -29,7 +29,7 @@ from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
 import msgspec
 
-from ._json_values import encode_json, json_problem, text_problem
+from ._json_values import check_text, encode_json, json_problem
 from .contents import Content, FunctionCallContent, FunctionResultContent, TextContent, content_from_dict
 from .errors import MessageFormatError
 
@@ -177,9 +177,9 @@ class Message:
                     )
             self.contents = items
         if author_name is not None:
-            _check_field_text(author_name, "author_name")
+            check_text(author_name, "author_name")
         if message_id is not None:
-            _check_field_text(message_id, "message_id")
+            check_text(message_id, "message_id")
         if additional_properties:
             _check_free_form(additional_properties, "additional_properties")
         self.author_name = author_name
@@ -303,11 +303,11 @@ class Message:
             ]
         author = data.get("author_name")
         if author is not None:
-            _check_field_text(author, f"{at}author_name")
+            check_text(author, f"{at}author_name")
         message.author_name = author
         message_id = data.get("message_id")
         if message_id is not None:
-            _check_field_text(message_id, f"{at}message_id")
+            check_text(message_id, f"{at}message_id")
         message.message_id = message_id
         created = data.get("created_at")
         message.created_at = None if created is None else _parse_time(created, f"{at}created_at")
@@ -380,14 +380,6 @@ class Message:
             f"Message(role={self.role!r}, text={body!r}, contents={len(self.contents)}, "
             f"id={self.message_id!r})"
         )
-
-
-def _check_field_text(value: Any, path: str) -> None:
-    if type(value) is not str:
-        raise MessageFormatError(f"'{path.rsplit('.', 1)[-1]}' must be a string", path=path)
-    problem = text_problem(value)
-    if problem is not None:
-        raise MessageFormatError(f"'{path.rsplit('.', 1)[-1]}' cannot be stored: {problem}", path=path)
 
 
 def _check_free_form(value: Any, path: str) -> None:

@@ -44,7 +44,7 @@ from typing import Any, Final, Generic, TypeVar, cast, overload
 
 import msgspec
 
-from ._json_values import encode_json, json_problem
+from ._json_values import encode_json, json_problem, text_problem
 from .errors import SessionFormatError, StateTypeError
 
 __all__ = [
@@ -406,6 +406,10 @@ class AgentSession:
     ) -> None:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError("session_id must be a non-empty string (or None for a new id)")
+        for name, value in (("session_id", session_id), ("service_session_id", service_session_id)):
+            problem = None if value is None else text_problem(value)
+            if problem is not None:
+                raise ValueError(f"{name} cannot be stored: {problem}")
         self._session_id = session_id or str(uuid.uuid4())
         self.service_session_id = service_session_id
         self._isolation_key: str | None = None
@@ -511,7 +515,7 @@ class AgentSession:
         try:
             session = cls(session_id=session_id, service_session_id=service_id, isolation_key=isolation_key)
         except ValueError as exc:
-            raise SessionFormatError(f"session payload 'isolation_key': {exc}") from exc
+            raise SessionFormatError(f"session payload: {exc}") from exc
         unknown = {k: v for k, v in payload.items() if k not in _SESSION_FIELDS}
         if checked is not True:  # the payload did not come from JSON that cannot hold bad values
             problem = json_problem([state, unknown])

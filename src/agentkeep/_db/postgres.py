@@ -51,35 +51,17 @@ BACKEND: Final = "postgres"
 DEFAULT_SCHEMA: Final = "agentkeep"
 """The schema both PostgreSQL stores use when none is given."""
 
-# An append-only list: never edit a released migration, add a new one.
-_MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
-    (
-        """CREATE TABLE {conversations} (
-            key bigserial PRIMARY KEY, conversation_id text NOT NULL UNIQUE,
-            last_seq bigint NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0,
-            message_count bigint NOT NULL DEFAULT 0, expires_at timestamptz)""",
-        """CREATE TABLE {messages} (
-            conversation bigint NOT NULL, seq bigint NOT NULL, time bigint NOT NULL,
-            excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL, body bytea NOT NULL,
-            PRIMARY KEY (conversation, seq))""",
-        "ALTER TABLE {messages} ALTER COLUMN id SET STORAGE PLAIN, ALTER COLUMN body SET STORAGE MAIN",
-        """CREATE TABLE {summaries} (
-            conversation bigint NOT NULL, seq bigint NOT NULL, anchor bigint NOT NULL,
-            time bigint NOT NULL, excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL,
-            body bytea NOT NULL, replaces bytea[] NOT NULL, PRIMARY KEY (conversation, seq))""",
-        """CREATE TABLE {sessions} (
-            agent text NOT NULL, conversation_id text NOT NULL, version bigint NOT NULL,
-            payload bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (agent, conversation_id))""",
-        # One round trip per append; each statement of a (volatile) function sees what committed
-        # before it started, so the retry check after the row lock sees a concurrent original.
-        """CREATE FUNCTION {append_messages}(
+# The schema's append function, one round trip per append; each statement of a (volatile)
+# function sees what committed before it started, so the retry check after the row lock sees a
+# concurrent original. Migrations 1 and 3 create it with different retry checks.
+_APPEND_HEAD: Final = """{append_messages}(
             p_conversation text, p_times bigint[], p_ids bytea[], p_bodies bytea[],
             p_check boolean, p_window bigint, p_max bigint, p_ttl double precision
         ) RETURNS bigint LANGUAGE plpgsql AS $$
         DECLARE
             v_key bigint; v_last bigint; v_count bigint; v_expired boolean; v_found bigint; v_gone bigint;
-        BEGIN
+"""
+_APPEND_BODY: Final = """        BEGIN
             SELECT key, last_seq, message_count, coalesce(expires_at <= now(), false)
                 INTO v_key, v_last, v_count, v_expired
                 FROM {conversations} WHERE conversation_id = p_conversation FOR UPDATE;
@@ -95,14 +77,8 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
                 UPDATE {conversations} SET epoch = 0, expires_at = NULL WHERE key = v_key;
                 v_last := 0; v_count := 0;
             ELSIF p_check AND v_last > 0 THEN
-                SELECT seq INTO v_found FROM {messages}
-                    WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
-                    ORDER BY seq LIMIT 1;
-                IF FOUND THEN  -- a retry: the batch was stored contiguously from there
-                    RETURN v_found;
-                END IF;
-            END IF;
-            INSERT INTO {messages} (conversation, seq, time, id, body)
+"""
+_APPEND_TAIL: Final = """            INSERT INTO {messages} (conversation, seq, time, id, body)
                 SELECT v_key, v_last + t.ord, t.time, t.id, t.body
                 FROM unnest(p_times, p_ids, p_bodies) WITH ORDINALITY AS t(time, id, body, ord);
             v_count := v_count + cardinality(p_ids);
@@ -118,42 +94,16 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
                 WHERE key = v_key;
             RETURN v_last + 1;
         END
-        $$""",
-    ),
-    # Compaction excludes and anchors by message id: without these, each record_compaction scanned
-    # the whole conversation.
-    (
-        "CREATE INDEX ON {messages} (conversation, id)",
-        "CREATE INDEX ON {summaries} (conversation, id)",
-    ),
-    # A retry is a batch stored as it is from its first message on (ids, and bodies short of their
-    # seals, which cover the time); any other batch reusing an id among the newest p_window is
-    # refused: -k names its k-th message.
-    (
-        """CREATE OR REPLACE FUNCTION {append_messages}(
-            p_conversation text, p_times bigint[], p_ids bytea[], p_bodies bytea[],
-            p_check boolean, p_window bigint, p_max bigint, p_ttl double precision
-        ) RETURNS bigint LANGUAGE plpgsql AS $$
-        DECLARE
-            v_key bigint; v_last bigint; v_count bigint; v_expired boolean; v_found bigint; v_gone bigint;
-            v_same bigint;
-        BEGIN
-            SELECT key, last_seq, message_count, coalesce(expires_at <= now(), false)
-                INTO v_key, v_last, v_count, v_expired
-                FROM {conversations} WHERE conversation_id = p_conversation FOR UPDATE;
-            IF NOT FOUND THEN
-                INSERT INTO {conversations} AS c (conversation_id) VALUES (p_conversation)
-                    ON CONFLICT (conversation_id) DO UPDATE SET last_seq = c.last_seq
-                    RETURNING key, last_seq, message_count, coalesce(expires_at <= now(), false)
-                    INTO v_key, v_last, v_count, v_expired;
+        $$"""
+_RETRY_BY_FIRST_ID: Final = """                SELECT seq INTO v_found FROM {messages}
+                    WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
+                    ORDER BY seq LIMIT 1;
+                IF FOUND THEN  -- a retry: the batch was stored contiguously from there
+                    RETURN v_found;
+                END IF;
             END IF;
-            IF v_expired THEN  -- gone for readers: start over
-                DELETE FROM {messages} WHERE conversation = v_key;
-                DELETE FROM {summaries} WHERE conversation = v_key;
-                UPDATE {conversations} SET epoch = 0, expires_at = NULL WHERE key = v_key;
-                v_last := 0; v_count := 0;
-            ELSIF p_check AND v_last > 0 THEN
-                SELECT seq INTO v_found FROM {messages}
+"""
+_RETRY_BY_WHOLE_BATCH: Final = """                SELECT seq INTO v_found FROM {messages}
                     WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
                     ORDER BY seq DESC LIMIT 1;
                 IF FOUND THEN
@@ -176,23 +126,47 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
                     RETURN -v_found;
                 END IF;
             END IF;
-            INSERT INTO {messages} (conversation, seq, time, id, body)
-                SELECT v_key, v_last + t.ord, t.time, t.id, t.body
-                FROM unnest(p_times, p_ids, p_bodies) WITH ORDINALITY AS t(time, id, body, ord);
-            v_count := v_count + cardinality(p_ids);
-            IF v_count > p_max THEN
-                DELETE FROM {messages} WHERE conversation = v_key AND seq IN (
-                    SELECT seq FROM {messages} WHERE conversation = v_key ORDER BY seq LIMIT v_count - p_max
-                );
-                GET DIAGNOSTICS v_gone = ROW_COUNT;
-                v_count := v_count - v_gone;
-            END IF;
-            UPDATE {conversations} SET last_seq = v_last + cardinality(p_ids), message_count = v_count,
-                expires_at = coalesce(now() + make_interval(secs => p_ttl), expires_at)
-                WHERE key = v_key;
-            RETURN v_last + 1;
-        END
-        $$""",
+"""
+
+
+# An append-only list: never edit a released migration, add a new one.
+_MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
+    (
+        """CREATE TABLE {conversations} (
+            key bigserial PRIMARY KEY, conversation_id text NOT NULL UNIQUE,
+            last_seq bigint NOT NULL DEFAULT 0, epoch bigint NOT NULL DEFAULT 0,
+            message_count bigint NOT NULL DEFAULT 0, expires_at timestamptz)""",
+        """CREATE TABLE {messages} (
+            conversation bigint NOT NULL, seq bigint NOT NULL, time bigint NOT NULL,
+            excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL, body bytea NOT NULL,
+            PRIMARY KEY (conversation, seq))""",
+        "ALTER TABLE {messages} ALTER COLUMN id SET STORAGE PLAIN, ALTER COLUMN body SET STORAGE MAIN",
+        """CREATE TABLE {summaries} (
+            conversation bigint NOT NULL, seq bigint NOT NULL, anchor bigint NOT NULL,
+            time bigint NOT NULL, excluded boolean NOT NULL DEFAULT false, id bytea NOT NULL,
+            body bytea NOT NULL, replaces bytea[] NOT NULL, PRIMARY KEY (conversation, seq))""",
+        """CREATE TABLE {sessions} (
+            agent text NOT NULL, conversation_id text NOT NULL, version bigint NOT NULL,
+            payload bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (agent, conversation_id))""",
+        "CREATE FUNCTION " + _APPEND_HEAD + _APPEND_BODY + _RETRY_BY_FIRST_ID + _APPEND_TAIL,
+    ),
+    # Compaction excludes and anchors by message id: without these, each record_compaction scanned
+    # the whole conversation.
+    (
+        "CREATE INDEX ON {messages} (conversation, id)",
+        "CREATE INDEX ON {summaries} (conversation, id)",
+    ),
+    # A retry is a batch stored as it is from its first message on (ids, and bodies short of their
+    # seals, which cover the time); any other batch reusing an id among the newest p_window is
+    # refused: -k names its k-th message.
+    (
+        "CREATE OR REPLACE FUNCTION "
+        + _APPEND_HEAD
+        + "            v_same bigint;\n"
+        + _APPEND_BODY
+        + _RETRY_BY_WHOLE_BATCH
+        + _APPEND_TAIL,
     ),
 )
 
