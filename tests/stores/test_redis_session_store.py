@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from agentkeep import Agent, StorageUnavailableError
-from agentkeep.stores.redis import RedisSessionStore
+from agentkeep import Agent, SchemaVersionError, StorageUnavailableError
+from agentkeep.stores.redis import SESSION_LAYOUT_VERSION, RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
@@ -43,12 +43,35 @@ async def test_keys_are_escaped_hashes_with_a_version_and_a_ttl(client: aioredis
         assert store.session_key(agent("a"), "b:c") == f"{prefix}:a:b%3Ac"
         stored: dict[bytes, bytes] = await client.hgetall(store.session_key(agent("a:b"), "c"))  # type: ignore[misc]
         assert stored[b"v"] == b"1"
+        assert stored[b"f"] == str(SESSION_LAYOUT_VERSION).encode()
         assert b'"session_id":"c"' in stored[b"p"]
         assert 0 < await client.pttl(store.session_key(agent("a:b"), "c")) <= 60_000
     finally:
         await store.aclose()
         await delete_prefix(prefix)
     assert await client.ping() is True  # an injected client stays open
+
+
+async def test_a_session_of_a_newer_layout_is_refused_and_left_alone(client: aioredis.Redis) -> None:
+    prefix = unique_prefix("sessions")
+    store = RedisSessionStore(client, key_prefix=prefix)
+    helper = agent("helper")
+    try:
+        session = await store.get_session(helper, "c")
+        await store.save_session(helper, "c", session)
+        key = store.session_key(helper, "c")
+        await client.hset(key, "f", SESSION_LAYOUT_VERSION + 1)
+        before = await client.hgetall(key)  # type: ignore[misc]
+        with pytest.raises(SchemaVersionError, match="layout"):
+            await store.get_session(helper, "c")
+        with pytest.raises(SchemaVersionError, match="layout"):
+            await store.save_session(helper, "c", session)
+        assert await client.hgetall(key) == before  # type: ignore[misc]
+        await client.hdel(key, "f")  # a session saved before the field existed reads as layout 1
+        assert (await store.get_session(helper, "c")).session_id == "c"
+    finally:
+        await store.aclose()
+        await delete_prefix(prefix)
 
 
 async def test_an_unreachable_server_raises_storage_unavailable() -> None:

@@ -2,8 +2,10 @@
 
 Each session lives in ``{key_prefix}:{agent}:{conversation}`` (both parts escaped by
 :func:`~agentkeep._db.redis.escape_key_part`, so no id can collide with another or reach
-outside the prefix) as a hash with the version ``v`` and the JSON payload ``p``
-(``agent.serialize_session(session)``).
+outside the prefix) as a hash with the version ``v``, the JSON payload ``p``
+(``agent.serialize_session(session)``) and the hash's layout ``f``
+(:data:`SESSION_LAYOUT_VERSION`; a session of a newer layout is refused with
+:class:`~agentkeep.errors.SchemaVersionError`, on reading and on saving over it).
 
 **Optimistic versions.** A save runs one Lua script that compares the stored version with the one
 the session was read at (nothing stored, for a new session) and writes version + 1 only if they
@@ -20,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from .._db.redis import RedisConnection, RedisScript, escape_key_part
-from ..errors import SessionFormatError
+from ..errors import SchemaVersionError, SessionFormatError
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
@@ -38,15 +40,22 @@ if TYPE_CHECKING:
 
     from ..agent import Agent
 
-__all__ = ["DEFAULT_KEY_PREFIX", "RedisSessionStore"]
+__all__ = ["DEFAULT_KEY_PREFIX", "SESSION_LAYOUT_VERSION", "RedisSessionStore"]
 
 DEFAULT_KEY_PREFIX: Final = "agent_sessions"
 """The key prefix of a session store when none is given."""
 
+SESSION_LAYOUT_VERSION: Final = 1
+"""The layout of a stored session hash (field ``f``); a session of a newer layout is refused."""
+
+# ARGV: the version the session was read at ('' for none), the new version, the payload, the ttl
+# in ms (0: none), this layout. Returns 'ok', 'newer:<layout>' or the stored version.
 _SAVE = RedisScript("""
-local stored = redis.call('HGET', KEYS[1], 'v')
-if (stored or '') ~= ARGV[1] then return stored or '' end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'p', ARGV[3])
+local stored = redis.call('HMGET', KEYS[1], 'v', 'f')
+local layout = tonumber(stored[2] or '1')
+if layout == nil or layout > tonumber(ARGV[5]) then return 'newer:' .. tostring(stored[2]) end
+if (stored[1] or '') ~= ARGV[1] then return stored[1] or '' end
+redis.call('HSET', KEYS[1], 'v', ARGV[2], 'p', ARGV[3], 'f', ARGV[5])
 if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 return 'ok'
 """)
@@ -124,8 +133,12 @@ class RedisSessionStore(AgentSessionStore):
         version = (expected or 0) + 1
         ttl = max(1, round(self.ttl * 1000)) if self.ttl is not None else 0
         reply = await self.connection.run(
-            _SAVE, [key], ["" if expected is None else str(expected), str(version), payload, ttl]
+            _SAVE,
+            [key],
+            ["" if expected is None else str(expected), str(version), payload, ttl, SESSION_LAYOUT_VERSION],
         )
+        if reply.startswith(b"newer:"):
+            raise self._newer(agent, conversation_id, reply[6:])
         if reply != b"ok":
             current = int(reply) if reply else None
             raise conflict_error(
@@ -141,14 +154,24 @@ class RedisSessionStore(AgentSessionStore):
             StorageUnavailableError: The server cannot be reached.
         """
         key = self._key(agent, conversation_id)
-        stored: list[bytes | None] = await self.connection.execute("HMGET", key, "v", "p")
-        version, payload = stored
+        stored: list[bytes | None] = await self.connection.execute("HMGET", key, "v", "p", "f")
+        version, payload, layout = stored
         if version is None and payload is None:
             return agent.create_session(session_id=conversation_id)
+        if layout is not None and (not layout.isdigit() or int(layout) > SESSION_LAYOUT_VERSION):
+            raise self._newer(agent, conversation_id, layout)
         where = f"redis: stored session {conversation_id!r} of agent {agent_key(agent)!r}"
         if version is None or payload is None or not version.isdigit():
             raise SessionFormatError(f"{where}: the stored session is incomplete or has no valid version")
         return restore_session(agent, payload, version=int(version), where=where)
+
+    def _newer(self, agent: Agent, conversation_id: str, layout: bytes) -> SchemaVersionError:
+        shown = layout.decode(errors="replace")
+        return SchemaVersionError(
+            f"redis: stored session {conversation_id!r} of agent {agent_key(agent)!r} has layout "
+            f"{shown!r}; this agentkeep reads layout {SESSION_LAYOUT_VERSION} at most: upgrade agentkeep",
+            backend=self.backend,
+        )
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored.
