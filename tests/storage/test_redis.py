@@ -129,6 +129,19 @@ async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client
             await fresh.aclose()
 
 
+async def test_an_open_store_stops_appending_once_a_newer_agentkeep_upgrades_the_keys(
+    client: aioredis.Redis,
+) -> None:
+    async with open_store() as store:
+        await store.append("c", turn(1))  # checked the layout
+        await client.hset(store.layout_key, "format", FORMAT_VERSION + 1)  # a newer process, meanwhile
+        with pytest.raises(SchemaVersionError, match="record format"):
+            await store.append("c", turn(2))
+        await client.hset(store.layout_key, "format", FORMAT_VERSION)
+        assert [e.seq for e in (await store.read("c", raw=True)).entries] == [1, 2]  # nothing written
+        assert await store.append("c", turn(2)) == [3, 4]
+
+
 async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: aioredis.Redis) -> None:
     long_id = "L" * 150  # escaped into a hash: cannot be named from its keys
     async with open_store() as store:

@@ -257,6 +257,18 @@ async def test_a_newer_record_format_is_refused(store: SQLiteMessageStore) -> No
         await fresh.aclose()
 
 
+async def test_an_open_store_stops_writing_once_a_newer_agentkeep_upgrades_the_file(
+    store: SQLiteMessageStore,
+) -> None:
+    await store.append("c", turn(1))  # open, checked, migrated
+    await _sql(store.path, "UPDATE agentkeep_schema SET format = ?", (FORMAT_VERSION + 1,))  # meanwhile
+    with pytest.raises(SchemaVersionError, match="newer agentkeep while this one had it open"):
+        await store.append("c", turn(2))
+    assert [e.seq for e in (await store.read("c", raw=True)).entries] == [1, 2]  # nothing written
+    await _sql(store.path, "UPDATE agentkeep_schema SET format = ?", (FORMAT_VERSION,))
+    assert await store.append("c", turn(2)) == [3, 4]
+
+
 async def test_a_newer_schema_is_refused_naming_both_versions(store: SQLiteMessageStore) -> None:
     await store.setup()
     await _sql(store.path, "INSERT INTO agentkeep_schema VALUES (?, 1, 0)", (SCHEMA_VERSION + 3,))

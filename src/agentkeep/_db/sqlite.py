@@ -88,6 +88,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 that shipped: add a new one."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+_NEWEST_VERSIONS: Final = "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
 """The schema version this agentkeep writes (the number of migrations)."""
 
 
@@ -247,14 +248,12 @@ class SQLiteDatabase:
         self._migrate(connection)
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
-        with write_transaction(connection):
+        with write_transaction(connection, check_schema=False):
             connection.execute(
                 "CREATE TABLE IF NOT EXISTS agentkeep_schema ("
                 "version INTEGER PRIMARY KEY, format INTEGER NOT NULL, applied_at INTEGER NOT NULL)"
             )
-            version, record_format = connection.execute(
-                "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
-            ).fetchone()
+            version, record_format = connection.execute(_NEWEST_VERSIONS).fetchone()
             if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
                 raise SchemaVersionError(
                     f"{self.path} has schema version {version} and record format {record_format}; "
@@ -289,15 +288,31 @@ def _nothing(connection: sqlite3.Connection) -> None:
 
 
 @contextmanager
-def write_transaction(connection: sqlite3.Connection) -> Generator[None, None, None]:
+def write_transaction(
+    connection: sqlite3.Connection, *, check_schema: bool = True
+) -> Generator[None, None, None]:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rolled back on any error): takes the write lock first.
 
-    In a job of :meth:`SQLiteDatabase.run` whose caller was cancelled meanwhile (say while this
-    waited for another writer's lock), it rolls back instead of committing.
+    Under the lock it checks that no newer agentkeep has upgraded the schema since this one opened
+    the file (a newer version's data must not be written in an older format), unless
+    ``check_schema`` is off (the migration itself). In a job of :meth:`SQLiteDatabase.run` whose
+    caller was cancelled meanwhile (say while this waited for another writer's lock), it rolls back
+    instead of committing.
+
+    Raises:
+        SchemaVersionError: The schema or record format is now newer than this agentkeep's.
     """
     connection.execute("BEGIN IMMEDIATE")
     job_state: _JobState | None = getattr(_current, "state", None)
     try:
+        if check_schema:
+            version, record_format = connection.execute(_NEWEST_VERSIONS).fetchone()
+            if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
+                raise SchemaVersionError(
+                    f"the database was upgraded to schema version {version} and record format "
+                    f"{record_format} by a newer agentkeep while this one had it open: upgrade agentkeep",
+                    backend=BACKEND,
+                )
         yield
         if job_state is not None and job_state.cancelled.is_set():
             raise _Abandoned

@@ -191,15 +191,21 @@ APPEND = RedisScript(
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local index, expiry = KEYS[6], KEYS[7]
+-- KEYS[8]: the prefix's layout hash.
 -- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
 -- newest (the caller gave some), the conversation id, the server time (ms) by which this must
--- start (0: any time), then the entries.
--- Returns the first seq, -k when the k-th entry's id is stored with other content, or 0 when it
--- started too late (its caller has timed out: nothing is written).
+-- start (0: any time), the layout and record format the caller writes, then the entries.
+-- Returns the first seq, -k when the k-th entry's id is stored with other content, 0 when it
+-- started too late (its caller has timed out: nothing is written), or the recorded layout and
+-- format when a newer agentkeep has upgraded the keys since the caller checked them.
 local max_messages, ttl, check, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4]
 local start_by = tonumber(ARGV[5])
-local FIRST = 6
+local FIRST = 8
 if start_by > 0 and clock_ms() > start_by then return 0 end
+local recorded = redis.call('HMGET', KEYS[8], 'layout', 'format')
+if (tonumber(recorded[1]) or 0) > tonumber(ARGV[6]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[7]) then
+  return recorded
+end
 local state = redis.call('HMGET', meta, 'h', 'l')
 local head, last
 if state[1] then

@@ -456,20 +456,25 @@ class RedisMessageStore:
         key = seal_key(conversation_id)
         entries = [_entry(key, message, body) for message, body in zip(messages, bodies, strict=True)]
         await self._ready()
-        first = int(
-            await self.connection.run(
-                _lua.APPEND,
-                self._indexed_keys(conversation_id),
-                [
-                    self.max_messages or 0,
-                    _ms(self.ttl) if self.ttl is not None else 0,
-                    1 if check else 0,
-                    conversation_id,
-                    await self.connection.start_by(),
-                    *entries,
-                ],
-            )
+        reply = await self.connection.run(
+            _lua.APPEND,
+            [*self._indexed_keys(conversation_id), self.layout_key],
+            [
+                self.max_messages or 0,
+                _ms(self.ttl) if self.ttl is not None else 0,
+                1 if check else 0,
+                conversation_id,
+                await self.connection.start_by(),
+                LAYOUT_VERSION,
+                FORMAT_VERSION,
+                *entries,
+            ],
         )
+        if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
+            self._checked = False
+            await self.setup()  # raises SchemaVersionError naming the versions
+            raise AssertionError("setup accepted a layout the append script refused")  # pragma: no cover
+        first = int(cast("int", reply))
         if first == 0:  # only if the reply came after all: the server was late, nothing written
             raise self.connection.unavailable(
                 TimeoutError("the server ran the append too late; nothing was stored")
