@@ -32,6 +32,7 @@ record can raise); backends turn them into
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -51,6 +52,7 @@ __all__ = [
     "encode_body",
     "encode_id",
     "encode_identity",
+    "encode_records",
     "encode_time",
     "seal",
     "seal_key",
@@ -234,6 +236,23 @@ def decode_body(
         message.created_at = created_at
         return message
     raise ValueError(f"unknown record kind {kind}")
+
+
+def encode_records(conversation_id: str, messages: Sequence[Message]) -> list[tuple[bytes, int, bytes]]:
+    """What a durable backend stores for ``messages`` of ``conversation_id``: each one's encoded
+    id, time and sealed body. Every body is encoded before any message is given an id or a time,
+    so a message that cannot be stored leaves the batch untouched.
+
+    Raises:
+        MessageFormatError: A message cannot be stored (see :func:`encode_body`, :func:`encode_time`).
+    """
+    bodies = [encode_body(message) for message in messages]
+    key = seal_key(conversation_id)
+    records: list[tuple[bytes, int, bytes]] = []
+    for message, body in zip(messages, bodies, strict=True):
+        message_id, created_at = encode_identity(message)
+        records.append((message_id, created_at, seal(key, message_id, created_at, body)))
+    return records
 
 
 def seal_key(conversation_id: str) -> int:

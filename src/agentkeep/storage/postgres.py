@@ -93,10 +93,8 @@ from .codec import (
     decode_id,
     decode_message,
     decode_time,
-    encode_body,
     encode_id,
-    encode_identity,
-    seal,
+    encode_records,
     seal_key,
 )
 
@@ -254,16 +252,11 @@ class PostgresMessageStore:
         self.database.check_open()
         if not messages:
             return []
-        bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
         may_be_retry = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
-        ids: list[bytes] = []
-        times: list[int] = []
-        key = seal_key(conversation_id)
-        for at, message in enumerate(messages):
-            message_id, created_at = encode_identity(message)
-            ids.append(message_id)
-            times.append(created_at)
-            bodies[at] = seal(key, message_id, created_at, bodies[at])
+        records = encode_records(conversation_id, messages)  # refuse what cannot be stored
+        ids = [record[0] for record in records]
+        times = [record[1] for record in records]
+        bodies = [record[2] for record in records]
         attempts = 0
 
         async def operation(conn: PostgresConnection) -> int:
@@ -359,11 +352,8 @@ class PostgresMessageStore:
         """
         self.database.check_open()
         rows: list[tuple[bytes, int, bytes, list[bytes]]] = []
-        key = seal_key(conversation_id)
         for summary in summaries:
-            body = encode_body(summary.message)
-            summary_id, summary_time = encode_identity(summary.message)
-            body = seal(key, summary_id, summary_time, body)
+            [(summary_id, summary_time, body)] = encode_records(conversation_id, [summary.message])
             rows.append(
                 (summary_id, summary_time, body, [encode_id(replaced) for replaced in summary.replaces])
             )

@@ -114,10 +114,8 @@ from .codec import (
     FORMAT_VERSION,
     decode_message,
     decode_time,
-    encode_body,
     encode_id,
-    encode_identity,
-    seal,
+    encode_records,
     seal_key,
 )
 
@@ -169,12 +167,13 @@ def _known_needle(message_id: str) -> bytes | None:
         return None  # an id no message can have: nothing stored matches it
 
 
-def _entry(key: int, message: Message, body: bytes) -> bytes:
-    """The log entry of ``message`` (given an id and time first if it has none), sealed with
-    ``key`` (:func:`~agentkeep.storage.codec.seal_key` of its conversation)."""
-    ident, created_at = encode_identity(message)
-    sealed = seal(key, ident, created_at, body)
-    return _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + sealed
+def _entries(conversation_id: str, messages: Sequence[Message]) -> list[bytes]:
+    """The log entries of ``messages`` (see :func:`~agentkeep.storage.codec.encode_records`): the
+    length-prefixed id, the 8-byte time and the sealed body of each."""
+    return [
+        _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + sealed
+        for ident, created_at, sealed in encode_records(conversation_id, messages)
+    ]
 
 
 def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
@@ -451,10 +450,8 @@ class RedisMessageStore:
         self.connection.check_open()
         if not messages:
             return []
-        bodies = [encode_body(message) for message in messages]  # refuse what cannot be stored
         check = check_batch_ids(self.backend, conversation_id, messages)
-        key = seal_key(conversation_id)
-        entries = [_entry(key, message, body) for message, body in zip(messages, bodies, strict=True)]
+        entries = _entries(conversation_id, messages)  # refuse what cannot be stored
         await self._ready()
         reply = await self.connection.run(
             _lua.APPEND,
@@ -520,10 +517,9 @@ class RedisMessageStore:
         args: list[bytes | str | int] = [conversation_id]
         needles = [n for n in map(_known_needle, excluded) if n is not None]
         args += [len(needles), *needles, len(summaries)]
-        key = seal_key(conversation_id)
         for summary in summaries:
             message = summary.message
-            entry = _entry(key, message, encode_body(message))
+            [entry] = _entries(conversation_id, [message])
             replaces = [n for n in map(_known_needle, summary.replaces) if n is not None]
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]

@@ -95,10 +95,8 @@ from .codec import (
     decode_id,
     decode_message,
     decode_time,
-    encode_body,
     encode_id,
-    encode_identity,
-    seal,
+    encode_records,
     seal_key,
 )
 
@@ -197,13 +195,8 @@ class SQLiteMessageStore:
         self.database.check_open()
         if not messages:
             return []
-        bodies = [encode_body(message) for message in messages]  # refuse before touching anything
         check = check_batch_ids(self.backend, conversation_id, messages)
-        key = seal_key(conversation_id)
-        rows: list[tuple[bytes, int, bytes]] = []
-        for message, body in zip(messages, bodies, strict=True):
-            message_id, created_at = encode_identity(message)
-            rows.append((message_id, created_at, seal(key, message_id, created_at, body)))
+        rows = encode_records(conversation_id, messages)  # refuse before touching anything
         return await self.database.run(partial(self._append, conversation_id, rows, check))
 
     def _retried(
@@ -287,11 +280,8 @@ class SQLiteMessageStore:
         self.database.check_open()
         excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
         new: list[_NewSummary] = []
-        key = seal_key(conversation_id)
         for summary in summaries:
-            body = encode_body(summary.message)
-            summary_id, summary_time = encode_identity(summary.message)
-            body = seal(key, summary_id, summary_time, body)
+            [(summary_id, summary_time, body)] = encode_records(conversation_id, [summary.message])
             replaced = [encoded for encoded in map(_encode_known_id, summary.replaces) if encoded is not None]
             replaces = msgspec.json.encode(list(summary.replaces))
             new.append(
