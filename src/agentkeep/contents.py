@@ -476,12 +476,14 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
 }
 
 
-def content_from_dict(data: Any, *, path: str = "content") -> Content:
+def content_from_dict(data: Any, *, path: str = "content", checked: bool = False) -> Content:
     """Build a content from its wire form.
 
     Args:
         data: A mapping with a string ``"type"``.
         path: Where ``data`` sits in a larger document, for error messages.
+        checked: The caller knows the values in ``data`` have a faithful JSON form (checked when
+            they were stored), so that check is skipped.
 
     Returns:
         The typed content, or :class:`UnknownContent` for a type agentkeep does not know.
@@ -497,7 +499,7 @@ def content_from_dict(data: Any, *, path: str = "content") -> Content:
         text = data.get("text")
         if type(text) is str:
             return TextContent(text)  # the common case, without the general checks
-    problem = json_problem(data)  # free-form values (arguments, results, properties) included
+    problem = None if checked else json_problem(data)  # free-form values (arguments, results, ...)
     if problem is not None:
         raise MessageFormatError(f"a content cannot be stored: {problem}", path=path)
     kind = data.get("type")

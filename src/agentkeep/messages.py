@@ -271,12 +271,15 @@ class Message:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: str = "") -> Message:
+    def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> Message:
         """Build a message from its wire form.
 
         Args:
             data: A mapping as produced by :meth:`to_dict` (or by the reference edition).
             path: Where ``data`` sits in a larger document, for error messages.
+            checked: The caller knows the free-form values in ``data`` (tool arguments and
+                results, properties) have a faithful JSON form — they were checked when stored —
+                so they are not checked again.
 
         Raises:
             MessageFormatError: ``data`` is malformed; the error names the field.
@@ -295,10 +298,10 @@ class Message:
         message = Message.__new__(Message)
         message.role = role  # pyright: ignore[reportAttributeAccessIssue]
         try:
-            message.contents = [content_from_dict(item) for item in raw_contents]  # pyright: ignore[reportUnknownVariableType]
+            message.contents = [content_from_dict(item, checked=checked) for item in raw_contents]  # pyright: ignore[reportUnknownVariableType]
         except MessageFormatError:  # rare: decode again, naming where the bad content is
             message.contents = [
-                content_from_dict(item, path=f"{at}contents[{i}]")
+                content_from_dict(item, path=f"{at}contents[{i}]", checked=checked)
                 for i, item in enumerate(cast("list[Any]", raw_contents))
             ]
         author = data.get("author_name")
@@ -316,7 +319,7 @@ class Message:
             raise MessageFormatError(
                 "'additional_properties' must be an object", path=f"{at}additional_properties"
             )
-        if props:
+        if props and not checked:
             _check_free_form(props, f"{at}additional_properties")
         message.additional_properties = props or None  # pyright: ignore[reportUnknownMemberType]
         kind = data.get("type")
@@ -326,7 +329,8 @@ class Message:
             message.extra_fields = None
         else:
             extra = {key: value for key, value in data.items() if key not in _KNOWN_FIELDS}
-            _check_free_form(extra, f"{at}(unknown fields)")
+            if not checked:
+                _check_free_form(extra, f"{at}(unknown fields)")
             message.extra_fields = extra
         message._source = None
         return message

@@ -475,14 +475,16 @@ def test_summaries_are_placed_even_when_a_merge_shows_their_anchor_again() -> No
     assert index.included_messages() == reference_projection(index)
 
 
-def test_replace_each_is_replace_one_group_at_a_time() -> None:
-    def history() -> list[Message]:
-        out: list[Message] = []
-        for i in range(4):
-            out += [user(f"q{i}"), call(f"c{i}"), result(f"c{i}", value=f"v{i}"), assistant(f"a{i}")]
-        return out
+def _tool_turns(count: int) -> list[Message]:
+    """``count`` turns of question, tool call, its result and answer."""
+    out: list[Message] = []
+    for i in range(count):
+        out += [user(f"q{i}"), call(f"c{i}"), result(f"c{i}", value=f"v{i}"), assistant(f"a{i}")]
+    return out
 
-    batch, single = MessageIndex(history()), MessageIndex(history())
+
+def test_replace_each_is_replace_one_group_at_a_time() -> None:
+    batch, single = MessageIndex(_tool_turns(4)), MessageIndex(_tool_turns(4))
     made = batch.replace_each(
         batch.oldest_included(tool_calls_only=True),  # a walk in progress
         lambda g: Message("assistant", f"summary of {g.first_index}"),
@@ -501,13 +503,7 @@ def test_replace_each_is_replace_one_group_at_a_time() -> None:
 
 
 def test_collapse_each_is_replace_each_with_text_summaries() -> None:
-    def history() -> list[Message]:
-        out: list[Message] = []
-        for i in range(4):
-            out += [user(f"q{i}"), call(f"c{i}"), result(f"c{i}", value=f"v{i}"), assistant(f"a{i}")]
-        return out
-
-    collapsed, replaced = MessageIndex(history()), MessageIndex(history())
+    collapsed, replaced = MessageIndex(_tool_turns(4)), MessageIndex(_tool_turns(4))
     made = collapsed.collapse_each(
         collapsed.oldest_included(tool_calls_only=True),
         lambda messages: f"{len(messages)} messages",

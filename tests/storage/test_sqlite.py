@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -160,13 +161,26 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
     assert path.read_bytes().startswith(b"these are my notes")  # left alone
 
 
-async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Path) -> None:
-    path = tmp_path / "locked.db"
-    store = SQLiteMessageStore(path, timeout=0.2)
+@asynccontextmanager
+async def _store_and_another_writer(
+    path: Path, busy_seconds: float
+) -> AsyncIterator[tuple[SQLiteMessageStore, sqlite3.Connection]]:
+    """A store on ``path`` (SQLite busy timeout ``busy_seconds``) holding turn 1, and another
+    connection that holds the write lock."""
+    store = SQLiteMessageStore(path, timeout=busy_seconds)
     await store.append("c", turn(1))
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")  # another writer holds the lock
+        yield store, holder
+    finally:
+        await asyncio.to_thread(holder.close)
+        await store.aclose()
+
+
+async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    async with _store_and_another_writer(path, 0.2) as (store, holder):
         async with asyncio.timeout(30):  # a hang guard: the busy timeout (0.2 s) fires first
             with pytest.raises(StorageUnavailableError, match=r"still locked after 0\.2 s") as caught:
                 await store.append("c", turn(2))
@@ -185,18 +199,10 @@ async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Pat
         finally:
             await late.aclose()
         await asyncio.to_thread(holder.execute, "ROLLBACK")
-    finally:
-        await asyncio.to_thread(holder.close)
-        await store.aclose()
 
 
 async def test_an_append_cancelled_while_it_waits_for_the_lock_never_commits(tmp_path: Path) -> None:
-    path = tmp_path / "locked.db"
-    store = SQLiteMessageStore(path, timeout=10)
-    await store.append("c", turn(1))
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
-        await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")  # another writer holds the lock
+    async with _store_and_another_writer(tmp_path / "locked.db", 10) as (store, holder):
         pending = asyncio.create_task(store.append("c", turn(2)))
         queued = asyncio.create_task(store.append("c", turn(3)))  # waits for the worker itself
         await asyncio.sleep(0.2)  # the first append now waits in SQLite's busy handler
@@ -213,9 +219,6 @@ async def test_an_append_cancelled_while_it_waits_for_the_lock_never_commits(tmp
             "answer 1",
         ]
         assert await store.append("c", turn(2)) == [3, 4]  # and the store works on
-    finally:
-        await asyncio.to_thread(holder.close)
-        await store.aclose()
 
 
 async def test_a_failure_inside_the_transaction_leaves_nothing_and_a_retry_stores_once(

@@ -13,6 +13,7 @@ a run never writes on the agent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -184,11 +185,7 @@ class AgentRun:
         Runs on one session object take turns (see :func:`session_turn`): each sees the history
         the one before it stored, and the session's caches are never extended by two at once.
         """
-        if self._session is None:
-            async for item in self._execute(stream=stream):
-                yield item
-            return
-        async with session_turn(self._session):
+        async with contextlib.nullcontext() if self._session is None else session_turn(self._session):
             async for item in self._execute(stream=stream):
                 yield item
 

@@ -231,7 +231,7 @@ def decode_body(
             wire: Any = _decoder.decode(body[1:end])
         except msgspec.DecodeError as exc:
             raise ValueError(f"invalid MessagePack: {exc}") from exc
-        message = Message.from_dict(wire)
+        message = Message.from_dict(wire, checked=True)  # checked before it was stored and sealed
         message.message_id = message_id
         message.created_at = created_at
         return message

@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
+from .._json_values import text_problem
 from ..errors import ConflictError, SessionFormatError, StateTypeError
 from ..sessions import AgentSession, encode_payload
 
@@ -77,11 +78,8 @@ def check_conversation_id(conversation_id: str) -> None:
     """
     if not isinstance(conversation_id, str) or not conversation_id:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise ValueError(f"conversation_id must be a non-empty string, not {conversation_id!r}")
-    if not conversation_id.isascii():
-        try:
-            conversation_id.encode()
-        except UnicodeEncodeError as exc:  # a lone surrogate: no JSON (or file name) can hold it
-            raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text") from exc
+    if text_problem(conversation_id) is not None:  # a lone surrogate: no JSON (or file name) holds it
+        raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text")
 
 
 def encode_session(agent: Agent, session: AgentSession) -> bytes:
