@@ -21,6 +21,7 @@ from agentkeep import (
     Agent,
     AgentkeepError,
     AgentSession,
+    KeyRing,
     Message,
     MessageFormatError,
     SessionFormatError,
@@ -28,7 +29,7 @@ from agentkeep import (
     TextContent,
 )
 from agentkeep.storage import InMemoryMessageStore
-from agentkeep.storage.codec import DECODE_ERRORS, decode_body, decode_message, seal_key
+from agentkeep.storage.codec import DECODE_ERRORS, decode_body, decode_message, encode_records, seal_key
 from agentkeep.stores import InMemorySessionStore, session_version
 from agentkeep.testing import ScriptedChatClient
 
@@ -160,6 +161,21 @@ def test_stored_records_fail_with_decode_errors_only(record: bytes) -> None:
         decode_body(record, message_id="m", created_at=None)
     with contextlib.suppress(*DECODE_ERRORS):
         decode_message(record, b"\x00m", 0, key=seal_key("c"))
+
+
+_RING = KeyRing({"k1": KeyRing.generate_key()})
+_ENCRYPTED = encode_records("c", [Message("user", ["100 EUR"])], key_ring=_RING)[0]
+
+
+@FUZZ
+@given(st.integers(min_value=0, max_value=len(_ENCRYPTED[2]) * 8 - 1), st.integers(0, len(_ENCRYPTED[2])))
+def test_damaged_encrypted_records_are_detected(bit: int, keep: int) -> None:
+    message_id, created_at, record = _ENCRYPTED
+    flipped = bytearray(record)
+    flipped[bit // 8] ^= 1 << (bit % 8)
+    for damaged in (bytes(flipped), record[:keep] if keep < len(record) else record[:-1]):
+        with pytest.raises(DECODE_ERRORS):
+            decode_message(damaged, message_id, created_at, key=seal_key("c", _RING))
 
 
 def test_unrepresentable_text_is_refused_when_the_message_is_made() -> None:

@@ -21,6 +21,7 @@ from .contents import (
     UsageContent,
     UsageDetails,
 )
+from .encryption import KeyRing
 from .errors import (
     AgentkeepError,
     ChatClientError,
@@ -29,7 +30,9 @@ from .errors import (
     CompactionError,
     ConflictError,
     CorruptRecordError,
+    DecryptionError,
     IsolationError,
+    KeyRingError,
     MessageFormatError,
     MessageIdConflictError,
     ModelUnavailableError,
@@ -113,6 +116,7 @@ __all__ = [
     "ConversationState",
     "CorruptRecordError",
     "DataContent",
+    "DecryptionError",
     "ErrorContent",
     "FunctionCallContent",
     "FunctionResultContent",
@@ -122,6 +126,8 @@ __all__ = [
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",
     "IsolationError",
+    "KeyRing",
+    "KeyRingError",
     "Message",
     "MessageAIContextProvider",
     "MessageChain",

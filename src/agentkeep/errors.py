@@ -9,6 +9,8 @@ the whole family in one clause and the specific kinds where they can act on them
     ├── StateTypeError              a state-bag value that cannot be read as the requested type
     ├── ProviderConfigurationError  providers that clash (same source id or state key)
     ├── SessionModeError            local and service-managed history mixed on one run
+    ├── KeyRingError                encryption keys that cannot be used (malformed key text, a key
+    │                               file others can read); never shows key material
     ├── StoreURLError               a store URL that names no usable store (unknown scheme,
     │                               malformed URL, a store of the wrong kind)
     ├── CLIError                    a command-line request that cannot be done (bad store URL,
@@ -26,6 +28,8 @@ the whole family in one clause and the specific kinds where they can act on them
     └── StorageError                a storage backend or session store failed
         ├── StorageUnavailableError the backend cannot be reached (names backend and address)
         ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
+        │   └── DecryptionError     an encrypted record under a key the ring lacks, or that does
+        │                           not decrypt with it (names the key id; nothing is changed)
         ├── SchemaVersionError      stored data was written by a newer (or unknown) format version
         ├── ConflictError           a save over a newer version of the same session
         ├── IsolationError          a session of another tenant (isolation key) read or saved
@@ -46,7 +50,9 @@ __all__ = [
     "CompactionError",
     "ConflictError",
     "CorruptRecordError",
+    "DecryptionError",
     "IsolationError",
+    "KeyRingError",
     "MessageFormatError",
     "MessageIdConflictError",
     "ModelUnavailableError",
@@ -146,6 +152,11 @@ class ScriptExhaustedError(ChatClientError):
     """A :class:`~agentkeep.testing.ScriptedChatClient` was called more often than it has replies."""
 
 
+class KeyRingError(AgentkeepError, ValueError):
+    """Encryption keys that cannot be used: malformed key text or file, a key file others can
+    read, a current key the ring does not hold. The message never contains key material."""
+
+
 class StoreURLError(AgentkeepError, ValueError):
     """A store URL names no store agentkeep can open: an unknown scheme, a malformed URL, or a
     store of the wrong kind (see :mod:`agentkeep.store_urls`)."""
@@ -195,6 +206,29 @@ class CorruptRecordError(StorageError):
         self.seq = seq
         where = f"conversation {conversation_id!r}" + (f", seq {seq}" if seq is not None else "")
         super().__init__(f"{backend}: corrupt record in {where}: {message}", backend=backend)
+
+
+class DecryptionError(CorruptRecordError):
+    """An encrypted record or session payload cannot be decrypted with the key ring at hand: its
+    key is not in the ring (or no ring was given), or it does not decrypt with that key (other
+    key material under the same id, or changed bytes). The stored data is left as it is.
+
+    Attributes:
+        key_id: The id of the key the data was encrypted with.
+    """
+
+    def __init__(
+        self, reason: str, *, backend: str, conversation_id: str, key_id: str, seq: int | None = None
+    ) -> None:
+        self.key_id = key_id
+        self.conversation_id = conversation_id
+        self.seq = seq
+        where = f"conversation {conversation_id!r}" + (f", seq {seq}" if seq is not None else "")
+        StorageError.__init__(
+            self,
+            f"{backend}: cannot decrypt {where}: encrypted with key {key_id!r}, but {reason}",
+            backend=backend,
+        )
 
 
 class SchemaVersionError(StorageError):

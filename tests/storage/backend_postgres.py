@@ -109,3 +109,19 @@ async def mark_newer_version(store: MessageStore) -> None:
         ),
         (SCHEMA_VERSION + 1,),
     )
+
+
+async def stored_bytes(store: MessageStore) -> bytes:
+    """Everything the store keeps at rest: every table of its schema, copied out in binary form."""
+    assert isinstance(store, PostgresMessageStore)
+    parts: list[bytes] = []
+    async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (store.schema,)
+        )
+        for (table,) in await cursor.fetchall():
+            query = sql.SQL("COPY {} TO STDOUT (FORMAT binary)").format(sql.Identifier(store.schema, table))
+            async with conn.cursor().copy(query) as copy:
+                async for chunk in copy:
+                    parts.append(bytes(chunk))
+    return b"".join(parts)

@@ -118,3 +118,29 @@ async def mark_newer_version(store: MessageStore) -> None:
         await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
     finally:
         await client.aclose()
+
+
+async def stored_bytes(store: MessageStore) -> bytes:
+    """Everything the store keeps at rest: the raw values (and names) of every key of its prefix."""
+    assert isinstance(store, RedisMessageStore)
+    client = aioredis.Redis.from_url(REDIS_URL)
+    parts: list[bytes] = []
+    try:
+        keys = sorted([key async for key in client.scan_iter(match=f"{store.key_prefix}:*", count=1000)])
+        for key in keys:  # in one order whatever the server's SCAN order
+            kind = (await client.type(key)).decode()
+            parts.append(key)
+            if kind == "string":
+                parts.append(await client.get(key) or b"")
+            elif kind == "list":
+                parts.extend(await client.lrange(key, 0, -1))
+            elif kind == "hash":
+                for field, value in (await client.hgetall(key)).items():
+                    parts += [field, value]
+            elif kind == "zset":
+                parts.extend(member for member, _ in await client.zrange(key, 0, -1, withscores=True))
+            else:
+                raise AssertionError(f"unexpected key type {kind} of {key!r}")
+    finally:
+        await client.aclose()
+    return b"\n".join(parts)

@@ -98,3 +98,14 @@ async def mark_newer_version(store: MessageStore) -> None:
         "INSERT INTO agentkeep_schema (version, format, applied_at) VALUES (?, 1, 0)",
         (SCHEMA_VERSION + 1,),
     )
+
+
+async def stored_bytes(store: MessageStore) -> bytes:
+    """Everything the store keeps at rest: its database file and write-ahead log, as bytes."""
+    assert isinstance(store, SQLiteMessageStore)
+
+    def read() -> bytes:
+        parts = [store.path, store.path.with_name(store.path.name + "-wal")]
+        return b"".join(part.read_bytes() for part in parts if part.exists())
+
+    return await asyncio.to_thread(read)

@@ -44,6 +44,7 @@ async def test_keys_are_escaped_hashes_with_a_version_and_a_ttl(client: aioredis
         stored: dict[bytes, bytes] = await client.hgetall(store.session_key(agent("a:b"), "c"))  # type: ignore[misc]
         assert stored[b"v"] == b"1"
         assert stored[b"f"] == str(SESSION_LAYOUT_VERSION).encode()
+        assert (stored[b"a"], stored[b"c"]) == (b"a:b", b"c")  # the ids as they are, for listing
         assert b'"session_id":"c"' in stored[b"p"]
         assert 0 < await client.pttl(store.session_key(agent("a:b"), "c")) <= 60_000
     finally:

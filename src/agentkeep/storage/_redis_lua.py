@@ -17,7 +17,9 @@ __all__ = [
     "EXPIRE",
     "LIST",
     "READ",
+    "RECORDS",
     "REINDEX",
+    "REWRITE",
     "SETUP",
     "UPGRADE",
 ]
@@ -461,6 +463,121 @@ else
   end
 end
 return {0, epoch}
+"""
+)
+
+# Records as stored, for key rotation. KEYS: meta, log, excluded, summaries (as READ).
+# ARGV: after, limit (> 0). Returns {seq, kind, data} per record in seq order, at most `limit`:
+# kind 0 is a log entry (id, time, body), kind 1 a summary's hash value (4-byte entry length,
+# entry, replaced ids). The log is read a window of `limit` seqs at a time from the first seq after
+# `after` (a summary's placeholder stands for its summary), so the cost follows `limit`, not the
+# conversation; the summaries are few and read whole (HGETALL), which also covers those a
+# max_messages trim left before the log's head.
+RECORDS = RedisScript(
+    _COUNTERS
+    + """
+local meta, log, sums = KEYS[1], KEYS[2], KEYS[4]
+local after, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local state = redis.call('HMGET', meta, 'h', 'l')
+if not state[1] then return {} end
+local head, last = counters(meta, state)
+local by_seq, early = {}, {}
+local stored = redis.call('HGETALL', sums)
+for k = 1, #stored, 2 do
+  local seq = tonumber(string.match(stored[k], '^(%d+):'))
+  if seq and seq > after then
+    by_seq[seq] = stored[k + 1]
+    if seq < head then early[#early + 1] = seq end
+  end
+end
+table.sort(early)
+local out = {}
+for _, seq in ipairs(early) do
+  if #out >= limit then return out end
+  out[#out + 1] = {seq, 1, by_seq[seq]}
+end
+local a = math.max(head, after + 1)
+while a <= last and #out < limit do
+  local b = math.min(last, a + limit - #out - 1)
+  for k, entry in ipairs(redis.call('LRANGE', log, a - head, b - head)) do
+    local seq = a + k - 1
+    if entry ~= '' then
+      out[#out + 1] = {seq, 0, entry}
+    elseif by_seq[seq] then
+      out[#out + 1] = {seq, 1, by_seq[seq]}
+    end
+  end
+  a = b + 1
+end
+return out
+"""
+)
+
+# Replaces records' bodies if they are still stored as read (key rotation). KEYS: the
+# conversation's five keys, then the prefix's layout hash. ARGV: the server time (ms) by which
+# this must start (0: any time), the layout and record format the caller writes, then per record
+# its seq, its entry as read and its new entry (both built as APPEND's entries are). A log entry
+# is replaced in place (LSET), a summary's hash value keeps its replaced ids (HSET); both keep
+# the key's TTL, and nothing else changes. A record that already holds the new entry counts as
+# replaced (the client may resend a script after a dropped connection). Returns how many were
+# replaced, -1 when it started too late (nothing is written), or the recorded layout and format
+# when a newer agentkeep has upgraded the keys since the caller checked them.
+REWRITE = RedisScript(
+    _PRELUDE
+    + _INDEX
+    + """
+local meta, log, sums = KEYS[1], KEYS[2], KEYS[4]
+local start_by = tonumber(ARGV[1])
+local FIRST = 4
+if start_by > 0 and clock_ms() > start_by then return -1 end
+local recorded = redis.call('HMGET', KEYS[6], 'layout', 'format')
+if (tonumber(recorded[1]) or 0) > tonumber(ARGV[2]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[3]) then
+  return recorded
+end
+local state = redis.call('HMGET', meta, 'h', 'l')
+if not state[1] then return 0 end
+local head, last = counters(meta, state)
+local fields  -- summary field by seq, read when a change is not in the log
+local function size_of(value)
+  local b1, b2, b3, b4 = string.byte(value, 1, 4)
+  if not b4 then return nil end
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+local function sized(entry)
+  local n = #entry
+  return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256) .. entry
+end
+local replaced = 0
+for i = FIRST, #ARGV - 2, 3 do
+  local seq, old, new = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local current = false
+  if seq >= head and seq <= last then current = redis.call('LINDEX', log, seq - head) end
+  if current == old then
+    redis.call('LSET', log, seq - head, new)
+    replaced = replaced + 1
+  elseif current == new then
+    replaced = replaced + 1
+  elseif not current or current == '' then  -- not in the log, or a summary's placeholder
+    if not fields then
+      fields = {}
+      for _, s in ipairs(summaries(sums)) do fields[s[1]] = s[3] end
+    end
+    local field = fields[seq]
+    local value = field and redis.call('HGET', sums, field)
+    local size = value and size_of(value)
+    if size then
+      local entry = string.sub(value, 5, 4 + size)
+      if entry == old then
+        redis.call('HSET', sums, field, sized(new) .. string.sub(value, 5 + size))
+        replaced = replaced + 1
+      elseif entry == new then
+        replaced = replaced + 1
+      end
+    end
+  end
+end
+return replaced
 """
 )
 

@@ -32,6 +32,8 @@ can; the conformance suite checks each one a backend declares:
 * :class:`SupportsExpiry`: ``expire(conversation_id, ttl)``, and the ``ttl`` option honoured.
 * :class:`SupportsPurge`: ``purge_expired()`` deletes expired conversations in bulk (for backends
   whose expired data stays on disk until then).
+* :class:`SupportsRecordRewrite`: ``stored_records()`` and ``replace_records()`` read and replace
+  records as stored, for ``agentkeep keys rotate`` (:mod:`agentkeep.key_rotation`).
 
 :func:`setup_store` and :func:`close_store` call the first two when a store has them.
 
@@ -56,11 +58,13 @@ __all__ = [
     "HistoryView",
     "MessageStore",
     "StoredMessage",
+    "StoredRecord",
     "Summary",
     "SupportsClose",
     "SupportsExpiry",
     "SupportsListing",
     "SupportsPurge",
+    "SupportsRecordRewrite",
     "SupportsSetup",
     "check_batch_ids",
     "check_retention",
@@ -349,6 +353,43 @@ class SupportsPurge(Protocol):
 
     async def purge_expired(self) -> int:
         """Delete every expired conversation; returns how many."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A message or summary exactly as a backend stores it (see :mod:`agentkeep.storage.codec`).
+
+    Attributes:
+        seq: Its sequence number.
+        message_id: The encoded id (:func:`~agentkeep.storage.codec.encode_id`).
+        created_at: The encoded time (:func:`~agentkeep.storage.codec.encode_time`).
+        body: The stored body (sealed, perhaps encrypted).
+    """
+
+    seq: int
+    message_id: bytes
+    created_at: int
+    body: bytes
+
+
+@runtime_checkable
+class SupportsRecordRewrite(Protocol):
+    """A backend whose records can be read and replaced as stored (to re-encrypt them online)."""
+
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` of the conversation's records (messages and summaries, excluded or not)
+        with ``seq > after``, in seq order, as stored."""
+        ...
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Give each record the new body if it is still stored as read (a record trimmed or
+        deleted meanwhile is left alone), in one atomic step; returns how many were replaced. Ids,
+        times, sequence numbers and flags stay as they are."""
         ...
 
 

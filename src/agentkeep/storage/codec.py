@@ -24,6 +24,15 @@ told apart from corruption is a damaged kind byte that happens to become an unse
 rest still decodes. Summaries' lists of replaced ids and the backends' bookkeeping (sequence
 numbers, exclusion flags) are not covered.
 
+**Encryption** (when a backend is given a :class:`~agentkeep.encryption.KeyRing`): the body is
+replaced by kind ``0x06``, the key id's length and the key id, then the AES-256-GCM nonce,
+ciphertext and tag of the plain body (see :mod:`agentkeep.encryption`: a synthetic nonce, and
+associated data binding it to the conversation, the message id and the key id); the record is
+then sealed like any other (kind ``0xF6``). Ids, times, sizes and the backends' bookkeeping stay
+in the clear; the time is covered by the seal's CRC only (a retry may stamp messages anew and must
+still produce the bytes first stored, so it is not associated data). Plain and encrypted records
+mix freely in one conversation; :func:`reseal` moves a record to the ring's current key.
+
 Decoding errors raise ``ValueError`` / ``msgspec`` errors (:data:`DECODE_ERRORS` lists what a damaged
 record can raise); backends turn them into
 :class:`~agentkeep.errors.CorruptRecordError` naming the conversation and sequence number.
@@ -34,17 +43,22 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from ..contents import TextContent
-from ..errors import MessageFormatError
+from ..encryption import KeyMismatch, decryption_error
+from ..errors import CorruptRecordError, MessageFormatError
 from ..messages import Message, Role
+
+if TYPE_CHECKING:
+    from ..encryption import KeyRing
 
 __all__ = [
     "DECODE_ERRORS",
     "FORMAT_VERSION",
+    "RecordKey",
     "decode_body",
     "decode_id",
     "decode_message",
@@ -54,6 +68,9 @@ __all__ = [
     "encode_identity",
     "encode_records",
     "encode_time",
+    "record_error",
+    "record_key_id",
+    "reseal",
     "seal",
     "seal_key",
     "unseal",
@@ -80,7 +97,7 @@ _MAX_TIME: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(micr
 """The range of times :func:`decode_time` can return, as :func:`encode_time` values."""
 _ROLES: Final[tuple[Role, ...]] = ("system", "user", "assistant", "tool")
 _ROLE_CODES: Final[dict[str, int]] = {role: code for code, role in enumerate(_ROLES)}
-_PLAIN, _WIRE, _AUTHORED, _PLAIN_Z, _AUTHORED_Z = 1, 2, 3, 4, 5
+_PLAIN, _WIRE, _AUTHORED, _PLAIN_Z, _AUTHORED_Z, _ENCRYPTED = 1, 2, 3, 4, 5, 6
 _SEALED: Final = 0xF0  # the high nibble of a sealed record's kind byte
 _CRC_RESIDUE: Final = 0x2144DF1C
 _DEFLATE_FROM: Final = 96  # bytes of text; shorter texts rarely shrink
@@ -238,16 +255,19 @@ def decode_body(
     raise ValueError(f"unknown record kind {kind}")
 
 
-def encode_records(conversation_id: str, messages: Sequence[Message]) -> list[tuple[bytes, int, bytes]]:
+def encode_records(
+    conversation_id: str, messages: Sequence[Message], *, key_ring: KeyRing | None = None
+) -> list[tuple[bytes, int, bytes]]:
     """What a durable backend stores for ``messages`` of ``conversation_id``: each one's encoded
-    id, time and sealed body. Every body is encoded before any message is given an id or a time,
-    so a message that cannot be stored leaves the batch untouched.
+    id, time and sealed body (encrypted with the ring's current key when ``key_ring`` is given).
+    Every body is encoded before any message is given an id or a time, so a message that cannot be
+    stored leaves the batch untouched.
 
     Raises:
         MessageFormatError: A message cannot be stored (see :func:`encode_body`, :func:`encode_time`).
     """
     bodies = [encode_body(message) for message in messages]
-    key = seal_key(conversation_id)
+    key = seal_key(conversation_id, key_ring)
     records: list[tuple[bytes, int, bytes]] = []
     for message, body in zip(messages, bodies, strict=True):
         message_id, created_at = encode_identity(message)
@@ -255,17 +275,101 @@ def encode_records(conversation_id: str, messages: Sequence[Message]) -> list[tu
     return records
 
 
-def seal_key(conversation_id: str) -> int:
-    """What binds seals to ``conversation_id`` (the CRC-32 of it): computed once per operation."""
-    return zlib.crc32(conversation_id.encode("utf-8", "surrogatepass") + b"\x00")
+class RecordKey:
+    """What seals (and encrypts) records of one conversation: made by :func:`seal_key` once per
+    operation.
+
+    Attributes:
+        conversation_id: The conversation.
+        crc: The CRC-32 of the conversation id, where every seal starts.
+        associated: The conversation id as associated data (length-prefixed UTF-8).
+        key_ring: The ring records are encrypted with and decrypted by, if any.
+    """
+
+    __slots__ = ("associated", "conversation_id", "crc", "key_ring")
+
+    def __init__(self, conversation_id: str, key_ring: KeyRing | None = None) -> None:
+        raw = conversation_id.encode("utf-8", "surrogatepass")
+        self.conversation_id = conversation_id
+        self.crc = zlib.crc32(raw + b"\x00")
+        self.associated = len(raw).to_bytes(4, "big") + raw
+        self.key_ring = key_ring
 
 
-def seal(key: int, message_id: bytes, created_at: int, body: bytes) -> bytes:
-    """``body`` (from :func:`encode_body`) sealed for storage: its kind marked as sealed and a
-    CRC-32 over the conversation (``key`` from :func:`seal_key`), id, time and body appended."""
+def seal_key(conversation_id: str, key_ring: KeyRing | None = None) -> RecordKey:
+    """What binds seals to ``conversation_id`` (and encrypts with ``key_ring``): computed once per
+    operation."""
+    return RecordKey(conversation_id, key_ring)
+
+
+def seal(key: RecordKey, message_id: bytes, created_at: int, body: bytes) -> bytes:
+    """``body`` (from :func:`encode_body`) sealed for storage: encrypted if ``key`` has a key ring,
+    its kind marked as sealed and a CRC-32 over the conversation, id, time and body appended."""
+    if key.key_ring is not None:
+        body = _encrypt(key, key.key_ring, message_id, body)
     sealed = bytes((body[0] | _SEALED,)) + body[1:]
-    start = zlib.crc32(created_at.to_bytes(8, "big", signed=True), zlib.crc32(message_id, key))
+    start = zlib.crc32(created_at.to_bytes(8, "big", signed=True), zlib.crc32(message_id, key.crc))
     return sealed + zlib.crc32(sealed, start).to_bytes(4, "little")
+
+
+def _encrypt(key: RecordKey, ring: KeyRing, message_id: bytes, body: bytes) -> bytes:
+    current = ring.current
+    kid = current.id_bytes
+    associated = key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
+    return bytes((_ENCRYPTED, len(kid))) + kid + current.encrypt(body, associated, synthetic_nonce=True)
+
+
+def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> bytes:
+    """The plain body inside an encrypted record (its seal checked, ending at ``end``)."""
+    size = record[1]
+    kid = record[2 : 2 + size]
+    key_id = kid.decode("ascii", "replace")
+    found = None if key.key_ring is None else key.key_ring.get(key_id)
+    if found is None:
+        raise KeyMismatch(
+            key_id, "the store has no key ring" if key.key_ring is None else "the key ring does not hold it"
+        )
+    associated = key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
+    body = found.decrypt(record[2 + size : end], associated)
+    if body is None:
+        raise KeyMismatch(key_id, "it does not decrypt with that key (other key material, or changed)")
+    if not body or not _PLAIN <= body[0] <= _AUTHORED_Z:
+        raise ValueError("an encrypted record holds no plain record")
+    return body
+
+
+def record_key_id(record: bytes) -> str | None:
+    """The id of the key a stored record is encrypted with, or ``None`` for a plain one."""
+    if len(record) < 2 or record[0] != _ENCRYPTED | _SEALED:
+        return None
+    return record[2 : 2 + record[1]].decode("ascii", "replace")
+
+
+def reseal(key: RecordKey, message_id: bytes, created_at: int, record: bytes) -> bytes | None:
+    """``record`` sealed again, encrypted with the current key of ``key``'s ring, or ``None`` if it
+    already is (a plain record gets encrypted).
+
+    Raises:
+        KeyMismatch: The record is encrypted under a key the ring cannot decrypt it with.
+        ValueError: The record is damaged, or ``key`` has no key ring.
+    """
+    ring = key.key_ring
+    if ring is None:
+        raise ValueError("re-encrypting a record needs a key ring")
+    if record_key_id(record) == ring.current.key_id:
+        return None
+    body = unseal(key, message_id, created_at, record)
+    return seal(key, message_id, created_at, bytes((body[0] & 0x0F,)) + body[1:])
+
+
+def record_error(
+    exc: Exception, *, backend: str, conversation_id: str, seq: int | None
+) -> CorruptRecordError:
+    """The typed error for a record that failed to decode with ``exc``: a
+    :class:`~agentkeep.errors.DecryptionError` for a key problem, else a ``CorruptRecordError``."""
+    if isinstance(exc, KeyMismatch):
+        return decryption_error(exc, backend=backend, conversation_id=conversation_id, seq=seq)
+    return CorruptRecordError(str(exc), backend=backend, conversation_id=conversation_id, seq=seq)
 
 
 def _sealed_end(key: int, message_id: bytes, created_at: int, record: bytes) -> int | None:
@@ -281,23 +385,31 @@ def _sealed_end(key: int, message_id: bytes, created_at: int, record: bytes) -> 
     return len(record) - 4
 
 
-def unseal(key: int, message_id: bytes, created_at: int, record: bytes) -> bytes:
-    """The body of a record :func:`seal` sealed, its seal checked (a record of format 1 as it is);
-    :func:`decode_body` reads either.
+def unseal(key: RecordKey, message_id: bytes, created_at: int, record: bytes) -> bytes:
+    """The body of a record :func:`seal` sealed, its seal checked and decrypted if it is encrypted
+    (a record of format 1 as it is); :func:`decode_body` reads either.
 
     Raises:
         ValueError: The seal does not match: the record, its id or its time was changed, or it
-            belongs to another conversation.
+            belongs to another conversation (``KeyMismatch``: it cannot be decrypted).
     """
-    end = _sealed_end(key, message_id, created_at, record)
-    return record if end is None else record[:end]
+    end = _sealed_end(key.crc, message_id, created_at, record)
+    if end is None:
+        return record
+    if record[0] == _ENCRYPTED | _SEALED:
+        return _decrypt(key, message_id, record, end)
+    return record[:end]
 
 
-def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: int) -> Message:
-    """A message from its three stored parts, its seal checked (``key`` from :func:`seal_key`)."""
-    return decode_body(
-        body,
-        message_id=decode_id(message_id),
-        created_at=decode_time(created_at),
-        end=_sealed_end(key, message_id, created_at, body),
-    )
+def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: RecordKey) -> Message:
+    """A message from its three stored parts, its seal checked and decrypted if it is encrypted
+    (``key`` from :func:`seal_key`).
+
+    Raises:
+        KeyMismatch: The record is encrypted under a key ``key``'s ring does not hold, or does not
+            decrypt with it (a ``ValueError``: see :func:`record_error`).
+    """
+    end = _sealed_end(key.crc, message_id, created_at, body)
+    if end is not None and body[0] == _ENCRYPTED | _SEALED:
+        body, end = _decrypt(key, message_id, body, end), None
+    return decode_body(body, message_id=decode_id(message_id), created_at=decode_time(created_at), end=end)

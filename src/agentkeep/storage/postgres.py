@@ -45,6 +45,11 @@ connections are checked and reads, appends and compactions run once more on a fr
 (a repeated append is recognised as a retry, so the turn is stored once). Records that do not
 decode raise :class:`~agentkeep.errors.CorruptRecordError`.
 
+**Records as stored** (:class:`~agentkeep.storage.base.SupportsRecordRewrite`, for key rotation):
+:meth:`PostgresMessageStore.stored_records` is one statement (primary-key range scans of both
+tables); :meth:`PostgresMessageStore.replace_records` one ``UPDATE`` per table in one statement,
+each row compared with what was read (id, time and body).
+
 **Retention.** ``expires_at`` follows the server's clock; an expired conversation reads as absent,
 an append to it starts a new one, and :meth:`PostgresMessageStore.purge_expired` deletes expired
 conversations in bulk (for a periodic job).
@@ -54,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from operator import itemgetter
-from typing import Any, Final, LiteralString, Unpack
+from typing import TYPE_CHECKING, Any, Final, LiteralString, Unpack
 
 try:
     # ``from psycopg import`` (not ``from psycopg.rows``) fails when the driver is missing even if
@@ -83,6 +88,7 @@ from .base import (
     ConversationInfo,
     HistoryView,
     StoredMessage,
+    StoredRecord,
     Summary,
     check_batch_ids,
     check_retention,
@@ -90,13 +96,18 @@ from .base import (
 )
 from .codec import (
     DECODE_ERRORS,
+    RecordKey,
     decode_id,
     decode_message,
     decode_time,
     encode_id,
     encode_records,
+    record_error,
     seal_key,
 )
+
+if TYPE_CHECKING:
+    from ..encryption import KeyRing
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -154,6 +165,33 @@ _QUERIES: Final[dict[str, LiteralString]] = {
         WHERE {_LIVE}
         ORDER BY m.time DESC NULLS LAST, c.key
         LIMIT %s""",
+    # -- records as stored (key rotation): primary-key range scans of at most %(limit)s rows each
+    "stored_records": f"""{_LIVE_CONVERSATION}
+    SELECT e.seq, e.id, e.time, e.body FROM c CROSS JOIN LATERAL (
+            (SELECT seq, id, time, body FROM {{messages}}
+                WHERE conversation = c.key AND seq > %(after)s ORDER BY seq LIMIT %(limit)s)
+            UNION ALL
+            (SELECT seq, id, time, body FROM {{summaries}}
+                WHERE conversation = c.key AND seq > %(after)s ORDER BY seq LIMIT %(limit)s)
+            ORDER BY seq LIMIT %(limit)s
+        ) AS e""",
+    # Each record's body is replaced if the row still holds the id, time and body read (on a
+    # second attempt also if it holds the new body: the first may have committed). Row locks
+    # order it with appends, trims, compactions and deletions; no conversation lock is needed.
+    "replace_records": f"""{_LIVE_CONVERSATION}, ch AS (
+            SELECT * FROM unnest(%(seqs)s::int8[], %(ids)s::bytea[], %(times)s::int8[],
+                %(old)s::bytea[], %(new)s::bytea[]) AS t(seq, id, time, old, new)
+        ), done_m AS (
+            UPDATE {{messages}} AS m SET body = ch.new FROM c, ch
+            WHERE m.conversation = c.key AND m.seq = ch.seq AND m.id = ch.id AND m.time = ch.time
+                AND (m.body = ch.old OR (%(again)s AND m.body = ch.new))
+            RETURNING 1
+        ), done_s AS (
+            UPDATE {{summaries}} AS s SET body = ch.new FROM c, ch
+            WHERE s.conversation = c.key AND s.seq = ch.seq AND s.id = ch.id AND s.time = ch.time
+                AND (s.body = ch.old OR (%(again)s AND s.body = ch.new))
+            RETURNING 1
+        ) SELECT (SELECT count(*) FROM done_m) + (SELECT count(*) FROM done_s)""",
     # -- compaction, deletion, expiry
     "lock_live": f"""SELECT key, last_seq FROM {{conversations}}
         WHERE conversation_id = %s AND {_LIVE} FOR UPDATE""",
@@ -190,6 +228,7 @@ class PostgresMessageStore:
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
     """
 
     backend = BACKEND
@@ -204,11 +243,13 @@ class PostgresMessageStore:
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> None:
         check_retention(max_messages, ttl)
         self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
         self.max_messages = max_messages
         self.ttl = ttl
+        self.key_ring = key_ring
         self._q = {name: self.database.query(text) for name, text in _QUERIES.items()}
 
     @classmethod
@@ -220,9 +261,12 @@ class PostgresMessageStore:
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> PostgresMessageStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
-        return cls(url=url, schema=schema, max_messages=max_messages, ttl=ttl, timeout=timeout)
+        return cls(
+            url=url, schema=schema, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring
+        )
 
     @property
     def schema(self) -> str:
@@ -253,7 +297,8 @@ class PostgresMessageStore:
         if not messages:
             return []
         may_be_retry = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
-        records = encode_records(conversation_id, messages)  # refuse what cannot be stored
+        # refuse what cannot be stored
+        records = encode_records(conversation_id, messages, key_ring=self.key_ring)
         ids = [record[0] for record in records]
         times = [record[1] for record in records]
         bodies = [record[2] for record in records]
@@ -295,7 +340,7 @@ class PostgresMessageStore:
         if not rows:
             return HistoryView()
         epoch, last_seq = rows[0][0], rows[0][1]
-        key = seal_key(conversation_id)
+        key = seal_key(conversation_id, self.key_ring)
         if rows[0][2 if raw else 4] is None:  # the conversation exists, nothing matched
             return HistoryView([], epoch, last_seq)
         if raw:
@@ -320,14 +365,12 @@ class PostgresMessageStore:
         return HistoryView(entries, epoch, last_seq)
 
     def _decode(
-        self, conversation_id: str, key: int, seq: int, body: bytes, raw_id: bytes, time: int
+        self, conversation_id: str, key: RecordKey, seq: int, body: bytes, raw_id: bytes, time: int
     ) -> Message:
         try:
             return decode_message(body, raw_id, time, key=key)
         except DECODE_ERRORS as exc:
-            raise CorruptRecordError(
-                str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq
-            ) from exc
+            raise record_error(exc, backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
 
     def _ids(self, conversation_id: str, seq: int, raw_ids: list[bytes]) -> tuple[str, ...]:
         try:
@@ -353,7 +396,9 @@ class PostgresMessageStore:
         self.database.check_open()
         rows: list[tuple[bytes, int, bytes, list[bytes]]] = []
         for summary in summaries:
-            [(summary_id, summary_time, body)] = encode_records(conversation_id, [summary.message])
+            [(summary_id, summary_time, body)] = encode_records(
+                conversation_id, [summary.message], key_ring=self.key_ring
+            )
             rows.append(
                 (summary_id, summary_time, body, [encode_id(replaced) for replaced in summary.replaces])
             )
@@ -407,6 +452,47 @@ class PostgresMessageStore:
             await cur.execute(q["compacted"], (last_seq, key))
             [(epoch,)] = await cur.fetchall()
         return int(epoch)
+
+    # -- records as stored (key rotation) ---------------------------------------------------------
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` records (messages and summaries, excluded or not) with ``seq > after``,
+        in seq order, as stored: one statement (two primary-key range scans of ``limit`` rows)."""
+        self.database.check_open()
+        if limit <= 0:
+            return []
+        params = {"conversation": conversation_id, "after": max(after, 0), "limit": limit}
+        rows = await self.database.fetch_rows(self._q["stored_records"], params, retry=True)
+        return [StoredRecord(seq, bytes(raw_id), time, bytes(body)) for seq, raw_id, time, body in rows]
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Give each record its new body if it is still stored as read, in one statement (one
+        round trip, one transaction); returns how many were replaced (see the contract)."""
+        self.database.check_open()
+        if not changes:
+            return 0
+        params: dict[str, Any] = {
+            "conversation": conversation_id,
+            "seqs": [record.seq for record, _ in changes],
+            "ids": [record.message_id for record, _ in changes],
+            "times": [record.created_at for record, _ in changes],
+            "old": [record.body for record, _ in changes],
+            "new": [body for _, body in changes],
+        }
+        attempts = 0
+
+        async def operation(conn: PostgresConnection) -> int:
+            nonlocal attempts
+            attempts += 1  # a second attempt may follow one that committed
+            [(count,)] = await self.database.fetch(
+                conn, self._q["replace_records"], {**params, "again": attempts > 1}
+            )
+            return int(count)
+
+        return await self.database.run(operation, retry=True)
 
     # -- listing --------------------------------------------------------------------------------
     async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
@@ -474,6 +560,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires.
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
 
     The other options (``load_messages``, ``store_inputs``, ...) are those of
     :class:`~agentkeep.history.HistoryProvider`.
@@ -500,10 +587,17 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
         store = PostgresMessageStore(
-            pool, url=url, schema=schema, max_messages=max_messages, ttl=ttl, timeout=timeout
+            pool,
+            url=url,
+            schema=schema,
+            max_messages=max_messages,
+            ttl=ttl,
+            timeout=timeout,
+            key_ring=key_ring,
         )
         super().__init__(
             store,

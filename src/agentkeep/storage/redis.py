@@ -72,6 +72,11 @@ over trailing summary placeholders) and, only after a ``max_messages`` trim, its
 (to count the raw messages): O(n) for a limited listing, independent of the conversations'
 lengths. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of the expiry set.
 
+**Records as stored** (:class:`~agentkeep.storage.base.SupportsRecordRewrite`, for key rotation):
+:meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
+summaries hash; :meth:`RedisMessageStore.replace_records` is one script that replaces each entry
+(``LSET``) or summary value (``HSET``) only if it still holds exactly the bytes read.
+
 **Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
 five keys in every append (and compactions give keys they create the conversation's deadline);
 ``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
@@ -95,6 +100,7 @@ from urllib.parse import unquote
 import msgspec
 
 from .._db.redis import RedisConnection, escape_key_part
+from ..encryption import KeyMismatch
 from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
 from ..messages import Message
 from ..providers.history import HistoryOptions
@@ -104,6 +110,7 @@ from .base import (
     ConversationInfo,
     HistoryView,
     StoredMessage,
+    StoredRecord,
     Summary,
     check_batch_ids,
     check_retention,
@@ -112,15 +119,19 @@ from .base import (
 )
 from .codec import (
     FORMAT_VERSION,
+    RecordKey,
     decode_message,
     decode_time,
     encode_id,
     encode_records,
+    record_error,
     seal_key,
 )
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from ..encryption import KeyRing
 
 __all__ = [
     "DEFAULT_KEY_PREFIX",
@@ -167,12 +178,12 @@ def _known_needle(message_id: str) -> bytes | None:
         return None  # an id no message can have: nothing stored matches it
 
 
-def _entries(conversation_id: str, messages: Sequence[Message]) -> list[bytes]:
+def _entries(conversation_id: str, messages: Sequence[Message], key_ring: KeyRing | None) -> list[bytes]:
     """The log entries of ``messages`` (see :func:`~agentkeep.storage.codec.encode_records`): the
     length-prefixed id, the 8-byte time and the sealed body of each."""
     return [
         _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + sealed
-        for ident, created_at, sealed in encode_records(conversation_id, messages)
+        for ident, created_at, sealed in encode_records(conversation_id, messages, key_ring=key_ring)
     ]
 
 
@@ -186,18 +197,19 @@ def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
     return data[start:end], int.from_bytes(data[end : end + 8], "big", signed=True), data[end + 8 :]
 
 
-def _decode_entry(conversation_id: str, key: int, seq: int, data: bytes) -> Message:
+def _decode_entry(key: RecordKey, seq: int, data: bytes) -> Message:
     try:
         message_id, created_at, body = _split_entry(data)
         return decode_message(body, message_id, created_at, key=key)
     except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
-        raise _corrupt(conversation_id, seq, exc) from exc
+        raise _corrupt(key.conversation_id, seq, exc) from exc
 
 
-def _decode_summary(conversation_id: str, key: int, seq: int, data: bytes) -> StoredMessage:
+def _decode_summary(key: RecordKey, seq: int, data: bytes) -> StoredMessage:
+    conversation_id = key.conversation_id
     try:
         size = int.from_bytes(data[:4], "big")
-        message = _decode_entry(conversation_id, key, seq, data[4 : 4 + size])
+        message = _decode_entry(key, seq, data[4 : 4 + size])
         replaces = tuple(_replaces_decoder.decode(data[4 + size :]))
     except CorruptRecordError:
         raise
@@ -207,6 +219,8 @@ def _decode_summary(conversation_id: str, key: int, seq: int, data: bytes) -> St
 
 
 def _corrupt(conversation_id: str, seq: int, cause: Exception) -> CorruptRecordError:
+    if isinstance(cause, KeyMismatch):
+        return record_error(cause, backend="redis", conversation_id=conversation_id, seq=seq)
     return CorruptRecordError(
         f"{type(cause).__name__}: {cause}", backend="redis", conversation_id=conversation_id, seq=seq
     )
@@ -244,31 +258,29 @@ def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
         raise _corrupt(conversation_id, seq, exc) from exc
 
 
-def _raw_entries(conversation_id: str, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
+def _raw_entries(key: RecordKey, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
     """The ``READ`` script's log pieces as entries, each flagged by the exclusion ranges."""
     starts, ends = _parse_ranges(excluded)
-    key = seal_key(conversation_id)
     out: list[StoredMessage] = []
     for _, first, entries in pieces:
         for offset, data in enumerate(entries):
             seq = first + offset
             index = bisect_right(starts, seq) - 1
             flagged = index >= 0 and seq <= ends[index]
-            out.append(StoredMessage(seq, _decode_entry(conversation_id, key, seq, data), flagged))
+            out.append(StoredMessage(seq, _decode_entry(key, seq, data), flagged))
     return out
 
 
-def _view_entries(conversation_id: str, pieces: list[Any]) -> list[StoredMessage]:
+def _view_entries(key: RecordKey, pieces: list[Any]) -> list[StoredMessage]:
     """The ``READ`` script's view pieces (runs of log entries, and summaries) as entries."""
-    key = seal_key(conversation_id)
     entries: list[StoredMessage] = []
     for kind, first, payload in pieces:
         if kind == 0:
             for offset, data in enumerate(payload):
                 seq = first + offset
-                entries.append(StoredMessage(seq, _decode_entry(conversation_id, key, seq, data)))
+                entries.append(StoredMessage(seq, _decode_entry(key, seq, data)))
         else:
-            entries.append(_decode_summary(conversation_id, key, first, payload))
+            entries.append(_decode_summary(key, first, payload))
     return entries
 
 
@@ -296,6 +308,7 @@ class RedisMessageStore:
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
 
     Example:
         ```python
@@ -319,6 +332,7 @@ class RedisMessageStore:
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> None:
         if not key_prefix:
             raise ValueError("key_prefix must not be empty")
@@ -327,6 +341,7 @@ class RedisMessageStore:
         self.key_prefix = key_prefix
         self.max_messages = max_messages
         self.ttl = ttl
+        self.key_ring = key_ring
         self._checked = False
 
     @classmethod
@@ -338,9 +353,17 @@ class RedisMessageStore:
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> RedisMessageStore:
         """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
-        return cls(redis_url=url, key_prefix=key_prefix, max_messages=max_messages, ttl=ttl, timeout=timeout)
+        return cls(
+            redis_url=url,
+            key_prefix=key_prefix,
+            max_messages=max_messages,
+            ttl=ttl,
+            timeout=timeout,
+            key_ring=key_ring,
+        )
 
     @property
     def layout_key(self) -> str:
@@ -451,7 +474,7 @@ class RedisMessageStore:
         if not messages:
             return []
         check = check_batch_ids(self.backend, conversation_id, messages)
-        entries = _entries(conversation_id, messages)  # refuse what cannot be stored
+        entries = _entries(conversation_id, messages, self.key_ring)  # refuse what cannot be stored
         await self._ready()
         reply = await self.connection.run(
             _lua.APPEND,
@@ -495,9 +518,8 @@ class RedisMessageStore:
         keys = self.conversation_keys(conversation_id)
         reply = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
         epoch, last_seq, pieces, excluded = reply
-        entries = (
-            _raw_entries(conversation_id, pieces, excluded) if raw else _view_entries(conversation_id, pieces)
-        )
+        key = seal_key(conversation_id, self.key_ring)
+        entries = _raw_entries(key, pieces, excluded) if raw else _view_entries(key, pieces)
         return HistoryView(entries, int(epoch), int(last_seq))
 
     async def record_compaction(
@@ -519,7 +541,7 @@ class RedisMessageStore:
         args += [len(needles), *needles, len(summaries)]
         for summary in summaries:
             message = summary.message
-            [entry] = _entries(conversation_id, [message])
+            [entry] = _entries(conversation_id, [message], self.key_ring)
             replaces = [n for n in map(_known_needle, summary.replaces) if n is not None]
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]
@@ -533,6 +555,71 @@ class RedisMessageStore:
                 f"summary {failed!r} replaces no stored message of conversation {conversation_id!r}"
             )
         return int(value)
+
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` records (messages and summaries, excluded or not) with ``seq > after``,
+        in seq order, as stored: one ``RECORDS`` script reading a window of ``limit`` log entries
+        (and the summaries hash).
+
+        Raises:
+            CorruptRecordError: A stored entry cannot be split into id, time and body.
+        """
+        await self._ready()
+        if limit <= 0:
+            return []
+        reply = await self.connection.run(
+            _lua.RECORDS, self.conversation_keys(conversation_id), [max(after, 0), limit]
+        )
+        records: list[StoredRecord] = []
+        for seq, kind, data in cast(list[tuple[int, int, bytes]], reply):
+            try:
+                if kind:  # a summary: 4-byte entry length, the entry, its replaced ids
+                    size = int.from_bytes(data[:4], "big")
+                    if len(data) < 4 + size:
+                        raise ValueError("truncated summary")
+                    data = data[4 : 4 + size]
+                message_id, created_at, body = _split_entry(data)
+            except (ValueError, IndexError) as exc:
+                raise _corrupt(conversation_id, int(seq), exc) from exc
+            records.append(StoredRecord(int(seq), message_id, created_at, body))
+        return records
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Give each record its new body if it is still stored exactly as read, in one ``REWRITE``
+        script; returns how many were replaced (see the contract). A record that already holds
+        the new body counts as replaced: the client resends a script once after a dropped
+        connection, and the first attempt may have run.
+
+        Raises:
+            SchemaVersionError: A newer agentkeep upgraded the keys since this store checked them.
+        """
+        self.connection.check_open()
+        if not changes:
+            return 0
+        args: list[bytes | str | int] = []
+        for record, body in changes:
+            prefix = _length_prefixed(record.message_id) + record.created_at.to_bytes(8, "big", signed=True)
+            args += [record.seq, prefix + record.body, prefix + body]
+        await self._ready()
+        reply = await self.connection.run(
+            _lua.REWRITE,
+            [*self.conversation_keys(conversation_id), self.layout_key],
+            [await self.connection.start_by(), LAYOUT_VERSION, FORMAT_VERSION, *args],
+        )
+        if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
+            self._checked = False
+            await self.setup()  # raises SchemaVersionError naming the versions
+            raise AssertionError("setup accepted a layout the rewrite script refused")  # pragma: no cover
+        replaced = int(cast("int", reply))
+        if replaced < 0:  # only if the reply came after all: the server was late, nothing written
+            raise self.connection.unavailable(
+                TimeoutError("the server ran the rewrite too late; nothing was replaced")
+            )
+        return replaced
 
     async def delete(self, conversation_id: str) -> bool:
         """Delete the conversation's keys and index entries; ``False`` if it did not exist."""
@@ -623,6 +710,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         load_limit: Load at most this many of the newest view messages per run (``None``: all).
         timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
         load_messages: Provide the stored history to the model.
         store_inputs: Store the run's input messages.
         store_outputs: Store the model's responses.
@@ -654,6 +742,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
         ttl: float | None = None,
         load_limit: int | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
         store = RedisMessageStore(
@@ -663,6 +752,7 @@ class RedisHistoryProvider(StorageHistoryProvider):
             max_messages=max_messages,
             ttl=ttl,
             timeout=timeout,
+            key_ring=key_ring,
         )
         super().__init__(
             store,

@@ -62,7 +62,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Final, Unpack
+from typing import TYPE_CHECKING, Final, Unpack
 
 import msgspec
 
@@ -85,6 +85,7 @@ from .base import (
     ConversationInfo,
     HistoryView,
     StoredMessage,
+    StoredRecord,
     Summary,
     check_batch_ids,
     check_retention,
@@ -92,13 +93,18 @@ from .base import (
 )
 from .codec import (
     DECODE_ERRORS,
+    RecordKey,
     decode_id,
     decode_message,
     decode_time,
     encode_id,
     encode_records,
+    record_error,
     seal_key,
 )
+
+if TYPE_CHECKING:
+    from ..encryption import KeyRing
 
 __all__ = [
     "MIGRATIONS",
@@ -155,6 +161,8 @@ class SQLiteMessageStore:
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         timeout: Seconds to wait for the write lock before raising
             :class:`~agentkeep.errors.StorageUnavailableError`.
+        key_ring: Encrypt message bodies and summaries with its current key (and decrypt with
+            any of its keys); see :mod:`agentkeep.encryption`.
     """
 
     backend = BACKEND
@@ -166,10 +174,12 @@ class SQLiteMessageStore:
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> None:
         check_retention(max_messages, ttl)
         self.max_messages = max_messages
         self.ttl = ttl
+        self.key_ring = key_ring
         self.database = SQLiteDatabase(path, timeout=timeout)
 
     @property
@@ -196,7 +206,7 @@ class SQLiteMessageStore:
         if not messages:
             return []
         check = check_batch_ids(self.backend, conversation_id, messages)
-        rows = encode_records(conversation_id, messages)  # refuse before touching anything
+        rows = encode_records(conversation_id, messages, key_ring=self.key_ring)  # refuse before writing
         return await self.database.run(partial(self._append, conversation_id, rows, check))
 
     def _retried(
@@ -281,7 +291,9 @@ class SQLiteMessageStore:
         excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
         new: list[_NewSummary] = []
         for summary in summaries:
-            [(summary_id, summary_time, body)] = encode_records(conversation_id, [summary.message])
+            [(summary_id, summary_time, body)] = encode_records(
+                conversation_id, [summary.message], key_ring=self.key_ring
+            )
             replaced = [encoded for encoded in map(_encode_known_id, summary.replaces) if encoded is not None]
             replaces = msgspec.json.encode(list(summary.replaces))
             new.append(
@@ -389,7 +401,7 @@ class SQLiteMessageStore:
         """The compacted view in view order (only rows above the view floor are read), or with
         ``raw`` the raw log in sequence order."""
         job = _read_raw if raw else _read_view
-        return await self.database.run(partial(job, conversation_id, last, after))
+        return await self.database.run(partial(job, seal_key(conversation_id, self.key_ring), last, after))
 
     async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
         """Live conversations, most recently active first (the newest message's time); at most
@@ -403,8 +415,72 @@ class SQLiteMessageStore:
             return []
         return await self.database.run(partial(_list_conversations, limit))
 
+    # -- records as stored (for key rotation) ---------------------------------------------------
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` records (messages and summaries) with ``seq > after``, as stored."""
+        self.database.check_open()
+        return await self.database.run(partial(_stored_records, conversation_id, after, limit))
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Replace bodies still stored as read, in one transaction; returns how many were."""
+        self.database.check_open()
+        if not changes:
+            return 0
+        return await self.database.run(partial(_replace_records, conversation_id, list(changes)))
+
     def __repr__(self) -> str:
         return f"SQLiteMessageStore({str(self.path)!r})"
+
+
+def _stored_records(
+    conversation_id: str, after: int, limit: int, db: sqlite3.Connection
+) -> list[StoredRecord]:
+    with read_transaction(db):
+        found = _find(db, conversation_id, now_us())
+        if found is None or limit <= 0:
+            return []
+        rows = db.execute(
+            "SELECT position & 4294967295, id, time, body FROM agentkeep_messages "
+            "WHERE position > ? AND position <= ? ORDER BY position LIMIT ?",
+            (*_span(found.key, after), limit),
+        ).fetchall()
+        rows += db.execute(
+            "SELECT seq, id, time, body FROM agentkeep_summaries WHERE conversation = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (found.key, after, limit),
+        ).fetchall()
+    rows.sort(key=lambda row: row[0])
+    return [StoredRecord(*row) for row in rows[:limit]]
+
+
+def _replace_records(
+    conversation_id: str, changes: list[tuple[StoredRecord, bytes]], db: sqlite3.Connection
+) -> int:
+    with write_transaction(db):
+        found = _find(db, conversation_id, now_us())
+        if found is None:
+            return 0
+        base = found.key << _SEQ_BITS
+        replaced = 0
+        for record, body in changes:
+            same = (record.message_id, record.created_at, record.body)
+            replaced += (
+                db.execute(
+                    "UPDATE agentkeep_messages SET body = ? "
+                    "WHERE position = ? AND id = ? AND time = ? AND body = ?",
+                    (body, base + record.seq, *same),
+                ).rowcount
+                or db.execute(
+                    "UPDATE agentkeep_summaries SET body = ? "
+                    "WHERE conversation = ? AND seq = ? AND id = ? AND time = ? AND body = ?",
+                    (body, found.key, record.seq, *same),
+                ).rowcount
+            )
+        return replaced
 
 
 def _chunks(items: list[bytes], size: int = 500) -> Iterator[list[bytes]]:
@@ -519,17 +595,16 @@ def _list_conversations(limit: int | None, db: sqlite3.Connection) -> list[Conve
 _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
 
 
-def _entries(conversation_id: str, rows: Iterable[_MessageRow]) -> list[StoredMessage]:
+def _entries(key: RecordKey, rows: Iterable[_MessageRow]) -> list[StoredMessage]:
     """Decode rows (the hot loop of long loads: no call per row beyond the codec's)."""
     entries: list[StoredMessage] = []
     seq = 0
-    key = seal_key(conversation_id)
     try:
         for seq, message_id, created_at, body, excluded in rows:
             message = decode_message(body, message_id, created_at, key=key)
             entries.append(StoredMessage(seq, message, bool(excluded)))
     except DECODE_ERRORS as exc:
-        raise CorruptRecordError(str(exc), backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
+        raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
     return entries
 
 
@@ -539,9 +614,8 @@ _SELECT_MESSAGES: Final = (
 )
 
 
-def _read_raw(
-    conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
-) -> HistoryView:
+def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
+    conversation_id = key.conversation_id
     with read_transaction(db):
         found = _find(db, conversation_id, now_us())
         if found is None:
@@ -554,12 +628,11 @@ def _read_raw(
         else:
             rows = db.execute(_SELECT_MESSAGES + " ORDER BY position DESC LIMIT ?", (*span, last)).fetchall()
             rows.reverse()
-    return HistoryView(_entries(conversation_id, rows), found.epoch, found.last_seq)
+    return HistoryView(_entries(key, rows), found.epoch, found.last_seq)
 
 
-def _read_view(
-    conversation_id: str, last: int | None, after: int | None, db: sqlite3.Connection
-) -> HistoryView:
+def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
+    conversation_id = key.conversation_id
     with read_transaction(db):
         found = _find(db, conversation_id, now_us())
         if found is None:
@@ -583,7 +656,7 @@ def _read_view(
             (found.key, lower),
         ).fetchall()
     if not summary_rows:
-        return HistoryView(_entries(conversation_id, message_rows), found.epoch, found.last_seq)
+        return HistoryView(_entries(key, message_rows), found.epoch, found.last_seq)
     # View order: a message sits at its seq; a summary just before the first message it replaces.
     ordered: list[tuple[int, int, int, _MessageRow, bytes | None]] = [
         (row[0], 1, row[0], row, None) for row in message_rows
@@ -595,7 +668,7 @@ def _read_view(
     ordered.sort(key=lambda item: item[:3])
     if last is not None:
         ordered = ordered[-last:]
-    entries = _entries(conversation_id, (item[3] for item in ordered))
+    entries = _entries(key, (item[3] for item in ordered))
     for index, (_, _, seq, _, replaces) in enumerate(ordered):
         if replaces is None:
             continue
@@ -624,6 +697,7 @@ class SQLiteHistoryProvider(StorageHistoryProvider):
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         timeout: Seconds to wait for the write lock held by another connection.
+        key_ring: Encrypt what is stored (see :class:`SQLiteMessageStore`).
         load_messages: Provide the stored history to the model.
         store_inputs: Store the run's input messages.
         store_outputs: Store the model's responses.
@@ -653,9 +727,12 @@ class SQLiteHistoryProvider(StorageHistoryProvider):
         max_messages: int | None = None,
         ttl: float | None = None,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
-        store = SQLiteMessageStore(path, max_messages=max_messages, ttl=ttl, timeout=timeout)
+        store = SQLiteMessageStore(
+            path, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring
+        )
         super().__init__(
             store,
             source_id,

@@ -6,13 +6,23 @@
 * :class:`InMemorySessionStore` — process memory (development, tests).
 * :class:`FileSystemSessionStore` — one JSON file per session, atomic writes, safe across processes.
 * :class:`IsolationKeyScopedSessionStore` — a per-tenant view of another store.
+* :class:`SupportsPayloadRewrite` / :class:`StoredPayload` — payloads as stored, for key rotation
+  (``docs/encryption.md``); the durable stores take ``key_ring=`` to encrypt them.
 
 The SQLite, Redis and PostgreSQL session stores live in their own modules
 (``agentkeep.stores.sqlite``, ...) so that importing this package needs no database driver.
 See ``docs/session-stores.md``.
 """
 
-from .base import AgentSessionStore, DelegatingSessionStore, agent_key, session_version, set_session_version
+from .base import (
+    AgentSessionStore,
+    DelegatingSessionStore,
+    StoredPayload,
+    SupportsPayloadRewrite,
+    agent_key,
+    session_version,
+    set_session_version,
+)
 from .filesystem import FileSystemSessionStore
 from .isolation import IsolationKeyScopedSessionStore
 from .memory import InMemorySessionStore, NoopSessionStore
@@ -24,6 +34,8 @@ __all__ = [
     "InMemorySessionStore",
     "IsolationKeyScopedSessionStore",
     "NoopSessionStore",
+    "StoredPayload",
+    "SupportsPayloadRewrite",
     "agent_key",
     "session_version",
     "set_session_version",

@@ -18,23 +18,29 @@ Decorators (``IsolationKeyScopedSessionStore``) derive from :class:`DelegatingSe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Final, Literal, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar, runtime_checkable
 
 from .._json_values import text_problem
+from ..encryption import KeyMismatch, decrypt_payload, decryption_error, encrypt_payload
 from ..errors import ConflictError, SessionFormatError, StateTypeError
 from ..sessions import AgentSession, encode_payload
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..encryption import KeyRing
 
 __all__ = [
     "STORE_VERSION_KEY",
     "AgentSessionStore",
     "DelegatingSessionStore",
+    "StoredPayload",
+    "SupportsPayloadRewrite",
     "agent_key",
     "check_conversation_id",
     "conflict_error",
     "encode_session",
+    "next_version",
     "restore_session",
     "session_version",
     "set_session_version",
@@ -82,37 +88,122 @@ def check_conversation_id(conversation_id: str) -> None:
         raise ValueError(f"conversation_id {conversation_id!r} is not valid Unicode text")
 
 
-def encode_session(agent: Agent, session: AgentSession) -> bytes:
-    """The session's payload as JSON bytes (through ``agent.serialize_session``).
+def next_version(session: AgentSession) -> int:
+    """The version a successful save of ``session`` stores."""
+    expected = session_version(session)
+    return 1 if expected is None else expected + 1
+
+
+def encode_session(
+    agent: Agent,
+    session: AgentSession,
+    *,
+    conversation_id: str | None = None,
+    key_ring: KeyRing | None = None,
+) -> bytes:
+    """The session's payload as JSON bytes (through ``agent.serialize_session``); with
+    ``key_ring``, in its encrypted envelope (:func:`~agentkeep.encryption.encrypt_payload`) bound
+    to the agent, ``conversation_id`` (the store's key) and :func:`next_version`.
 
     Raises:
         SessionFormatError: A state value cannot be serialized.
+        ValueError: ``key_ring`` without ``conversation_id`` (a payload is bound to its key).
     """
-    payload = agent.serialize_session(session)
+    if key_ring is not None and conversation_id is None:
+        raise ValueError("encrypting a session payload needs the conversation id the store keys it by")
+    serialized = agent.serialize_session(session)
     try:
-        return encode_payload(payload)
+        payload = encode_payload(serialized)
     except StateTypeError as exc:
         raise SessionFormatError(f"session {session.session_id}: {exc}") from exc
+    if key_ring is None:
+        return payload
+    return encrypt_payload(
+        key_ring,
+        payload,
+        agent=agent_key(agent),
+        conversation_id=conversation_id or "",
+        version=next_version(session),
+    )
 
 
-def restore_session(agent: Agent, payload: bytes | str, *, version: int, where: str) -> AgentSession:
-    """A stored payload back as a session of ``version``, checked by the agent's providers.
+def restore_session(
+    agent: Agent,
+    payload: bytes | str,
+    *,
+    version: int,
+    where: str,
+    backend: str = "custom",
+    conversation_id: str = "",
+    key_ring: KeyRing | None = None,
+) -> AgentSession:
+    """A stored payload back as a session of ``version``, checked by the agent's providers; an
+    encrypted one is decrypted first (a plaintext one is read as it is, with or without a ring).
 
     Args:
         agent: The agent whose providers check their state.
-        payload: The JSON payload.
+        payload: The JSON payload (or its encrypted envelope).
         version: The stored version (recorded on the session for the next save).
         where: What to name in an error (backend, key or file).
+        backend: The store's name, for a :class:`~agentkeep.errors.DecryptionError`.
+        conversation_id: The store's key of the session (what an encrypted payload is bound to).
+        key_ring: The keys to decrypt with.
 
     Raises:
         SessionFormatError: The payload is corrupt or cannot be restored by ``agent``.
+        DecryptionError: The payload is encrypted under a key ``key_ring`` does not hold, or does
+            not decrypt with it.
     """
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8", "surrogatepass")
     try:
-        session = agent.deserialize_session(payload)
+        opened = decrypt_payload(
+            key_ring, payload, agent=agent_key(agent), conversation_id=conversation_id, version=version
+        )
+    except KeyMismatch as exc:
+        raise decryption_error(exc, backend=backend, conversation_id=conversation_id) from exc
+    except ValueError as exc:
+        raise SessionFormatError(f"{where}: {exc}") from exc
+    try:
+        session = agent.deserialize_session(payload if opened is None else opened[0])
     except SessionFormatError as exc:
         raise SessionFormatError(f"{where}: {exc}") from exc
     set_session_version(session, version)
     return session
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPayload:
+    """A session as a store keeps it, for tools that work on payloads (``agentkeep keys rotate``).
+
+    Attributes:
+        agent: The agent part of its key.
+        conversation_id: The conversation part of its key.
+        version: Its stored version.
+        payload: The stored bytes (JSON, or an encrypted envelope).
+    """
+
+    agent: str
+    conversation_id: str
+    version: int
+    payload: bytes
+
+
+@runtime_checkable
+class SupportsPayloadRewrite(Protocol):
+    """A session store whose payloads can be read and replaced as stored (to re-encrypt them)."""
+
+    async def stored_payloads(
+        self, *, after: tuple[str, str] | None = None, limit: int = 100
+    ) -> list[StoredPayload]:
+        """Up to ``limit`` stored sessions after ``after``, ordered by (agent, conversation id) in
+        the store's own stable order (a database's collation, say); an empty list is the end."""
+        ...
+
+    async def replace_payload(self, stored: StoredPayload, payload: bytes) -> bool:
+        """Store ``payload`` for ``stored``'s session if it is still stored as ``stored`` (same
+        version and bytes), keeping its version; ``False`` if it changed meanwhile."""
+        ...
 
 
 def conflict_error(

@@ -30,6 +30,13 @@ write to is tightened to owner-only when it is ours and refused when it is not.
 A file that is not valid JSON, has the wrong shape, or holds another conversation raises
 :class:`~agentkeep.errors.SessionFormatError` naming the file; it is never replaced silently
 (``delete_session`` removes it).
+
+**Encryption at rest.** Given a :class:`~agentkeep.encryption.KeyRing`, the store keeps the
+``"session"`` of each file in its encrypted envelope (JSON too), bound to the agent, the
+conversation id and the version it is stored as; :meth:`FileSystemSessionStore.stored_payloads`
+and :meth:`FileSystemSessionStore.replace_payload`
+(:class:`~agentkeep.stores.base.SupportsPayloadRewrite`) let ``agentkeep keys rotate`` re-encrypt
+them in place.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 
@@ -58,6 +66,7 @@ from ..errors import (
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
+    StoredPayload,
     agent_key,
     check_conversation_id,
     conflict_error,
@@ -74,6 +83,7 @@ else:
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..encryption import KeyRing
 
 __all__ = ["FILE_FORMAT_VERSION", "FileSystemSessionStore", "default_session_dir", "encode_file_name"]
 
@@ -121,6 +131,16 @@ def encode_file_name(text: str) -> str:
     return f"{encoded[:_HASHED_PREFIX]}~{hashlib.sha256(raw).hexdigest()}"
 
 
+def _decode_file_name(name: str) -> str | None:
+    """The text :func:`encode_file_name` made ``name`` of, or ``None`` for a hashed name (or one
+    it never makes)."""
+    try:
+        text = unquote_to_bytes(name).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if encode_file_name(text) == name else None
+
+
 class FileSystemSessionStore(AgentSessionStore):
     """Sessions as JSON files under ``root_dir``, safe for several processes on one machine.
 
@@ -129,6 +149,8 @@ class FileSystemSessionStore(AgentSessionStore):
             ``~`` is expanded. Default: :func:`default_session_dir`.
         lock_timeout: Seconds a save or delete waits for another writer's lock on the same
             session before raising :class:`~agentkeep.errors.StorageUnavailableError`.
+        key_ring: Encrypt session payloads with its current key (decrypt with any of its keys);
+            see :mod:`agentkeep.encryption`.
 
     Example:
         ```python
@@ -141,19 +163,28 @@ class FileSystemSessionStore(AgentSessionStore):
 
     backend = "filesystem"
 
-    def __init__(self, root_dir: str | os.PathLike[str] | None = None, *, lock_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        root_dir: str | os.PathLike[str] | None = None,
+        *,
+        lock_timeout: float = 30.0,
+        key_ring: KeyRing | None = None,
+    ) -> None:
         if lock_timeout <= 0:
             raise ValueError("lock_timeout must be > 0")
         root = Path(root_dir).expanduser() if root_dir is not None else default_session_dir()
         self.root_dir = root.absolute()
         self.lock_timeout = lock_timeout
+        self.key_ring = key_ring
         self._closed = False
 
     def session_path(self, agent: Agent, conversation_id: str) -> Path:
         """The file that holds (or would hold) the session of ``agent`` under ``conversation_id``."""
         check_conversation_id(conversation_id)
-        folder = self.root_dir / encode_file_name(agent_key(agent))
-        return folder / f"{encode_file_name(conversation_id)}.json"
+        return self._file_path(agent_key(agent), conversation_id)
+
+    def _file_path(self, agent: str, conversation_id: str) -> Path:
+        return self.root_dir / encode_file_name(agent) / f"{encode_file_name(conversation_id)}.json"
 
     # -- the contract ---------------------------------------------------------------------------
     async def save_session(self, agent: Agent, conversation_id: str, session: AgentSession) -> None:
@@ -169,7 +200,8 @@ class FileSystemSessionStore(AgentSessionStore):
         """
         path = self.session_path(agent, conversation_id)
         self._check_open()
-        payload = encode_session(agent, session)
+        # Bound to session_version + 1: the version _save_sync writes (it refuses any other).
+        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
         version = await asyncio.to_thread(
             self._save_sync, path, agent_key(agent), conversation_id, payload, session_version(session)
         )
@@ -182,6 +214,8 @@ class FileSystemSessionStore(AgentSessionStore):
             SessionFormatError: The file is corrupt, holds another conversation, or its session
                 cannot be restored by ``agent``.
             SchemaVersionError: The file was written by a newer agentkeep.
+            DecryptionError: The payload is encrypted under a key the ring does not hold, or does
+                not decrypt with it (nothing is changed).
             StorageUnavailableError: The file exists but cannot be read.
             StorageClosedError: The store is closed.
         """
@@ -191,7 +225,15 @@ class FileSystemSessionStore(AgentSessionStore):
         if record is None:
             return agent.create_session(session_id=conversation_id)
         where = f"{self.backend}: session file {path}"
-        return restore_session(agent, bytes(record.session), version=record.version, where=where)
+        return restore_session(
+            agent,
+            bytes(record.session),
+            version=record.version,
+            where=where,
+            backend=self.backend,
+            conversation_id=conversation_id,
+            key_ring=self.key_ring,
+        )
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Remove the session's file (even a corrupt one); ``False`` if there was none.
@@ -203,6 +245,48 @@ class FileSystemSessionStore(AgentSessionStore):
         path = self.session_path(agent, conversation_id)
         self._check_open()
         return await asyncio.to_thread(self._delete_sync, path)
+
+    # -- payloads as stored (SupportsPayloadRewrite, for key rotation) ---------------------------
+    async def stored_payloads(
+        self, *, after: tuple[str, str] | None = None, limit: int = 100
+    ) -> list[StoredPayload]:
+        """Up to ``limit`` stored sessions ordered by (agent, conversation id) (code-point order),
+        strictly after ``after``.
+
+        The folders keep no order: every call lists all agent folders (opened as everywhere
+        else, never through a link) and sorts here. Only the files returned are read, plus those
+        whose name is a hash (a long id: only the file says whose it is). Skipped: links, files
+        that are not session files or do not decode, and files holding another conversation than
+        their name says (as :meth:`get_session` refuses them).
+
+        Raises:
+            ValueError: ``limit`` is less than 1.
+            SchemaVersionError: A file was written by a newer agentkeep.
+            StorageUnavailableError: A folder or file cannot be read.
+            StorageClosedError: The store is closed.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._check_open()
+        return await asyncio.to_thread(self._stored_payloads_sync, after, limit)
+
+    async def replace_payload(self, stored: StoredPayload, payload: bytes) -> bool:
+        """Write ``payload`` as the session of ``stored``'s file if the file still holds the same
+        version and payload bytes, keeping its version; ``False`` if it changed (or was deleted)
+        meanwhile. Checked and written under the session's lock, atomically, as a save is.
+
+        Raises:
+            ValueError: ``payload`` is not JSON (a file embeds it as JSON).
+            StorageUnavailableError: The file cannot be written, or the lock was not obtained.
+            StorageClosedError: The store is closed.
+        """
+        check_conversation_id(stored.conversation_id)
+        self._check_open()
+        try:
+            msgspec.json.decode(payload)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"a session payload must be JSON: {exc}") from exc
+        return await asyncio.to_thread(self._replace_sync, stored, payload)
 
     async def aclose(self) -> None:
         """Mark the store closed (it holds no open files between calls)."""
@@ -286,6 +370,22 @@ class FileSystemSessionStore(AgentSessionStore):
             return None if folder is None else self._read_in(folder, path, agent, conversation_id)
 
     def _read_in(self, folder: _Folder, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
+        record = self._read_record(folder, path)
+        if record is not None and (record.agent, record.conversation_id) != (agent, conversation_id):
+            raise SessionFormatError(
+                f"{self.backend}: session file {path} holds conversation {record.conversation_id!r} "
+                f"of agent {record.agent!r}, not {conversation_id!r} of {agent!r}"
+            )
+        return record
+
+    def _read_record(self, folder: _Folder, path: Path) -> _SessionFile | None:
+        """The session file ``path`` in ``folder``, whoever's it is (``None`` if missing).
+
+        Raises:
+            SessionFormatError: It does not decode, or has an unknown format or invalid version.
+            SchemaVersionError: It was written by a newer agentkeep.
+            StorageUnavailableError: It cannot be read.
+        """
         try:
             data = folder.read(path.name)
         except FileNotFoundError:
@@ -307,12 +407,105 @@ class FileSystemSessionStore(AgentSessionStore):
             raise SessionFormatError(f"{where} has unknown format {record.format}")
         if record.version < 1:
             raise SessionFormatError(f"{where} has invalid version {record.version}")
-        if (record.agent, record.conversation_id) != (agent, conversation_id):
-            raise SessionFormatError(
-                f"{where} holds conversation {record.conversation_id!r} of "
-                f"agent {record.agent!r}, not {conversation_id!r} of {agent!r}"
-            )
         return record
+
+    def _stored_payloads_sync(self, after: tuple[str, str] | None, limit: int) -> list[StoredPayload]:
+        try:
+            folder_names = os.listdir(self.root_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._unavailable("list folder", self.root_dir, exc) from exc
+        # (agent, conversation id) -> the file's path, and its content if already read
+        found: dict[tuple[str, str], tuple[Path, _SessionFile | None]] = {}
+        for folder_name in folder_names:
+            if folder_name.startswith("."):
+                continue  # never an agent folder (encoded names start with no dot)
+            agent = _decode_file_name(folder_name)
+            with self._listed_folder(self.root_dir / folder_name) as folder:
+                if folder is None:
+                    continue
+                for name in folder.names():
+                    if name.startswith(".") or not name.endswith(".json"):
+                        continue  # a lock or temporary file
+                    path = folder.path / name
+                    conversation_id = _decode_file_name(name.removesuffix(".json"))
+                    if agent is not None and conversation_id is not None:
+                        found[(agent, conversation_id)] = (path, None)
+                        continue
+                    # A hashed name: only the file says whose it is (if it is where that one's is).
+                    record = self._listed_record(folder, path)
+                    if record is not None and path == self._file_path(record.agent, record.conversation_id):
+                        found[(record.agent, record.conversation_id)] = (path, record)
+        stored: list[StoredPayload] = []
+        for key in sorted(k for k in found if after is None or k > after):
+            path, record = found[key]
+            if record is None:
+                with self._listed_folder(path.parent) as folder:
+                    record = None if folder is None else self._listed_record(folder, path, key)
+            if record is not None:
+                stored.append(StoredPayload(key[0], key[1], record.version, bytes(record.session)))
+                if len(stored) == limit:
+                    break
+        return stored
+
+    @contextlib.contextmanager
+    def _listed_folder(self, path: Path) -> Generator[_Folder | None]:
+        """The folder ``path`` opened as :meth:`_folder` does, or ``None`` if it is gone, a link
+        or no folder."""
+        try:
+            opened = _Folder.opened(path, create=False)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                yield None
+                return
+            raise self._unavailable("open folder", path, exc) from exc
+        try:
+            yield opened
+        finally:
+            opened.close()
+
+    def _listed_record(
+        self, folder: _Folder, path: Path, key: tuple[str, str] | None = None
+    ) -> _SessionFile | None:
+        """The session file ``path`` (``key``'s), or ``None`` if it is gone, a link, not a
+        session file, or (with ``key``) another conversation's."""
+        try:
+            if key is None:
+                return self._read_record(folder, path)
+            return self._read_in(folder, path, *key)
+        except SessionFormatError:
+            return None
+        except StorageUnavailableError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in (errno.ELOOP, errno.EISDIR):
+                return None  # a link planted as a session file (never followed), or a folder
+            raise
+
+    def _replace_sync(self, stored: StoredPayload, payload: bytes) -> bool:
+        agent, conversation_id = stored.agent, stored.conversation_id
+        path = self._file_path(agent, conversation_id)
+        with self._folder(path, create=False) as folder:
+            if folder is None or not folder.exists(path.name):
+                return False
+            with self._locked(folder, path.with_suffix(".lock")):
+                try:
+                    record = self._read_in(folder, path, agent, conversation_id)
+                except SessionFormatError:
+                    return False  # not what was listed any more
+                if (
+                    record is None
+                    or record.version != stored.version
+                    or bytes(record.session) != stored.payload
+                ):
+                    return False
+                data = msgspec.json.encode(
+                    _SessionFile(
+                        FILE_FORMAT_VERSION, record.version, agent, conversation_id, msgspec.Raw(payload)
+                    )
+                )
+                self._write_atomic(folder, path, data)
+        return True
 
     def _write_atomic(self, folder: _Folder, path: Path, data: bytes) -> None:
         temp = f".{path.stem}.{secrets.token_hex(8)}.tmp"
@@ -445,6 +638,12 @@ class _Folder:
     def read(self, name: str) -> bytes:
         with open(self.open(name, os.O_RDONLY), "rb") as file:
             return file.read()
+
+    def names(self) -> list[str]:
+        """The names of the entries in the folder (listed through its descriptor)."""
+        if self.fd is None:  # pragma: no cover - exercised on Windows only
+            return os.listdir(self.path)
+        return os.listdir(self.fd)
 
     def stat(self, name: str) -> os.stat_result:
         if self.fd is None:  # pragma: no cover - exercised on Windows only

@@ -12,6 +12,12 @@ NOTHING``. When no row changed, someone else saved first (or deleted it) and
 :class:`~agentkeep.errors.ConflictError` is raised; the stored session is left as it was. The row
 lock the statement takes makes this hold between tasks and processes. Saves are not retried on a
 dead connection (a retry of a save that committed would report a conflict); reads are.
+
+**Encryption at rest.** Given a :class:`~agentkeep.encryption.KeyRing`, the store keeps payloads in
+their encrypted envelope, bound to the agent, the conversation id and the version they are stored
+as; :meth:`PostgresSessionStore.stored_payloads` and :meth:`PostgresSessionStore.replace_payload`
+(:class:`~agentkeep.stores.base.SupportsPayloadRewrite`) let ``agentkeep keys rotate`` re-encrypt
+them in place.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from .._db.postgres import DEFAULT_SCHEMA, PostgresDatabase, PostgresPool
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
+    StoredPayload,
     agent_key,
     check_conversation_id,
     conflict_error,
@@ -33,6 +40,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..encryption import KeyRing
 
 __all__ = ["PostgresSessionStore"]
 
@@ -42,6 +50,14 @@ _UPDATE: Final = """UPDATE {sessions} SET version = version + 1, payload = %s, u
     WHERE agent = %s AND conversation_id = %s AND version = %s RETURNING version"""
 _SELECT: Final = "SELECT version, payload FROM {sessions} WHERE agent = %s AND conversation_id = %s"
 _DELETE: Final = "DELETE FROM {sessions} WHERE agent = %s AND conversation_id = %s RETURNING version"
+# Keyset pages in the primary key's order (the database's collation of text), so each page is an
+# index range scan of ``limit`` rows.
+_LIST_FIRST: Final = """SELECT agent, conversation_id, version, payload FROM {sessions}
+    ORDER BY agent, conversation_id LIMIT %s"""
+_LIST_AFTER: Final = """SELECT agent, conversation_id, version, payload FROM {sessions}
+    WHERE (agent, conversation_id) > (%s, %s) ORDER BY agent, conversation_id LIMIT %s"""
+_REPLACE: Final = """UPDATE {sessions} SET payload = %s
+    WHERE agent = %s AND conversation_id = %s AND version = %s AND payload = %s RETURNING version"""
 
 
 class PostgresSessionStore(AgentSessionStore):
@@ -52,6 +68,8 @@ class PostgresSessionStore(AgentSessionStore):
         url: Or a connection URL: the store creates, opens and closes its own pool.
         schema: The schema holding the tables (shared with the message store).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
+        key_ring: Encrypt session payloads with its current key (decrypt with any of its keys);
+            see :mod:`agentkeep.encryption`.
 
     Example:
         ```python
@@ -73,19 +91,29 @@ class PostgresSessionStore(AgentSessionStore):
         url: str | None = None,
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> None:
         self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
+        self.key_ring = key_ring
         self._insert = self.database.query(_INSERT)
         self._update = self.database.query(_UPDATE)
         self._select = self.database.query(_SELECT)
         self._delete = self.database.query(_DELETE)
+        self._list_first = self.database.query(_LIST_FIRST)
+        self._list_after = self.database.query(_LIST_AFTER)
+        self._replace = self.database.query(_REPLACE)
 
     @classmethod
     def from_url(
-        cls, url: str, *, schema: str = DEFAULT_SCHEMA, timeout: float = 5.0
+        cls,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
     ) -> PostgresSessionStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
-        return cls(url=url, schema=schema, timeout=timeout)
+        return cls(url=url, schema=schema, timeout=timeout, key_ring=key_ring)
 
     @property
     def schema(self) -> str:
@@ -110,7 +138,7 @@ class PostgresSessionStore(AgentSessionStore):
         self.database.check_open()
         check_conversation_id(conversation_id)
         key = agent_key(agent)
-        payload = encode_session(agent, session)
+        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
         expected = session_version(session)
         if expected is None:
             query, params = self._insert, (key, conversation_id, payload)
@@ -125,6 +153,8 @@ class PostgresSessionStore(AgentSessionStore):
 
         Raises:
             SessionFormatError: The stored payload is corrupt or of an unknown version.
+            DecryptionError: The payload is encrypted under a key the ring does not hold, or does
+                not decrypt with it (nothing is changed).
         """
         self.database.check_open()
         check_conversation_id(conversation_id)
@@ -133,13 +163,56 @@ class PostgresSessionStore(AgentSessionStore):
             return agent.create_session(session_id=conversation_id)
         version, payload = rows[0]
         where = f"{self.backend}: session {conversation_id!r} of agent {agent_key(agent)!r}"
-        return restore_session(agent, bytes(payload), version=int(version), where=where)
+        return restore_session(
+            agent,
+            bytes(payload),
+            version=int(version),
+            where=where,
+            backend=self.backend,
+            conversation_id=conversation_id,
+            key_ring=self.key_ring,
+        )
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored."""
         self.database.check_open()
         check_conversation_id(conversation_id)
         return bool(await self.database.fetch_rows(self._delete, (agent_key(agent), conversation_id)))
+
+    # -- payloads as stored (SupportsPayloadRewrite, for key rotation) ---------------------------
+    async def stored_payloads(
+        self, *, after: tuple[str, str] | None = None, limit: int = 100
+    ) -> list[StoredPayload]:
+        """Up to ``limit`` stored sessions ordered by (agent, conversation id), strictly after
+        ``after``: one index range scan per call. The order is the database's collation of text
+        (code-point order under ``C`` or ``C.UTF-8``); ``after`` is compared in the same order, so
+        paging with the last key of each page visits every session once.
+
+        Raises:
+            ValueError: ``limit`` is less than 1.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.database.check_open()
+        if after is None:
+            query, params = self._list_first, (limit,)
+        else:
+            query, params = self._list_after, (after[0], after[1], limit)
+        rows = await self.database.fetch_rows(query, params, retry=True)
+        return [
+            StoredPayload(agent, conversation_id, int(version), bytes(payload))
+            for agent, conversation_id, version, payload in rows
+        ]
+
+    async def replace_payload(self, stored: StoredPayload, payload: bytes) -> bool:
+        """Store ``payload`` for ``stored``'s session if it is still stored with the same version
+        and payload bytes, keeping its version and ``updated_at``; ``False`` if it changed (or was
+        deleted) meanwhile. One statement, under the row lock: atomic against concurrent saves.
+        Not retried on a dead connection (a retry of one that committed would report ``False``).
+        """
+        self.database.check_open()
+        params = (payload, stored.agent, stored.conversation_id, stored.version, stored.payload)
+        return bool(await self.database.fetch_rows(self._replace, params))
 
     async def aclose(self) -> None:
         """Close the pool if the store created it; idempotent. The store refuses work afterwards."""

@@ -12,6 +12,12 @@ version ``n`` is written as ``n + 1`` by ``UPDATE ... WHERE version = n``; a new
 ``INSERT`` that does nothing when a row exists. When no row changed, someone else saved first and
 :class:`~agentkeep.errors.ConflictError` is raised; the stored session is left as it was. This
 holds between tasks, threads and processes sharing the file.
+
+**Encryption at rest.** Given a :class:`~agentkeep.encryption.KeyRing`, the store keeps payloads in
+their encrypted envelope, bound to the agent, the conversation id and the version they are stored
+as; :meth:`SQLiteSessionStore.stored_payloads` and :meth:`SQLiteSessionStore.replace_payload`
+(:class:`~agentkeep.stores.base.SupportsPayloadRewrite`) let ``agentkeep keys rotate`` re-encrypt
+them in place.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from ..errors import SessionFormatError
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
+    StoredPayload,
     agent_key,
     check_conversation_id,
     conflict_error,
@@ -38,6 +45,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..encryption import KeyRing
 
 __all__ = ["SQLiteSessionStore"]
 
@@ -49,6 +57,8 @@ class SQLiteSessionStore(AgentSessionStore):
         path: The database file (default:
             :func:`~agentkeep.storage.sqlite.default_database_path`, shared with the message store).
         timeout: Seconds to wait for the write lock held by another connection.
+        key_ring: Encrypt session payloads with its current key (decrypt with any of its keys);
+            see :mod:`agentkeep.encryption`.
 
     Example:
         ```python
@@ -62,8 +72,15 @@ class SQLiteSessionStore(AgentSessionStore):
 
     backend = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
+    ) -> None:
         self.database = SQLiteDatabase(path, timeout=timeout)
+        self.key_ring = key_ring
 
     @property
     def path(self) -> Path:
@@ -88,7 +105,7 @@ class SQLiteSessionStore(AgentSessionStore):
         self.database.check_open()
         check_conversation_id(conversation_id)
         key = agent_key(agent)
-        payload = encode_session(agent, session)
+        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
         expected = session_version(session)
         if not await self.database.run(partial(_save, key, conversation_id, expected, payload)):
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
@@ -99,6 +116,8 @@ class SQLiteSessionStore(AgentSessionStore):
 
         Raises:
             SessionFormatError: The stored payload is corrupt or of an unknown version.
+            DecryptionError: The payload is encrypted under a key the ring does not hold, or does
+                not decrypt with it (nothing is changed).
         """
         check_conversation_id(conversation_id)
         row = await self.database.run(partial(_load, agent_key(agent), conversation_id))
@@ -108,12 +127,42 @@ class SQLiteSessionStore(AgentSessionStore):
         where = f"{self.backend}: session {conversation_id!r} in {self.path}"
         if not isinstance(payload, bytes | str):
             raise SessionFormatError(f"{where}: the payload is not JSON")
-        return restore_session(agent, payload, version=version, where=where)
+        return restore_session(
+            agent,
+            payload,
+            version=version,
+            where=where,
+            backend=self.backend,
+            conversation_id=conversation_id,
+            key_ring=self.key_ring,
+        )
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored."""
         check_conversation_id(conversation_id)
         return await self.database.run(partial(_delete, agent_key(agent), conversation_id))
+
+    # -- payloads as stored (SupportsPayloadRewrite, for key rotation) ---------------------------
+    async def stored_payloads(
+        self, *, after: tuple[str, str] | None = None, limit: int = 100
+    ) -> list[StoredPayload]:
+        """Up to ``limit`` stored sessions ordered by (agent, conversation id) (the text's UTF-8
+        bytes, which is code-point order), strictly after ``after``: one indexed query per call.
+
+        Raises:
+            ValueError: ``limit`` is less than 1.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.database.check_open()
+        return await self.database.run(partial(_stored_payloads, after, limit))
+
+    async def replace_payload(self, stored: StoredPayload, payload: bytes) -> bool:
+        """Store ``payload`` for ``stored``'s session if it is still stored with the same version
+        and payload bytes, keeping its version and ``updated_at``; ``False`` if it changed (or was
+        deleted) meanwhile. One statement: atomic against concurrent saves."""
+        self.database.check_open()
+        return await self.database.run(partial(_replace_payload, stored, payload))
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker thread; idempotent."""
@@ -157,3 +206,39 @@ def _delete(agent: str, conversation_id: str, db: sqlite3.Connection) -> bool:
         "DELETE FROM agentkeep_sessions WHERE agent = ? AND conversation_id = ?", (agent, conversation_id)
     )
     return cursor.rowcount > 0
+
+
+_PAYLOAD_COLUMNS = "SELECT agent, conversation_id, version, payload FROM agentkeep_sessions "
+_READABLE = "typeof(payload) IN ('blob', 'text')"  # what get_session can read at all
+
+
+def _stored_payloads(
+    after: tuple[str, str] | None, limit: int, db: sqlite3.Connection
+) -> list[StoredPayload]:
+    if after is None:
+        query = f"{_PAYLOAD_COLUMNS}WHERE {_READABLE} ORDER BY agent, conversation_id LIMIT ?"
+        params: tuple[object, ...] = (limit,)
+    else:
+        query = (
+            f"{_PAYLOAD_COLUMNS}WHERE (agent, conversation_id) > (?, ?) AND {_READABLE} "
+            "ORDER BY agent, conversation_id LIMIT ?"
+        )
+        params = (after[0], after[1], limit)
+    return [
+        StoredPayload(agent, conversation_id, version, _as_bytes(payload))
+        for agent, conversation_id, version, payload in db.execute(query, params)
+    ]
+
+
+def _as_bytes(payload: bytes | str) -> bytes:
+    return payload.encode("utf-8", "surrogatepass") if isinstance(payload, str) else payload
+
+
+def _replace_payload(stored: StoredPayload, payload: bytes, db: sqlite3.Connection) -> bool:
+    # CAST: a payload stored as TEXT compares by its bytes too (a TEXT value never equals a BLOB).
+    cursor = db.execute(
+        "UPDATE agentkeep_sessions SET payload = ? "
+        "WHERE agent = ? AND conversation_id = ? AND version = ? AND CAST(payload AS BLOB) = ?",
+        (payload, stored.agent, stored.conversation_id, stored.version, stored.payload),
+    )
+    return cursor.rowcount == 1
