@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from .errors import StoreURLError
 
 if TYPE_CHECKING:
+    from .encryption import KeyRing
     from .providers.history import HistoryOptions
     from .providers.storage import StorageHistoryProvider
     from .storage.base import MessageStore
@@ -164,6 +165,7 @@ def open_message_store(
     max_messages: int | None = None,
     ttl: float | None = None,
     timeout: float = 5.0,
+    key_ring: KeyRing | None = None,
 ) -> MessageStore:
     """A new message store for ``url``; the caller owns it (``await store.aclose()``).
 
@@ -172,6 +174,8 @@ def open_message_store(
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires.
         timeout: Seconds to wait for a lock, a connection or a reply.
+        key_ring: Encrypt what is stored (see :mod:`agentkeep.encryption`); ``memory://`` keeps
+            nothing at rest and ignores it.
 
     Raises:
         StoreURLError: An unknown scheme, a malformed URL, or ``file://`` (no message store).
@@ -181,7 +185,9 @@ def open_message_store(
     if location.backend == "sqlite":
         from .storage.sqlite import SQLiteMessageStore
 
-        return SQLiteMessageStore(location.path, max_messages=max_messages, ttl=ttl, timeout=timeout)
+        return SQLiteMessageStore(
+            location.path, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring
+        )
     if location.backend == "memory":
         from .storage.memory import InMemoryMessageStore
 
@@ -198,6 +204,7 @@ def open_message_store(
                 max_messages=max_messages,
                 ttl=ttl,
                 timeout=timeout,
+                key_ring=key_ring,
             )
         from .storage.postgres import PostgresMessageStore
 
@@ -207,6 +214,7 @@ def open_message_store(
             max_messages=max_messages,
             ttl=ttl,
             timeout=timeout,
+            key_ring=key_ring,
         )
     except (ValueError, TypeError) as exc:  # the driver rejected the URL
         raise StoreURLError(f"invalid store URL {redact_url(url or '')!r}: {exc}") from exc
@@ -220,6 +228,7 @@ def open_history_provider(
     max_messages: int | None = None,
     ttl: float | None = None,
     timeout: float = 5.0,
+    key_ring: KeyRing | None = None,
     **options: Unpack[HistoryOptions],
 ) -> StorageHistoryProvider:
     """A history provider on a message store opened from ``url`` (the provider owns and closes it).
@@ -231,6 +240,7 @@ def open_history_provider(
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires.
         timeout: Seconds to wait for a lock, a connection or a reply.
+        key_ring: Encrypt what is stored (see :mod:`agentkeep.encryption`).
         **options: The :class:`~agentkeep.providers.history.HistoryProvider` options.
 
     Raises:
@@ -239,12 +249,16 @@ def open_history_provider(
     """
     from .providers.storage import StorageHistoryProvider
 
-    store = open_message_store(url, max_messages=max_messages, ttl=ttl, timeout=timeout)
+    store = open_message_store(url, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring)
     return StorageHistoryProvider(store, source_id, load_limit=load_limit, owns_store=True, **options)
 
 
 def open_session_store(
-    url: str | None = None, *, ttl: float | None = None, timeout: float = 5.0
+    url: str | None = None,
+    *,
+    ttl: float | None = None,
+    timeout: float = 5.0,
+    key_ring: KeyRing | None = None,
 ) -> AgentSessionStore:
     """A new session store for ``url``; the caller owns it (``await store.aclose()``).
 
@@ -252,6 +266,8 @@ def open_session_store(
         url: The store URL (``None``: the default SQLite file, shared with message history).
         ttl: Seconds after its last save at which a session expires (Redis only).
         timeout: Seconds to wait for a lock, a connection or a reply.
+        key_ring: Encrypt session payloads (see :mod:`agentkeep.encryption`); ``memory://``
+            keeps nothing at rest and ignores it.
 
     Raises:
         StoreURLError: An unknown scheme, a malformed URL, or ``ttl`` for a store without expiry.
@@ -263,7 +279,7 @@ def open_session_store(
     if location.backend == "sqlite":
         from .stores.sqlite import SQLiteSessionStore
 
-        return SQLiteSessionStore(location.path, timeout=timeout)
+        return SQLiteSessionStore(location.path, timeout=timeout, key_ring=key_ring)
     if location.backend == "memory":
         from .stores.memory import InMemorySessionStore
 
@@ -271,17 +287,19 @@ def open_session_store(
     if location.backend == "file":
         from .stores.filesystem import FileSystemSessionStore
 
-        return FileSystemSessionStore(location.path)
+        return FileSystemSessionStore(location.path, key_ring=key_ring)
     try:
         if location.backend == "redis":
             from .stores.redis import RedisSessionStore
 
             prefix = location.options.get("key_prefix", RedisSessionStore.DEFAULT_KEY_PREFIX)
-            return RedisSessionStore.from_url(location.url, key_prefix=prefix, ttl=ttl, timeout=timeout)
+            return RedisSessionStore.from_url(
+                location.url, key_prefix=prefix, ttl=ttl, timeout=timeout, key_ring=key_ring
+            )
         from .stores.postgres import PostgresSessionStore
 
         schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)
-        return PostgresSessionStore.from_url(location.url, schema=schema, timeout=timeout)
+        return PostgresSessionStore.from_url(location.url, schema=schema, timeout=timeout, key_ring=key_ring)
     except (ValueError, TypeError) as exc:  # the driver rejected the URL
         raise StoreURLError(f"invalid store URL {redact_url(url or '')!r}: {exc}") from exc
 

@@ -38,6 +38,7 @@ from ._compact import (
     plan_compaction,
     render_report,
 )
+from ._keys import generate_key_entry, rotate, summary
 from ._stores import STORE_URL_HELP, CLIError, describe_store, open_store
 from ._transfer import (
     content_lines,
@@ -64,6 +65,10 @@ sessions_app = typer.Typer(
     help="List, show, export, import, compact and delete stored sessions.", no_args_is_help=True
 )
 app.add_typer(sessions_app, name="sessions")
+keys_app = typer.Typer(
+    help="Make encryption keys and re-encrypt a store with the current one.", no_args_is_help=True
+)
+app.add_typer(keys_app, name="keys")
 
 StoreOption = Annotated[
     str | None,
@@ -382,6 +387,37 @@ def delete_session(
 
         where = _with_store(store, job)
         _stdout().print(Text(f"deleted session {session_id} from {where}"))
+
+
+# -- keys -------------------------------------------------------------------------------------------
+
+
+@keys_app.command("generate")
+def generate_key(
+    key_id: Annotated[str, typer.Argument(metavar="ID", help="The new key's id (A-Z a-z 0-9 . _ -).")],
+) -> None:
+    """Print a new key as an ID=KEY entry: put it first in AGENTKEEP_KEYS (or the key file)."""
+    with _reported():
+        print(generate_key_entry(key_id))
+
+
+@keys_app.command("rotate")
+def rotate_keys(
+    store: StoreOption = None,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=10_000, metavar="N", help="Records per read and write.")
+    ] = 500,
+) -> None:
+    """Re-encrypt every record and session of a store with the ring's current key, online.
+
+    Plain data gets encrypted too. Safe to interrupt: running it again continues.
+    """
+    with _reported():
+        err = _stderr()
+        where, done, key_id = rotate(store, batch_size=batch_size, err=err)
+        _stdout().print(Text(summary(where, done, key_id)))
+        if done.damaged:
+            raise typer.Exit(1)
 
 
 def main() -> None:

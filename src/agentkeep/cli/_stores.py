@@ -6,6 +6,7 @@ The URL forms are documented once, in :mod:`agentkeep.store_urls` (and ``docs/cl
 from __future__ import annotations
 
 from .. import store_urls
+from ..encryption import KeyRing
 from ..errors import CLIError, StoreURLError
 from ..storage.base import MessageStore
 from ..store_urls import STORE_URL_HELP, StoreLocation, describe_store, redact_url
@@ -15,6 +16,7 @@ __all__ = [
     "CLIError",
     "StoreLocation",
     "describe_store",
+    "key_ring_from_env",
     "open_store",
     "parse_store_url",
     "redact_url",
@@ -34,13 +36,24 @@ def parse_store_url(url: str | None) -> StoreLocation:
 
 
 def open_store(url: str | None, *, timeout: float = 5.0) -> MessageStore:
-    """:func:`agentkeep.store_urls.open_message_store`: a new store the caller owns.
+    """:func:`agentkeep.store_urls.open_message_store`: a new store the caller owns, encrypting
+    with :func:`key_ring_from_env`.
 
     Raises:
         CLIError: An unknown scheme or a malformed URL.
         ImportError: The backend's driver is not installed (the message names the extra).
     """
     try:
-        return store_urls.open_message_store(url, timeout=timeout)
+        return store_urls.open_message_store(url, timeout=timeout, key_ring=key_ring_from_env())
     except StoreURLError as exc:
         raise CLIError(str(exc)) from exc
+
+
+def key_ring_from_env() -> KeyRing | None:
+    """The key ring ``$AGENTKEEP_KEYS`` or ``$AGENTKEEP_KEYS_FILE`` gives (``None``: neither set):
+    every command reads and writes encrypted stores with it (see :mod:`agentkeep.encryption`).
+
+    Raises:
+        KeyRingError: The variable or the file is malformed.
+    """
+    return KeyRing.from_env()
