@@ -12,6 +12,10 @@ prefix / schema / temp file and removes them afterwards.
 Also per backend and size: one whole agent turn with a per-run ``CompactionProvider`` (a 40-group
 sliding window recorded in the store every turn), scripted model.
 
+Encryption at rest: per backend, at the middle size, append a turn and load the last 50 with and
+without a key ring (AES-256-GCM), the two stores measured in alternation in the same run, and the
+bytes per message of each (``--no-encryption`` skips it).
+
 Run: ``.venv/bin/python bench/bench_storage.py [--quick] [--no-reference] [--sizes 1000,10000]``.
 """
 
@@ -33,12 +37,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import redis.asyncio as aioredis
 from psycopg import sql
 
-from agentkeep import Agent, Message
+from agentkeep import Agent, KeyRing, Message
 from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
 from agentkeep.storage import MessageStore, StorageHistoryProvider
 from agentkeep.storage.codec import encode_body, encode_id, encode_time
@@ -172,12 +177,12 @@ async def _measure_store(make: Factory, sizes: list[int], reps: int) -> dict[int
     return results
 
 
-async def _sqlite_factory() -> tuple[
-    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
-]:
+async def _sqlite_factory(
+    key_ring: KeyRing | None = None,
+) -> tuple[MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]:
     folder = Path(tempfile.mkdtemp(prefix="agentkeep-bench-"))
     path = folder / "bench.db"
-    store = SQLiteMessageStore(path)
+    store = SQLiteMessageStore(path, key_ring=key_ring)
     await store.setup()
 
     async def cleanup() -> None:
@@ -187,11 +192,11 @@ async def _sqlite_factory() -> tuple[
     return store, lambda n: _bytes_sqlite(store, path, n), cleanup
 
 
-async def _redis_factory() -> tuple[
-    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
-]:
+async def _redis_factory(
+    key_ring: KeyRing | None = None,
+) -> tuple[MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]:
     prefix = f"agentkeep-bench-{uuid.uuid4().hex[:8]}"
-    store = RedisMessageStore.from_url(REDIS_URL, key_prefix=prefix)
+    store = RedisMessageStore.from_url(REDIS_URL, key_prefix=prefix, key_ring=key_ring)
     await store.setup()
 
     async def cleanup() -> None:
@@ -205,11 +210,11 @@ async def _redis_factory() -> tuple[
     return store, lambda n: _bytes_redis(prefix, n), cleanup
 
 
-async def _postgres_factory() -> tuple[
-    MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]
-]:
+async def _postgres_factory(
+    key_ring: KeyRing | None = None,
+) -> tuple[MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]:
     schema = f"agentkeep_bench_{uuid.uuid4().hex[:8]}"
-    store = PostgresMessageStore.from_url(PG_URL, schema=schema)
+    store = PostgresMessageStore.from_url(PG_URL, schema=schema, key_ring=key_ring)
     await store.setup()
 
     async def cleanup() -> None:
@@ -220,6 +225,39 @@ async def _postgres_factory() -> tuple[
             )
 
     return store, lambda n: _bytes_postgres(schema, n), cleanup
+
+
+async def _measure_encryption(make: Callable[..., Awaitable[Any]], size: int, reps: int) -> dict[str, float]:
+    """Append a turn and load the last 50 on a plain and an encrypted store of ``size`` messages,
+    alternating between them sample by sample (so the machine's drift hits both alike)."""
+    ring = KeyRing({"bench": KeyRing.generate_key()})
+    plain, plain_bytes, plain_cleanup = await make()
+    encrypted, encrypted_bytes, encrypted_cleanup = await make(ring)
+    try:
+        conversation = f"bench-{size}"
+        await _fill(plain, conversation, size)
+        await _fill(encrypted, conversation, size)
+        samples: dict[str, list[float]] = {
+            key: [] for key in ("append", "append_enc", "last50", "last50_enc")
+        }
+        turns = iter([_turn(i) for i in range(size, size + 2 * reps)])
+        for _ in range(reps):
+            for store, suffix in ((plain, ""), (encrypted, "_enc")):
+                batch = next(turns)
+                start = time.perf_counter()
+                await store.append(conversation, batch)
+                samples["append" + suffix].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                await store.read(conversation, last=50)
+                samples["last50" + suffix].append(time.perf_counter() - start)
+        row = {key: statistics.median(values) * 1000.0 for key, values in samples.items()}
+        count = len((await plain.read(conversation, raw=True)).entries)
+        row["bytes"] = await plain_bytes(count)
+        row["bytes_enc"] = await encrypted_bytes(count)
+        return row
+    finally:
+        await plain_cleanup()
+        await encrypted_cleanup()
 
 
 def _raw_sqlite_open(path: Path) -> sqlite3.Connection:
@@ -392,16 +430,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the reference edition")
     parser.add_argument("--sizes", default="1000,10000,100000", help="comma-separated message counts")
     parser.add_argument("--backends", default="sqlite,redis,postgres", help="comma-separated backends")
+    parser.add_argument("--no-encryption", action="store_true", help="skip the encryption rows")
+    parser.add_argument("--only-encryption", action="store_true", help="only the encryption rows")
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     reps = 50 if args.quick else 200
 
+    factories = {"sqlite": _sqlite_factory, "redis": _redis_factory, "postgres": _postgres_factory}
+    backends = args.backends.split(",")
+    mid = 10_000 if 10_000 in sizes else sizes[0]
+
+    async def encryption() -> dict[str, dict[str, float]]:
+        return {name: await _measure_encryption(factories[name], mid, reps) for name in backends}
+
+    if args.only_encryption:
+        _print_encryption(asyncio.run(encryption()), mid)
+        return
+
     async def run() -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, float]]:
-        factories = {"sqlite": _sqlite_factory, "redis": _redis_factory, "postgres": _postgres_factory}
-        ours = {name: await _measure_store(factories[name], sizes, reps) for name in args.backends.split(",")}
+        ours = {name: await _measure_store(factories[name], sizes, reps) for name in backends}
         return ours, await _raw_baselines(reps)
 
     ours, raw = asyncio.run(run())
+    encrypted = None if args.no_encryption else asyncio.run(encryption())
     reference = None if args.no_reference else _reference(sizes, args.quick)
 
     print("\nDurable history backends, one conversation of N messages (~200 characters each); medians")
@@ -428,8 +479,9 @@ def main(argv: list[str] | None = None) -> None:
             )
         print("(reference = agent-framework-redis RedisHistoryProvider; it has no windowed load)")
 
+    if encrypted is not None:
+        _print_encryption(encrypted, mid)
     print("\nAppend rate against the raw driver (two pre-encoded records, no agentkeep logic)")
-    mid = 10_000 if 10_000 in sizes else sizes[0]
     for backend in ours:
         ours_ms = ours[backend][mid]["append"]
         print(
@@ -440,6 +492,24 @@ def main(argv: list[str] | None = None) -> None:
         ratio = reference[str(mid)]["append"] / ours["redis"][mid]["append"]
         print(f"redis append at {mid:,}: reference {reference[str(mid)]['append']:.1f} ms, {ratio:.0f}x ours")
     print(f"(pid {os.getpid()}, python {sys.version.split()[0]})")
+
+
+def _print_encryption(rows: dict[str, dict[str, float]], size: int) -> None:
+    print(f"\nEncryption at rest (AES-256-GCM) at {size:,} messages, plain and encrypted stores alternating")
+    header = (
+        f"{'backend':>9} | {'append plain':>12} | {'encrypted':>10} | {'x':>5} | {'last 50 plain':>13} | "
+    )
+    header += f"{'encrypted':>10} | {'x':>5} | {'bytes/msg':>9} | {'encrypted':>9}"
+    print(header)
+    print("-" * len(header))
+    for backend, row in rows.items():
+        print(
+            f"{backend:>9} | {row['append']:9.3f} ms | {row['append_enc']:7.3f} ms | "
+            f"{row['append_enc'] / row['append']:5.2f} | {row['last50']:10.3f} ms | "
+            f"{row['last50_enc']:7.3f} ms | {row['last50_enc'] / row['last50']:5.2f} | "
+            f"{row['bytes']:9.1f} | {row['bytes_enc']:9.1f}"
+        )
+    print("(targets: encrypted append <= 1.3x plain, last-50 load <= 1.5x)")
 
 
 if __name__ == "__main__":
