@@ -333,11 +333,13 @@ class FileSystemSessionStore(AgentSessionStore):
         not ``create``)."""
         if create:
             self._check_root()
-        folder = path.parent
+        yield from self._opened(path.parent, create=create, missing=() if create else (errno.ENOENT,))
+
+    def _opened(self, folder: Path, *, create: bool, missing: tuple[int, ...]) -> Generator[_Folder | None]:
         try:
             opened = _Folder.opened(folder, create=create)
         except OSError as exc:
-            if exc.errno == errno.ENOENT and not create:
+            if exc.errno in missing:
                 yield None
                 return
             raise self._unavailable("open folder", folder, exc) from exc
@@ -453,17 +455,7 @@ class FileSystemSessionStore(AgentSessionStore):
     def _listed_folder(self, path: Path) -> Generator[_Folder | None]:
         """The folder ``path`` opened as :meth:`_folder` does, or ``None`` if it is gone, a link
         or no folder."""
-        try:
-            opened = _Folder.opened(path, create=False)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-                yield None
-                return
-            raise self._unavailable("open folder", path, exc) from exc
-        try:
-            yield opened
-        finally:
-            opened.close()
+        yield from self._opened(path, create=False, missing=(errno.ENOENT, errno.ELOOP, errno.ENOTDIR))
 
     def _listed_record(
         self, folder: _Folder, path: Path, key: tuple[str, str] | None = None
