@@ -10,7 +10,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
@@ -126,19 +126,22 @@ async def stored_bytes(store: MessageStore) -> bytes:
     client = aioredis.Redis.from_url(REDIS_URL)
     parts: list[bytes] = []
     try:
-        keys = sorted([key async for key in client.scan_iter(match=f"{store.key_prefix}:*", count=1000)])
-        for key in keys:  # in one order whatever the server's SCAN order
-            kind = (await client.type(key)).decode()
+        found: list[bytes] = [
+            key async for key in client.scan_iter(match=f"{store.key_prefix}:*", count=1000)
+        ]
+        for key in sorted(found):  # in one order whatever the server's SCAN order
+            kind = cast(bytes, await client.type(key)).decode()
             parts.append(key)
             if kind == "string":
-                parts.append(await client.get(key) or b"")
+                parts.append(cast(bytes | None, await client.get(key)) or b"")
             elif kind == "list":
-                parts.extend(await client.lrange(key, 0, -1))
+                parts.extend(cast(list[bytes], await client.lrange(key, 0, -1)))
             elif kind == "hash":
-                for field, value in (await client.hgetall(key)).items():
+                for field, value in cast(dict[bytes, bytes], await client.hgetall(key)).items():
                     parts += [field, value]
             elif kind == "zset":
-                parts.extend(member for member, _ in await client.zrange(key, 0, -1, withscores=True))
+                members = cast(list[tuple[bytes, float]], await client.zrange(key, 0, -1, withscores=True))
+                parts.extend(member for member, _ in members)
             else:
                 raise AssertionError(f"unexpected key type {kind} of {key!r}")
     finally:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from agentkeep import Content, Message
 from agentkeep.storage.codec import (
+    RecordKey,
     decode_body,
     decode_id,
     decode_message,
@@ -108,7 +109,7 @@ def test_bad_records_raise_value_error(body: bytes) -> None:
         decode_body(body, message_id=None, created_at=None)
 
 
-def _sealed_record() -> tuple[int, bytes, int, bytes]:
+def _sealed_record() -> tuple[RecordKey, bytes, int, bytes]:
     key = seal_key("c-1")
     message_id, created_at = encode_id("m-1"), encode_time(datetime(2026, 1, 1, tzinfo=UTC))
     return (

@@ -14,7 +14,7 @@ import pytest
 
 from agentkeep import DecryptionError, KeyRing, Message
 from agentkeep.key_rotation import RotationProgress, rotate_messages
-from agentkeep.storage import MessageStore, Summary
+from agentkeep.storage import MessageStore, Summary, close_store
 from agentkeep.storage.base import SupportsRecordRewrite
 from agentkeep.storage.codec import record_key_id
 from agentkeep.testing.conformance import ConformanceCheck, MessageStoreBackend, message_store_checks
@@ -95,7 +95,7 @@ async def test_a_wrong_or_missing_key_is_a_typed_error_and_changes_nothing(backe
                     assert K1 not in str(caught.value)
                     assert K2 not in str(caught.value)
             finally:
-                await other.aclose()
+                await close_store(other)
         assert await backend.stored_bytes(store) == before  # byte for byte
         assert [m.text for m in (await store.read("c")).messages] == [SECRET, "ok"]
 
@@ -115,7 +115,7 @@ async def test_plain_and_encrypted_records_mix_in_one_conversation(backend: Modu
             )
             assert [record_key_id(r.body) for r in stored] == [None, "k1"]
         finally:
-            await encrypted.aclose()
+            await close_store(encrypted)
 
 
 async def test_rotation_under_concurrent_writers_loses_nothing(backend: ModuleType) -> None:
@@ -153,7 +153,7 @@ async def test_rotation_under_concurrent_writers_loses_nothing(backend: ModuleTy
             try:
                 texts = [m.text for c in range(3) for m in (await final.read(f"c{c}", raw=True)).messages]
             finally:
-                await final.aclose()
+                await close_store(final)
             expected = {
                 f"{SECRET} {kind} {c}.{i}" for kind in ("plain", "k1") for c in range(3) for i in range(30)
             }
@@ -164,8 +164,8 @@ async def test_rotation_under_concurrent_writers_loses_nothing(backend: ModuleTy
                 records = await rotated.stored_records(f"c{c}", limit=10_000)
                 assert {record_key_id(r.body) for r in records} == {"k2"}
         finally:
-            await old.aclose()
-            await rotated.aclose()
+            await close_store(old)
+            await close_store(rotated)
 
 
 async def test_a_rotation_that_crashed_resumes(backend: ModuleType) -> None:
@@ -189,9 +189,9 @@ async def test_a_rotation_that_crashed_resumes(backend: ModuleType) -> None:
             try:
                 assert len((await final.read("c3")).messages) == 20
             finally:
-                await final.aclose()
+                await close_store(final)
         finally:
-            await rotated.aclose()
+            await close_store(rotated)
 
 
 async def test_rotation_stops_at_a_key_the_ring_lacks(backend: ModuleType) -> None:
@@ -203,5 +203,5 @@ async def test_rotation_stops_at_a_key_the_ring_lacks(backend: ModuleType) -> No
             with pytest.raises(DecryptionError, match="'k1'"):
                 await rotate_messages(lacking, NEW_ONLY)
         finally:
-            await lacking.aclose()
+            await close_store(lacking)
         assert await backend.stored_bytes(store) == before
