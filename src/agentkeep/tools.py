@@ -8,6 +8,10 @@ arguments that do not fit raise :class:`~agentkeep.errors.ToolArgumentError`, wh
 tool loop hands back to the model as the call's exception instead of crashing the run.
 
 Sync callables run on the event loop thread (keep them quick) unless ``run_in_thread=True``.
+
+:meth:`FunctionTool.declaration` makes a tool the model may call but agentkeep does not run (a
+browser's tool behind an AG-UI client, say): a model answer that calls one ends the run with the
+call unanswered, and the caller sends its result in the next run's input.
 """
 
 from __future__ import annotations
@@ -106,6 +110,44 @@ class FunctionTool:
         )
         self._args_type, self.parameters = self._build_schema(param_docs)
         self.additional_properties: dict[str, Any] = {}
+        self.declaration_only = False
+        """Whether the caller runs this tool (see :meth:`declaration`)."""
+
+    @classmethod
+    def declaration(
+        cls, name: str, *, description: str = "", parameters: Mapping[str, Any] | None = None
+    ) -> FunctionTool:
+        """A tool the model may call but agentkeep does not run: a model answer that calls it ends
+        the run, the call left for the caller to answer in the next run's input.
+
+        Args:
+            name: The tool's name.
+            description: What it does, for the model.
+            parameters: Its parameters as JSON schema (default: no parameters).
+
+        Raises:
+            ToolError: The name is invalid or ``parameters`` is not a JSON-schema object.
+        """
+        if not _NAME_RE.match(name):
+            raise ToolError(f"invalid tool name {name!r}", tool_name=name)
+        try:
+            schema: dict[str, Any] = (
+                {"type": "object", "properties": {}} if parameters is None else dict(parameters)
+            )
+        except (TypeError, ValueError) as exc:
+            raise ToolError(
+                f"the parameters of tool {name!r} must be a JSON-schema object", tool_name=name
+            ) from exc
+        if schema.get("type", "object") != "object":
+            raise ToolError(f"the parameters of tool {name!r} must be a JSON-schema object", tool_name=name)
+
+        def not_here() -> Any:
+            raise ToolError(f"tool {name!r} is run by the caller, not by agentkeep", tool_name=name)
+
+        made = cls(not_here, name=name, description=description)
+        made.parameters = schema  # what the model sees; the caller checks the arguments
+        made.declaration_only = True
+        return made
 
     def _build_schema(self, param_docs: Mapping[str, str]) -> tuple[Any, dict[str, Any]]:
         try:
@@ -209,7 +251,8 @@ class FunctionTool:
         return result
 
     def __repr__(self) -> str:
-        return f"FunctionTool(name={self.name!r})"
+        kind = ", declaration_only=True" if self.declaration_only else ""
+        return f"FunctionTool(name={self.name!r}{kind})"
 
 
 @overload

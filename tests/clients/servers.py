@@ -26,6 +26,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 import uvicorn
@@ -146,32 +147,32 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory, local_model_path: Pat
         _stop_process(process)
 
 
-class RunningServer:
-    """The Responses test app served by uvicorn in a background thread.
+class ThreadedUvicorn:
+    """An ASGI app served by uvicorn in a background thread, on a loopback port of its own.
 
     Attributes:
-        state: The app's state (what it stored and received; fault knobs).
-        base_url: ``http://127.0.0.1:<port>/v1``.
+        port: The port it listens on.
+        url: ``http://127.0.0.1:<port>``.
     """
 
-    def __init__(self, state: ResponsesState) -> None:
-        self.state = state
+    def __init__(self, app: Any, *, name: str, lifespan: Literal["on", "off"] = "off") -> None:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind(("127.0.0.1", 0))
         self.port: int = self._socket.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.name = name
         config = uvicorn.Config(
-            create_app(state),
+            app,
             log_level="warning",
-            lifespan="off",
+            lifespan=lifespan,
             ws="none",
             access_log=False,
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name="responses-server", daemon=True
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name=name, daemon=True
         )
 
     def start(self) -> None:
@@ -181,7 +182,7 @@ class RunningServer:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("the Responses test server did not start")
+                raise RuntimeError(f"the {self.name} did not start")
             time.sleep(0.01)
 
     def stop(self) -> None:
@@ -190,6 +191,20 @@ class RunningServer:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self._socket.close()
+
+
+class RunningServer(ThreadedUvicorn):
+    """The Responses test app served by uvicorn in a background thread.
+
+    Attributes:
+        state: The app's state (what it stored and received; fault knobs).
+        base_url: ``http://127.0.0.1:<port>/v1``.
+    """
+
+    def __init__(self, state: ResponsesState) -> None:
+        super().__init__(create_app(state), name="Responses test server")
+        self.state = state
+        self.base_url = f"{self.url}/v1"
 
 
 def start_responses_server(state: ResponsesState | None = None) -> RunningServer:

@@ -372,6 +372,9 @@ class AgentRun:
         calls = _pending_calls(answer)
         if not calls:
             return None
+        declared = {t.name for t in options.get("tools", []) if t.declaration_only}
+        if declared and any(call.name in declared for call in calls):
+            return None  # the caller runs these: the run ends with the calls for it to answer
         if final:
             limit = self.agent.max_tool_iterations
             reason = f"ToolError: not executed: the run reached max_tool_iterations={limit}"

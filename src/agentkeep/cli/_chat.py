@@ -28,6 +28,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient
+from ..clients.selection import open_chat_client
 from ..compaction.context_window import ContextWindowCompactionStrategy
 from ..compaction.strategies import CompactionStrategy
 from ..compaction.tokenizers import Tokenizer
@@ -77,30 +78,18 @@ def make_client(
     api_model: str | None = None,
     max_tokens: int | None = None,
 ) -> ChatClient:
-    """The chat client for the ``chat`` options (nothing is loaded or connected yet).
-
-    Args:
-        model_path: A local GGUF model file (default: the packaged SmolLM2-135M-Instruct).
-        base_url: Use the OpenAI-compatible server at this URL instead of a local model.
-        api_model: The model name to ask that server for (also selects the server client, with
-            ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` from the environment).
-        max_tokens: Upper bound on tokens per reply, for the local model.
+    """:func:`agentkeep.clients.selection.open_chat_client` for the ``chat`` options.
 
     Raises:
         CLIError: A local model and a server were both asked for.
         ImportError: The client's optional dependencies are missing (names the extra).
     """
-    if base_url is not None or api_model is not None:
-        if model_path is not None:
-            raise CLIError("--model (a local file) and --base-url/--api-model (a server) exclude each other")
-        from ..clients.openai import OpenAIChatClient
-
-        return OpenAIChatClient(api_model, base_url=base_url)
-    from ..clients.local import LocalChatClient
-
-    if max_tokens is None:
-        return LocalChatClient(model_path)
-    return LocalChatClient(model_path, max_tokens=max_tokens)
+    try:
+        return open_chat_client(
+            model_path=model_path, base_url=base_url, api_model=api_model, max_tokens=max_tokens
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 async def close_client(client: ChatClient) -> None:

@@ -1,0 +1,28 @@
+"""Serve agents over HTTP (extra ``[host]``): :class:`AgentHost`.
+
+* ``POST /agents/{name}``: the AG-UI protocol (server-sent events), ``threadId`` = conversation id.
+* ``GET /healthz`` (the process answers) and ``GET /readyz`` (every agent's session store answers).
+
+Each agent has its own session store; every request runs as the tenant its API key names, through
+a per-request :class:`~agentkeep.stores.IsolationKeyScopedSessionStore` view, so tenants never
+reach each other's conversations. Turns of one conversation take turns inside a process; across
+processes the stores' versions decide (see :mod:`agentkeep.host._turns`). See ``docs/host.md``.
+"""
+
+from __future__ import annotations
+
+try:
+    import ag_ui.core as _ag_ui_core
+    import fastapi as _fastapi
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "agentkeep.host needs FastAPI, uvicorn and ag-ui-protocol: pip install 'agentkeep[host]'"
+    ) from exc
+
+from ._app import AgentHost, HostedAgent
+from ._auth import LOCAL_TENANT, ApiKeyFileError, ApiKeys
+from ._turns import TurnConflictError
+
+del _ag_ui_core, _fastapi
+
+__all__ = ["LOCAL_TENANT", "AgentHost", "ApiKeyFileError", "ApiKeys", "HostedAgent", "TurnConflictError"]

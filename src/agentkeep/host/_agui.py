@@ -1,0 +1,214 @@
+"""The AG-UI endpoint's protocol work: request messages to agentkeep messages, what is new in a
+request, and a run's updates as AG-UI events (types and SSE encoding from ``ag-ui-protocol``).
+
+**What is new.** AG-UI clients send the whole conversation every turn. The messages after the
+newest one the stored history already holds are new: the request is walked from its end, each
+message looked up by id among the ids of the loaded history (a set), so a turn costs what it
+sends, never one comparison per pair. A client that sends no ids is matched by role and text
+against the newest stored message instead. When nothing matches (a fresh thread, or a client that
+rewrote its history) the messages after the request's last assistant message are new.
+
+**Events.** A run streams ``RUN_STARTED``; for each answer ``TEXT_MESSAGE_START`` /
+``TEXT_MESSAGE_CONTENT`` (deltas) / ``TEXT_MESSAGE_END`` under the stored message's id (so the
+client resends it under that id and it is recognised); each tool call as ``TOOL_CALL_START`` /
+``TOOL_CALL_ARGS`` / ``TOOL_CALL_END`` (parent: the answer's id); each result of a tool the agent
+ran as ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` with a code. Every event
+carries a timestamp.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    DeveloperMessage,
+    RunAgentInput,
+    SystemMessage,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    ToolMessage,
+    UserMessage,
+)
+
+from ..agent import AgentResponseUpdate
+from ..contents import Content, DataContent, FunctionCallContent, FunctionResultContent, TextContent
+from ..errors import MessageFormatError
+from ..messages import Message
+from ..tools import FunctionTool
+
+__all__ = ["EventStream", "client_tools", "new_messages", "now_ms", "to_messages"]
+
+
+def now_ms() -> int:
+    """The time events carry: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def _parts(content: Any) -> list[Content]:
+    if isinstance(content, str):
+        return [TextContent(content)] if content else []
+    out: list[Content] = []
+    for part in content or ():
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            out.append(TextContent(part.text))
+            continue
+        source = getattr(part, "source", None)
+        if source is None:
+            continue
+        if source.type == "url":
+            out.append(Content.from_uri(source.value, source.mime_type))
+        elif source.type == "data":
+            out.append(DataContent(f"data:{source.mime_type};base64,{source.value}", source.mime_type))
+    return out
+
+
+def to_messages(body: RunAgentInput) -> list[Message]:
+    """The request's messages as agentkeep messages, ids kept (activity and reasoning messages,
+    which are not model input, are left out).
+
+    Raises:
+        MessageFormatError: A message cannot be represented (e.g. a lone surrogate in a text).
+    """
+    out: list[Message] = []
+    for message in body.messages:
+        if isinstance(message, UserMessage):
+            out.append(Message("user", _parts(message.content), message_id=message.id))
+        elif isinstance(message, AssistantMessage):
+            contents: list[Content] = [TextContent(message.content)] if message.content else []
+            for call in message.tool_calls or ():
+                contents.append(FunctionCallContent(call.id, call.function.name, call.function.arguments))
+            out.append(Message("assistant", contents, message_id=message.id))
+        elif isinstance(message, ToolMessage):
+            text = (
+                message.content
+                if isinstance(message.content, str)
+                else "".join(c.text for c in _parts(message.content) if isinstance(c, TextContent))
+            )
+            result = (
+                Content.from_function_result(message.tool_call_id, exception=message.error)
+                if message.error
+                else Content.from_function_result(message.tool_call_id, result=text)
+            )
+            out.append(Message("tool", [result], message_id=message.id))
+        elif isinstance(message, SystemMessage | DeveloperMessage):
+            out.append(Message("system", [TextContent(message.content)], message_id=message.id))
+    return out
+
+
+def client_tools(body: RunAgentInput) -> list[FunctionTool]:
+    """The client's (frontend) tools as declarations: the model may call them, the client runs them.
+
+    Raises:
+        ToolError: A tool with an invalid name or parameters.
+    """
+    return [
+        FunctionTool.declaration(tool.name, description=tool.description, parameters=tool.parameters)
+        for tool in body.tools or ()
+    ]
+
+
+def _fingerprint(message: Message) -> tuple[str, str]:
+    return message.role, message.text
+
+
+def new_messages(sent: Sequence[Message], stored: Sequence[Message]) -> list[Message]:
+    """The messages of ``sent`` (a whole AG-UI conversation) that ``stored`` (the newest stored
+    history) does not hold yet; see the module docs."""
+    if not stored:
+        return list(sent)
+    known = {m.message_id for m in stored if m.message_id is not None}
+    for index in range(len(sent) - 1, -1, -1):
+        if sent[index].message_id in known:
+            return list(sent[index + 1 :])
+    newest = _fingerprint(stored[-1])
+    for index in range(len(sent) - 1, -1, -1):
+        if _fingerprint(sent[index]) == newest:
+            return list(sent[index + 1 :])
+    last_answer = max((i for i, m in enumerate(sent) if m.role == "assistant"), default=-1)
+    return list(sent[last_answer + 1 :])
+
+
+class EventStream:
+    """Turns a run's updates into AG-UI events (see the module docs), opening and closing text
+    messages as the updates move between messages."""
+
+    def __init__(self) -> None:
+        self._open: str | None = None  # the text message being streamed
+        self._calls: set[str] = set()
+
+    def _close(self) -> list[BaseEvent]:
+        if self._open is None:
+            return []
+        closed, self._open = self._open, None
+        return [TextMessageEndEvent(message_id=closed, timestamp=now_ms())]
+
+    def update(self, update: AgentResponseUpdate) -> list[BaseEvent]:
+        """The events for one update of the run."""
+        events: list[BaseEvent] = []
+        message_id = update.message_id or ""
+        for content in update.contents:
+            if isinstance(content, TextContent) and update.role == "assistant":
+                if not content.text:
+                    continue
+                if self._open != message_id:
+                    events += self._close()
+                    events.append(
+                        TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())
+                    )
+                    self._open = message_id
+                events.append(
+                    TextMessageContentEvent(message_id=message_id, delta=content.text, timestamp=now_ms())
+                )
+            elif isinstance(content, FunctionCallContent):
+                events += self._close()
+                events += self._call(content, message_id)
+            elif isinstance(content, FunctionResultContent) and content.call_id in self._calls:
+                events += self._close()
+                events.append(
+                    ToolCallResultEvent(
+                        message_id=message_id,
+                        tool_call_id=content.call_id,
+                        content=_result_text(content),
+                        role="tool",
+                        timestamp=now_ms(),
+                    )
+                )
+        return events
+
+    def _call(self, call: FunctionCallContent, parent: str) -> Iterable[BaseEvent]:
+        self._calls.add(call.call_id)
+        arguments = call.arguments
+        text = arguments if isinstance(arguments, str) else msgspec.json.encode(arguments or {}).decode()
+        yield ToolCallStartEvent(
+            tool_call_id=call.call_id, tool_call_name=call.name, parent_message_id=parent, timestamp=now_ms()
+        )
+        if text:
+            yield ToolCallArgsEvent(tool_call_id=call.call_id, delta=text, timestamp=now_ms())
+        yield ToolCallEndEvent(tool_call_id=call.call_id, timestamp=now_ms())
+
+    def finish(self) -> list[BaseEvent]:
+        """The events that close what is still open at the end of the run."""
+        return self._close()
+
+
+def _result_text(result: FunctionResultContent) -> str:
+    if result.exception is not None:
+        return f"error: {result.exception}"
+    value = result.result
+    if isinstance(value, str):
+        return value
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, msgspec.EncodeError) as exc:  # pragma: no cover - results are made JSON-able
+        raise MessageFormatError(f"a tool result cannot be sent: {exc}") from exc

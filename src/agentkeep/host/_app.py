@@ -1,0 +1,321 @@
+"""``AgentHost``: agents by name, each with its session store, behind one ASGI app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import pydantic
+from ag_ui.core import RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
+from ag_ui.encoder import EventEncoder
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import (
+    AgentkeepError,
+    ChatClientError,
+    IsolationError,
+    MessageFormatError,
+    ModelUnavailableError,
+    StorageUnavailableError,
+    ToolError,
+)
+from ..providers.history import HistoryProvider
+from ..stores import AgentSessionStore, NoopSessionStore, session_version
+from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
+from ._auth import LOCAL_TENANT, ApiKeys
+from ._turns import ConversationLocks, SessionTurn, TurnConflictError
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..messages import Message
+    from ..sessions import AgentSession
+
+__all__ = ["AgentHost", "HostedAgent"]
+
+log = logging.getLogger("agentkeep.host")
+access_log = logging.getLogger("agentkeep.host.access")
+
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "testclient"})
+
+
+@dataclass(slots=True)
+class HostedAgent:
+    """An agent served by a host, with the store its sessions live in."""
+
+    name: str
+    agent: Agent
+    session_store: AgentSessionStore
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        self.status, self.kind, self.message = status, kind, message
+        super().__init__(message)
+
+
+def _error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status)
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _run_error(exc: BaseException) -> tuple[str, str]:
+    """The ``RUN_ERROR`` code and message for what ended a run."""
+    if isinstance(exc, TimeoutError):
+        return "timeout", "the run took longer than the host allows"
+    if isinstance(exc, TurnConflictError):
+        return "conflict", str(exc)
+    if isinstance(exc, IsolationError):
+        return "not_found", "no such conversation"
+    if isinstance(exc, StorageUnavailableError):
+        return "store_unavailable", str(exc)
+    if isinstance(exc, ModelUnavailableError):
+        return "model_unavailable", str(exc)
+    if isinstance(exc, ChatClientError):
+        return "model_error", str(exc)
+    if isinstance(exc, MessageFormatError | ToolError):
+        return "invalid_request", str(exc)
+    if isinstance(exc, AgentkeepError):
+        return "error", str(exc)
+    return "internal_error", "the host failed; see its log"
+
+
+class AgentHost:
+    """Agents served over HTTP: AG-UI at ``POST /agents/{name}``, ``/healthz`` and ``/readyz``.
+
+    Args:
+        api_keys: The keys requests authenticate with (``Authorization: Bearer``), each mapped to
+            its tenant. Without keys every request is the tenant ``"local"`` and only loopback
+            clients are served.
+        max_body_bytes: The largest request body accepted (413 beyond).
+        max_messages: The most messages one request may carry (413 beyond).
+        run_timeout: Seconds a run may take before it is stopped (``RUN_ERROR`` ``timeout``);
+            nothing of it is stored.
+        save_attempts: How often a session save that meets another writer's version is merged
+            and tried again before the turn reports a conflict.
+
+    Example:
+        ```python
+        host = AgentHost()
+        host.add_agent("chat", agent, session_store=InMemorySessionStore())
+        # uvicorn.run(host.app, host="127.0.0.1", port=8000)
+        ```
+    """
+
+    def __init__(
+        self,
+        *,
+        api_keys: ApiKeys | None = None,
+        max_body_bytes: int = 1 << 20,
+        max_messages: int = 10_000,
+        run_timeout: float = 300.0,
+        save_attempts: int = 3,
+    ) -> None:
+        self.api_keys = api_keys
+        self.max_body_bytes = max_body_bytes
+        self.max_messages = max_messages
+        self.run_timeout = run_timeout
+        self.save_attempts = save_attempts
+        self.agents: dict[str, HostedAgent] = {}
+        self.locks = ConversationLocks()
+        self._app: FastAPI | None = None
+
+    def add_agent(
+        self, name: str, agent: Agent, *, session_store: AgentSessionStore | None = None
+    ) -> HostedAgent:
+        """Serve ``agent`` as ``name``; its sessions live in ``session_store`` (default:
+        :class:`~agentkeep.stores.NoopSessionStore`, which remembers nothing between requests).
+
+        Raises:
+            ValueError: The name is taken or not a URL path segment.
+        """
+        if not name or not all(c.isalnum() or c in "-_." for c in name):
+            raise ValueError(f"an agent name is letters, digits, '-', '_' and '.', not {name!r}")
+        if name in self.agents:
+            raise ValueError(f"an agent named {name!r} is served already")
+        store = NoopSessionStore() if session_store is None else session_store
+        hosted = HostedAgent(name, agent, store)
+        self.agents[name] = hosted
+        return hosted
+
+    @property
+    def app(self) -> FastAPI:
+        """The ASGI app (made once); mount it in an app of your own or run it with uvicorn."""
+        if self._app is None:
+            self._app = self._make_app()
+        return self._app
+
+    async def aclose(self) -> None:
+        """Close every agent's session store."""
+        for hosted in self.agents.values():
+            await hosted.session_store.aclose()
+
+    # -- the app ------------------------------------------------------------------------------------
+    def _make_app(self) -> FastAPI:
+        app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
+        app.middleware("http")(self._access_log)
+        app.post("/agents/{name}", response_model=None)(self._agui)
+        app.get("/healthz")(self._healthz)
+        app.get("/readyz", response_model=None)(self._readyz)
+        return app
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _: FastAPI) -> AsyncGenerator[None]:
+        for hosted in self.agents.values():
+            if isinstance(hosted.session_store, NoopSessionStore):
+                log.warning(
+                    "agent %r has no session store: nothing is remembered between requests "
+                    "(give add_agent a session_store)",
+                    hosted.name,
+                )
+        yield
+        await self.aclose()
+
+    async def _access_log(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        start = time.perf_counter()
+        response = await call_next(request)
+        access_log.info(
+            "%s %s %d %.1fms tenant=%s",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.perf_counter() - start) * 1000,
+            getattr(request.state, "tenant", "-"),
+        )
+        return response
+
+    def _tenant(self, request: Request) -> str:
+        if self.api_keys is None:
+            if not _is_loopback(request.client.host if request.client else None):
+                raise _HTTPError(
+                    403, "forbidden", "this host serves loopback clients only (it has no API keys)"
+                )
+            tenant = LOCAL_TENANT
+        else:
+            found = self.api_keys.tenant_of(request.headers.get("authorization"))
+            if found is None:
+                raise _HTTPError(
+                    401, "unauthorized", "a valid API key is needed: Authorization: Bearer <key>"
+                )
+            tenant = found
+        request.state.tenant = tenant
+        return tenant
+
+    async def _body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _HTTPError(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _HTTPError(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _healthz(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def _readyz(self) -> JSONResponse:
+        report: dict[str, str] = {}
+        ready = True
+        for hosted in self.agents.values():
+            try:
+                async with asyncio.timeout(10):
+                    await hosted.session_store.get_session(hosted.agent, "agentkeep-readyz")
+                report[hosted.name] = "ok"
+            except Exception as exc:  # every failure makes the host not ready
+                ready = False
+                report[hosted.name] = f"{type(exc).__name__}: {exc}"
+        return JSONResponse({"ready": ready, "agents": report}, status_code=200 if ready else 503)
+
+    # -- AG-UI ----------------------------------------------------------------------------------------
+    async def _agui(self, name: str, request: Request) -> Response:
+        try:
+            tenant = self._tenant(request)
+            hosted = self.agents.get(name)
+            if hosted is None:
+                raise _HTTPError(404, "not_found", f"no agent named {name!r}")
+            body = await self._body(request)
+            try:
+                run_input = RunAgentInput.model_validate_json(body)
+            except pydantic.ValidationError as exc:
+                details = exc.errors(include_url=False, include_input=False)
+                return _error_response(422, "invalid_request", "not a RunAgentInput", details=details)
+            if len(run_input.messages) > self.max_messages:
+                raise _HTTPError(413, "too_large", f"more than {self.max_messages} messages")
+            try:
+                sent, tools = to_messages(run_input), client_tools(run_input)
+            except (MessageFormatError, ToolError) as exc:
+                raise _HTTPError(422, "invalid_request", str(exc)) from exc
+        except _HTTPError as exc:
+            return _error_response(exc.status, exc.kind, exc.message)
+        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
+        events = self._agui_events(hosted, tenant, run_input, sent, tools)
+        return StreamingResponse(
+            (encoder.encode(event) async for event in events), media_type=encoder.get_content_type()
+        )
+
+    async def _agui_events(
+        self,
+        hosted: HostedAgent,
+        tenant: str,
+        run_input: RunAgentInput,
+        sent: list[Message],
+        tools: list[Any],
+    ) -> AsyncIterator[Any]:
+        thread, run = run_input.thread_id, run_input.run_id
+        yield RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
+        try:
+            async with asyncio.timeout(self.run_timeout), self.locks.hold((tenant, hosted.name, thread)):
+                turn = await SessionTurn.load(
+                    hosted.agent, hosted.session_store, tenant, thread, attempts=self.save_attempts
+                )
+                if session_version(turn.session) is None:
+                    await turn.save()  # a new conversation is stored before its first run
+                new = new_messages(sent, await _stored_history(hosted.agent, turn.session))
+                stream = EventStream()
+                async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
+                    async for update in updates:
+                        for event in stream.update(update):
+                            yield event
+                for event in stream.finish():
+                    yield event
+                await turn.save()
+        except Exception as exc:  # reported in the protocol: the stream has started
+            code, message = _run_error(exc)
+            if code == "internal_error":
+                log.exception("run %s of thread %r failed", run, thread)
+            yield RunErrorEvent(message=message, code=code, timestamp=now_ms())
+            return
+        yield RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
+
+
+async def _stored_history(agent: Agent, session: AgentSession) -> list[Message]:
+    """The newest stored history of ``session`` (what the agent's history provider loads)."""
+    providers = [p for p in agent.context_providers if isinstance(p, HistoryProvider)]
+    if agent.default_history_provider is not None:
+        providers.append(agent.default_history_provider)
+    for provider in providers:
+        if provider.load_messages:
+            return list(await provider.get_session_messages(session))
+    return []
