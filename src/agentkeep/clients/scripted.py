@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import msgspec
@@ -24,8 +24,12 @@ __all__ = ["Reply", "Responder", "ScriptedChatClient"]
 Reply = str | Message
 """A scripted reply: text (one assistant message) or a whole message (e.g. with tool calls)."""
 
-Responder = Callable[[Sequence[Message]], Reply] | Callable[[Sequence[Message], ChatOptions], Reply]
-"""A callable script: ``(messages) -> reply`` or ``(messages, options) -> reply``."""
+Responder = (
+    Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
+    | Callable[[Sequence[Message], ChatOptions], Reply | Awaitable[Reply]]
+)
+"""A callable script: ``(messages) -> reply`` or ``(messages, options) -> reply``, sync or async
+(an async one can take its time or raise, like a real model)."""
 
 _WORDS = re.compile(r"\S+\s*|\s+")
 
@@ -71,7 +75,7 @@ class ScriptedChatClient(BaseChatClient):
         usage: UsageDetails | Callable[[Sequence[Message], Message], UsageDetails] | None = None,
     ) -> None:
         self._script: list[Reply] | None = None
-        self._responder: Callable[[Sequence[Message], ChatOptions], Reply] | None = None
+        self._responder: Callable[[Sequence[Message], ChatOptions], Reply | Awaitable[Reply]] | None = None
         if callable(replies):
             self._responder = _two_argument(replies)
         elif replies is not None:
@@ -107,7 +111,7 @@ class ScriptedChatClient(BaseChatClient):
         """Scripted replies not used yet (``None`` for callable / echo scripts)."""
         return None if self._script is None else len(self._script) - self._next
 
-    def _reply(self, conversation: Sequence[Message], options: ChatOptions) -> Message:
+    async def _reply(self, conversation: Sequence[Message], options: ChatOptions) -> Message:
         if self._script is not None:
             if self._next >= len(self._script):
                 raise ScriptExhaustedError(
@@ -117,7 +121,8 @@ class ScriptedChatClient(BaseChatClient):
             reply: Reply = self._script[self._next]
             self._next += 1
         elif self._responder is not None:
-            reply = self._responder(conversation, options)
+            answer = self._responder(conversation, options)
+            reply = await answer if inspect.isawaitable(answer) else answer
         else:
             reply = _echo(conversation)
         if isinstance(reply, str):
@@ -159,7 +164,7 @@ class ScriptedChatClient(BaseChatClient):
         self.calls.append(messages)
         self.call_options.append(options)
         conversation, conversation_id = self._conversation(messages, options)
-        reply = self._reply(conversation, options)
+        reply = await self._reply(conversation, options)
         if conversation_id is not None:
             self.conversations[conversation_id].append(reply)
         value = None
@@ -208,7 +213,9 @@ class ScriptedChatClient(BaseChatClient):
             )
 
 
-def _two_argument(responder: Responder) -> Callable[[Sequence[Message], ChatOptions], Reply]:
+def _two_argument(
+    responder: Responder,
+) -> Callable[[Sequence[Message], ChatOptions], Reply | Awaitable[Reply]]:
     """The responder as a ``(messages, options)`` callable, whichever form it was given in."""
     try:
         parameters = list(inspect.signature(responder).parameters.values())
@@ -216,8 +223,8 @@ def _two_argument(responder: Responder) -> Callable[[Sequence[Message], ChatOpti
         parameters = []
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) >= 2:
-        return cast("Callable[[Sequence[Message], ChatOptions], Reply]", responder)
-    one = cast("Callable[[Sequence[Message]], Reply]", responder)
+        return cast("Callable[[Sequence[Message], ChatOptions], Reply | Awaitable[Reply]]", responder)
+    one = cast("Callable[[Sequence[Message]], Reply | Awaitable[Reply]]", responder)
     return lambda messages, _options: one(messages)
 
 

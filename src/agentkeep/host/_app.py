@@ -30,7 +30,7 @@ from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
-from ._turns import ConversationLocks, SessionTurn, TurnConflictError
+from ._turns import ConversationLocks, SessionCache, SessionTurn, TurnConflictError
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -109,6 +109,8 @@ class AgentHost:
             nothing of it is stored.
         save_attempts: How often a session save that meets another writer's version is merged
             and tried again before the turn reports a conflict.
+        warm_sessions: How many conversations' session objects (and their providers' caches,
+            such as the loaded history) are kept between turns.
 
     Example:
         ```python
@@ -126,6 +128,7 @@ class AgentHost:
         max_messages: int = 10_000,
         run_timeout: float = 300.0,
         save_attempts: int = 3,
+        warm_sessions: int = 1024,
     ) -> None:
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
@@ -134,6 +137,7 @@ class AgentHost:
         self.save_attempts = save_attempts
         self.agents: dict[str, HostedAgent] = {}
         self.locks = ConversationLocks()
+        self.sessions = SessionCache(warm_sessions)
         self._app: FastAPI | None = None
 
     def add_agent(
@@ -285,10 +289,16 @@ class AgentHost:
     ) -> AsyncIterator[Any]:
         thread, run = run_input.thread_id, run_input.run_id
         yield RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
+        key = (tenant, hosted.name, thread)
         try:
-            async with asyncio.timeout(self.run_timeout), self.locks.hold((tenant, hosted.name, thread)):
+            async with asyncio.timeout(self.run_timeout), self.locks.hold(key):
                 turn = await SessionTurn.load(
-                    hosted.agent, hosted.session_store, tenant, thread, attempts=self.save_attempts
+                    hosted.agent,
+                    hosted.session_store,
+                    tenant,
+                    thread,
+                    cache=(self.sessions, key),
+                    attempts=self.save_attempts,
                 )
                 if session_version(turn.session) is None:
                     await turn.save()  # a new conversation is stored before its first run
@@ -301,6 +311,7 @@ class AgentHost:
                 for event in stream.finish():
                     yield event
                 await turn.save()
+                self.sessions.keep(key, turn.session)
         except Exception as exc:  # reported in the protocol: the stream has started
             code, message = _run_error(exc)
             if code == "internal_error":

@@ -14,12 +14,19 @@ atomically, so two processes' turns are both kept, each contiguous.
 
 A run that fails (model error, cancelled request, store down) saves nothing, and its history
 provider stores nothing of it.
+
+**Warm sessions.** A :class:`SessionCache` keeps the session objects of recent conversations
+(with their providers' caches in ``session.runtime``, such as the loaded history): when the store
+still holds the version a cached object was saved as, the next turn runs on that object, so a
+durable history provider reads only what was appended since, by any process. Any other version,
+or a failed turn, and the cached object is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -34,7 +41,7 @@ from ..stores import AgentSessionStore, IsolationKeyScopedSessionStore, session_
 if TYPE_CHECKING:
     from ..agent import Agent
 
-__all__ = ["ConversationLocks", "SessionTurn", "TurnConflictError"]
+__all__ = ["ConversationLocks", "SessionCache", "SessionTurn", "TurnConflictError"]
 
 _ABSENT: Final = b"\x00absent"
 
@@ -70,6 +77,32 @@ class ConversationLocks:
                 self._locks[key] = (lock, users - 1)
 
 
+class SessionCache:
+    """The session objects of the ``size`` most recently used conversations (see the module docs)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._sessions: OrderedDict[tuple[str, ...], AgentSession] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def take(self, key: tuple[str, ...], stored: AgentSession) -> AgentSession:
+        """The cached object for ``key`` if it is at ``stored``'s version, else ``stored``."""
+        cached = self._sessions.pop(key, None)
+        version = session_version(stored)
+        if cached is not None and version is not None and session_version(cached) == version:
+            return cached
+        return stored
+
+    def keep(self, key: tuple[str, ...], session: AgentSession) -> None:
+        """Remember ``session`` (saved, at its version) for the next turn of ``key``."""
+        self._sessions[key] = session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > self.size:
+            self._sessions.popitem(last=False)
+
+
 def _state_json(session: AgentSession) -> dict[str, bytes]:
     """Each state value as JSON bytes, to tell what a turn changed."""
     return {key: encode_json(value) for key, value in session.state.to_dict().items()}
@@ -98,9 +131,17 @@ class SessionTurn:
 
     @classmethod
     async def load(
-        cls, agent: Agent, store: AgentSessionStore, tenant: str, conversation_id: str, *, attempts: int = 3
+        cls,
+        agent: Agent,
+        store: AgentSessionStore,
+        tenant: str,
+        conversation_id: str,
+        *,
+        cache: tuple[SessionCache, tuple[str, ...]] | None = None,
+        attempts: int = 3,
     ) -> SessionTurn:
-        """The tenant's session ``conversation_id`` (new if none is stored).
+        """The tenant's session ``conversation_id`` (new if none is stored), the cached object
+        when ``cache`` (the cache and this conversation's key in it) holds it at the stored version.
 
         Raises:
             IsolationError: The stored session belongs to another tenant.
@@ -108,6 +149,8 @@ class SessionTurn:
         """
         scoped = IsolationKeyScopedSessionStore(store, isolation_key=tenant)
         session = await scoped.get_session(agent, conversation_id)
+        if cache is not None:
+            session = cache[0].take(cache[1], session)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
 
     async def save(self) -> None:
@@ -124,14 +167,16 @@ class SessionTurn:
         for _ in range(self.attempts):
             try:
                 await self.store.save_session(self.agent, self.conversation_id, session)
+                self.session = session
                 return
             except ConflictError:
                 fresh = await self.store.get_session(self.agent, self.conversation_id)
-                session = _merged(fresh, base, ours)
-                if session is None:
+                merged = _merged(fresh, base, ours)
+                if merged is None:
                     break
-                base = _state_json(fresh)
+                session, base = merged, _state_json(fresh)
                 if session_version(fresh) is not None and ours == base:
+                    self.session = fresh
                     return  # the other writer stored just what this turn would
         raise TurnConflictError(
             f"conversation {self.conversation_id!r}: another request changed the same session state "
