@@ -65,6 +65,8 @@ sessions_app = typer.Typer(
     help="List, show, export, import, compact and delete stored sessions.", no_args_is_help=True
 )
 app.add_typer(sessions_app, name="sessions")
+api_keys_app = typer.Typer(help="Make API keys for agentkeep serve.", no_args_is_help=True)
+app.add_typer(api_keys_app, name="api-keys")
 keys_app = typer.Typer(
     help="Make encryption keys and re-encrypt a store with the current one.", no_args_is_help=True
 )
@@ -387,6 +389,80 @@ def delete_session(
 
         where = _with_store(store, job)
         _stdout().print(Text(f"deleted session {session_id} from {where}"))
+
+
+# -- serve ------------------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    store: StoreOption = None,
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", metavar="PATH", help="A local GGUF model file (default: the packaged one)."),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", metavar="URL", help="Use an OpenAI-compatible server.")
+    ] = None,
+    api_model: Annotated[
+        str | None, typer.Option("--api-model", metavar="NAME", help="The model to ask the server for.")
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="The address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, metavar="N", help="The port.")] = 8000,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option("--api-key-file", metavar="FILE", help="API keys by tenant (agentkeep api-keys add)."),
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, metavar="N", help="Processes.")] = 1,
+    instructions: Annotated[
+        str, typer.Option("--instructions", metavar="TEXT", help="System instructions for the model.")
+    ] = DEFAULT_INSTRUCTIONS,
+    history_limit: Annotated[
+        int, typer.Option("--history-limit", min=1, metavar="N", help="Send at most the N newest messages.")
+    ] = 50,
+    max_tokens: Annotated[
+        int | None, typer.Option("--max-tokens", min=1, metavar="N", help="Upper bound on tokens per reply.")
+    ] = None,
+) -> None:
+    """Serve the agent `chat` over HTTP (AG-UI at /agents/chat), its sessions in the store."""
+    with _reported():
+        from ..host._serve import ServeSettings
+        from ..host._serve import serve as run_server
+
+        settings = ServeSettings(
+            store_url=store,
+            model_path=None if model is None else str(model),
+            base_url=base_url,
+            api_model=api_model,
+            api_key_file=None if api_key_file is None else str(api_key_file),
+            instructions=instructions or None,
+            history_limit=history_limit,
+            max_tokens=max_tokens,
+        )
+        try:
+            run_server(settings, host=host, port=port, workers=workers)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
+
+
+@api_keys_app.command("add")
+def add_api_key(
+    tenant: Annotated[str, typer.Argument(metavar="TENANT", help="Whose key it is (one word, no '::').")],
+    file: Annotated[Path, typer.Option("--file", metavar="FILE", help="The key file to add it to.")],
+) -> None:
+    """Make an API key for TENANT: print it once, add its SHA-256 digest to FILE."""
+    with _reported():
+        from ..host._auth import ApiKeys
+
+        key, line = ApiKeys.generate(tenant)
+        descriptor = os.open(
+            file, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600
+        )
+        with os.fdopen(descriptor, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+        print(key)
 
 
 # -- keys -------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +28,7 @@ from rich.text import Text
 
 from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient
-from ..clients.selection import open_chat_client
+from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
 from ..compaction.context_window import ContextWindowCompactionStrategy
 from ..compaction.strategies import CompactionStrategy
 from ..compaction.tokenizers import Tokenizer
@@ -54,16 +54,6 @@ HISTORY_SOURCE_ID = "history"
 """The source id (and session state key) of the chat's history provider."""
 
 QUIT_COMMANDS = frozenset({"/quit", "/exit", "/q"})
-
-
-@runtime_checkable
-class _Loadable(Protocol):
-    async def load(self) -> None: ...
-
-
-@runtime_checkable
-class _Closable(Protocol):
-    async def aclose(self) -> None: ...
 
 
 def new_session_id() -> str:
@@ -94,7 +84,7 @@ def make_client(
 
 async def close_client(client: ChatClient) -> None:
     """Release the client's resources (model memory, HTTP connections)."""
-    if isinstance(client, _Closable):
+    if isinstance(client, SupportsAclose):
         await client.aclose()
 
 
@@ -236,7 +226,7 @@ def run_chat(settings: ChatSettings, *, err: Console, out: TextIO | None = None)
                 api_model=settings.api_model,
                 max_tokens=settings.max_tokens,
             )
-            if isinstance(client, _Loadable):  # the local model: load it now, behind a spinner
+            if isinstance(client, SupportsLoad):  # the local model: load it now, behind a spinner
                 started = time.perf_counter()
                 with err.status("Loading the model ...", spinner="dots"):
                     runner.run(client.load())

@@ -4,10 +4,25 @@ packaged SmolLM2-135M-Instruct by default) or an OpenAI-compatible server."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from .base import ChatClient
 
-__all__ = ["open_chat_client"]
+__all__ = ["SupportsAclose", "SupportsLoad", "open_chat_client"]
+
+
+@runtime_checkable
+class SupportsLoad(Protocol):
+    """A client that loads something before its first call (the local model)."""
+
+    async def load(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsAclose(Protocol):
+    """A client that holds resources to release (model memory, HTTP connections)."""
+
+    async def aclose(self) -> None: ...
 
 
 def open_chat_client(

@@ -138,6 +138,10 @@ class AgentHost:
         self.agents: dict[str, HostedAgent] = {}
         self.locks = ConversationLocks()
         self.sessions = SessionCache(warm_sessions)
+        self.on_startup: list[Callable[[], Awaitable[object]]] = []
+        """Called (awaited, in order) when the app starts: load a model, open a pool."""
+        self.on_shutdown: list[Callable[[], Awaitable[object]]] = []
+        """Called when the app stops, after the session stores are closed: close what you own."""
         self._app: FastAPI | None = None
 
     def add_agent(
@@ -166,9 +170,11 @@ class AgentHost:
         return self._app
 
     async def aclose(self) -> None:
-        """Close every agent's session store."""
+        """Close every agent's session store, then run :attr:`on_shutdown`."""
         for hosted in self.agents.values():
             await hosted.session_store.aclose()
+        for close in self.on_shutdown:
+            await close()
 
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
@@ -188,8 +194,12 @@ class AgentHost:
                     "(give add_agent a session_store)",
                     hosted.name,
                 )
-        yield
-        await self.aclose()
+        for start in self.on_startup:
+            await start()
+        try:
+            yield
+        finally:
+            await self.aclose()
 
     async def _access_log(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]

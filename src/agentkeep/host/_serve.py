@@ -1,0 +1,129 @@
+"""``agentkeep serve``: one agent, ``chat``, on a store URL and a model, behind an :class:`AgentHost`.
+
+The agent keeps its history in the store's message log (a durable history provider loading the
+newest ``history_limit`` messages) and its session in the same store's session part, so any
+number of processes on one PostgreSQL or Redis store serve the same conversations: that is how
+the server scales out. Worker processes (``workers > 1``) build their host from the settings in
+the environment variable :data:`SETTINGS_VARIABLE` (:func:`create_app` is uvicorn's factory).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from ..agent import Agent
+from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
+from ..encryption import KeyRing
+from ..store_urls import open_history_provider, open_session_store
+from ._app import AgentHost
+from ._auth import ApiKeys
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+__all__ = ["SETTINGS_VARIABLE", "ServeSettings", "build_host", "create_app", "is_loopback_address", "serve"]
+
+SETTINGS_VARIABLE: Final = "AGENTKEEP_SERVE_SETTINGS"
+DEFAULT_INSTRUCTIONS: Final = "You are a helpful assistant. Answer briefly."
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """What ``agentkeep serve`` runs (see the command's options)."""
+
+    store_url: str | None = None
+    model_path: str | None = None
+    base_url: str | None = None
+    api_model: str | None = None
+    api_key_file: str | None = None
+    instructions: str | None = DEFAULT_INSTRUCTIONS
+    history_limit: int = 50
+    max_tokens: int | None = None
+    agent_name: str = "chat"
+
+    def to_json(self) -> str:
+        return msgspec.json.encode(asdict(self)).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        return cls(**msgspec.json.decode(text))
+
+
+def build_host(settings: ServeSettings) -> AgentHost:
+    """The host ``settings`` describe (nothing is loaded or connected until the app starts).
+
+    Raises:
+        ValueError: Conflicting model options.
+        ApiKeyFileError, KeyRingError, StoreURLError: A bad key file, key ring or store URL.
+        ImportError: A missing optional dependency (named).
+    """
+    api_keys = None if settings.api_key_file is None else ApiKeys.from_file(settings.api_key_file)
+    key_ring = KeyRing.from_env()
+    client = open_chat_client(
+        model_path=None if settings.model_path is None else Path(settings.model_path),
+        base_url=settings.base_url,
+        api_model=settings.api_model,
+        max_tokens=settings.max_tokens,
+    )
+    history = open_history_provider(settings.store_url, load_limit=settings.history_limit, key_ring=key_ring)
+    agent = Agent(
+        client, instructions=settings.instructions, name=settings.agent_name, context_providers=[history]
+    )
+    host = AgentHost(api_keys=api_keys)
+    host.add_agent(
+        settings.agent_name, agent, session_store=open_session_store(settings.store_url, key_ring=key_ring)
+    )
+    if isinstance(client, SupportsLoad):
+        host.on_startup.append(client.load)  # the first request does not wait for the model
+    host.on_shutdown.append(history.aclose)
+    if isinstance(client, SupportsAclose):
+        host.on_shutdown.append(client.aclose)
+    return host
+
+
+def create_app() -> FastAPI:
+    """The app of the settings in :data:`SETTINGS_VARIABLE` (for uvicorn worker processes)."""
+    return build_host(ServeSettings.from_json(os.environ[SETTINGS_VARIABLE])).app
+
+
+def is_loopback_address(host: str) -> bool:
+    """Whether binding to ``host`` serves this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the server until interrupted.
+
+    Raises:
+        ValueError: A non-loopback ``host`` without API keys.
+    """
+    import uvicorn
+
+    if settings.api_key_file is None and not is_loopback_address(host):
+        raise ValueError(
+            f"refusing to listen on {host} without API keys: anyone who can reach it would share one "
+            "tenant; give --api-key-file (agentkeep api-keys add TENANT --file F makes one)"
+        )
+    if workers > 1:
+        os.environ[SETTINGS_VARIABLE] = settings.to_json()
+        uvicorn.run(
+            "agentkeep.host._serve:create_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+        )
+        return
+    uvicorn.run(build_host(settings).app, host=host, port=port, log_level="info")

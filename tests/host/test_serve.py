@@ -1,0 +1,141 @@
+"""``agentkeep serve`` as real processes with the real offline model: a fresh install serves, API
+keys gate it, a non-loopback bind without keys is refused, and two processes on one PostgreSQL
+store serve one conversation in turns (how the server scales out)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentkeep.storage.base import close_store
+from agentkeep.storage.postgres import PostgresMessageStore
+from agentkeep.storage.sqlite import SQLiteMessageStore
+from tests.clients.servers import free_port
+from tests.host.test_agui import conversation, run, user
+from tests.storage.backend_postgres import URL as POSTGRES_URL
+from tests.storage.backend_postgres import drop_schema, new_schema
+from tests.test_cli import CLI, ok, one_line_error
+from tests.test_cli import run as run_cli
+
+
+@contextmanager
+def serving(env: dict[str, str], *arguments: str) -> Iterator[str]:
+    """``agentkeep serve`` on a free port until the block ends; yields its URL."""
+    port = free_port()
+    log = Path(env["XDG_DATA_HOME"]).parent / f"serve-{port}.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [*CLI, "serve", "--port", str(port), "--max-tokens", "8", *arguments],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"agentkeep serve exited {process.returncode}:\n{log.read_text()}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"agentkeep serve did not get ready:\n{log.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+def add_key(env: dict[str, str], tenant: str, file: Path) -> str:
+    key = ok(run_cli(env, "api-keys", "add", tenant, "--file", str(file))).strip()
+    assert key.startswith("ak_")
+    return key
+
+
+def test_api_keys_are_printed_once_and_stored_hashed(env: dict[str, str], tmp_path: Path) -> None:
+    file = tmp_path / "keys"
+    alice, bob = add_key(env, "alice", file), add_key(env, "bob", file)
+    text = file.read_text()
+    assert alice not in text
+    assert bob not in text
+    assert [line.split()[0] for line in text.splitlines()] == ["alice", "bob"]
+    assert file.stat().st_mode & 0o777 == 0o600
+    one_line_error(run_cli(env, "api-keys", "add", "a::b", "--file", str(file)), "cannot be used")
+
+
+def test_a_non_loopback_bind_without_keys_is_refused(env: dict[str, str]) -> None:
+    one_line_error(run_cli(env, "serve", "--host", "0.0.0.0", "--port", str(free_port())), "without API keys")
+
+
+async def test_serve_answers_over_agui_with_the_local_model_and_remembers(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    key = add_key(env, "alice", keys)
+    path = tmp_path / "served.db"
+    with serving(env, "--store", f"sqlite://{path}", "--api-key-file", str(keys)) as url:
+        async with httpx.AsyncClient(timeout=30) as client:
+            body = {"threadId": "t", "runId": "r", "messages": [user("hi")]}
+            assert (await client.post(f"{url}/agents/chat", json=body)).status_code == 401
+        first = [user("My name is Ada.")]
+        events = await run(url, "t", first, key=key)
+        assert events[-1]["type"] == "RUN_FINISHED", events
+        answer = conversation(events)
+        assert answer
+        assert answer[0]["content"]
+        events = await run(url, "t", [*first, *answer, user("What is my name?")], key=key)
+        assert events[-1]["type"] == "RUN_FINISHED", events
+    store = SQLiteMessageStore(path)
+    try:
+        stored = (await store.read("alice::t")).messages
+    finally:
+        await close_store(store)
+    assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert stored[1].message_id == answer[0]["id"]
+
+
+@pytest.fixture
+def postgres_store() -> Iterator[str]:
+    schema = new_schema("akserve")
+    yield f"{POSTGRES_URL}?schema={schema}"
+    asyncio.run(drop_schema(schema))
+
+
+async def test_two_server_processes_on_one_postgres_store_serve_one_conversation(
+    env: dict[str, str], postgres_store: str
+) -> None:
+    messages: list[dict[str, Any]] = []
+    with serving(env, "--store", postgres_store) as first, serving(env, "--store", postgres_store) as second:
+        for turn in range(4):
+            messages.append(user(f"turn {turn}"))
+            events = await run((first, second)[turn % 2], "shared", messages, key=None)
+            assert events[-1]["type"] == "RUN_FINISHED", events
+            messages.extend(conversation(events))
+    schema = postgres_store.rsplit("schema=", 1)[1]
+    store = PostgresMessageStore.from_url(POSTGRES_URL, schema=schema)
+    try:
+        stored = (await store.read("local::shared", raw=True)).messages
+    finally:
+        await close_store(store)
+    assert [m.text for m in stored[::2]] == [f"turn {turn}" for turn in range(4)]
+    assert [m.role for m in stored] == ["user", "assistant"] * 4
+    assert [m.message_id for m in stored[1::2]] == [m["id"] for m in messages if m["role"] == "assistant"]
