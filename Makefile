@@ -76,6 +76,12 @@ walkthrough: $(VENV)/.stamp-demo
 services:
 	@scripts/services.sh
 
+# The official AG-UI JavaScript client the host tests drive (npm, into an ignored folder).
+JS_CLIENT := tests/host/js/node_modules/.stamp
+$(JS_CLIENT): tests/host/js/package.json tests/host/js/package-lock.json
+	npm ci --prefix tests/host/js --no-audit --no-fund --loglevel=error
+	@touch $@
+
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -83,7 +89,7 @@ lint: $(VENV)/.stamp-dev
 typecheck: $(VENV)/.stamp-dev
 	$(BIN)/pyright
 
-unit: $(VENV)/.stamp-dev services
+unit: $(VENV)/.stamp-dev services $(JS_CLIENT)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

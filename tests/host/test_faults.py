@@ -18,7 +18,7 @@ from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import ThreadedUvicorn
-from tests.host.test_agui import conversation, run, user
+from tests.host.conftest import conversation, run, user
 from tests.private_redis import RedisServer
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")

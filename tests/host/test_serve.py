@@ -20,7 +20,7 @@ from agentkeep.storage.base import close_store
 from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from tests.clients.servers import free_port
-from tests.host.test_agui import conversation, run, user
+from tests.host.conftest import conversation, run, user
 from tests.storage.backend_postgres import URL as POSTGRES_URL
 from tests.storage.backend_postgres import drop_schema, new_schema
 from tests.test_cli import CLI, ok, one_line_error
