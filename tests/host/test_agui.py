@@ -49,6 +49,8 @@ async def test_a_browser_tool_call_ends_the_run_and_its_result_comes_next(hosted
     events = await run(hosted.server.url, "t-tool", first, key=ALICE[0], tools=tools)
     assert shape(events) == [
         "RUN_STARTED",
+        "TEXT_MESSAGE_START",  # the answer, empty but under its id
+        "TEXT_MESSAGE_END",
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
         "TOOL_CALL_END",

@@ -10,8 +10,9 @@ rewrote its history) the messages after the request's last assistant message are
 
 **Events.** A run streams ``RUN_STARTED``; for each answer ``TEXT_MESSAGE_START`` /
 ``TEXT_MESSAGE_CONTENT`` (deltas) / ``TEXT_MESSAGE_END`` under the stored message's id (so the
-client resends it under that id and it is recognised); each tool call as ``TOOL_CALL_START`` /
-``TOOL_CALL_ARGS`` / ``TOOL_CALL_END`` (parent: the answer's id); each result of a tool the agent
+client resends it under that id and it is recognised; an answer of tool calls only is opened and
+closed empty, for the same reason); each tool call as ``TOOL_CALL_START`` / ``TOOL_CALL_ARGS`` /
+``TOOL_CALL_END`` (parent: the answer's id); each result of a tool the agent
 ran as ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` with a code. Every event
 carries a timestamp.
 """
@@ -145,6 +146,7 @@ class EventStream:
 
     def __init__(self) -> None:
         self._open: str | None = None  # the text message being streamed
+        self._seen: set[str] = set()  # messages this stream has started
         self._calls: set[str] = set()
 
     def _close(self) -> list[BaseEvent]:
@@ -163,15 +165,14 @@ class EventStream:
                     continue
                 if self._open != message_id:
                     events += self._close()
-                    events.append(
-                        TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())
-                    )
-                    self._open = message_id
+                    events += self._start(message_id)
                 events.append(
                     TextMessageContentEvent(message_id=message_id, delta=content.text, timestamp=now_ms())
                 )
             elif isinstance(content, FunctionCallContent):
                 events += self._close()
+                if message_id not in self._seen:  # an answer of tool calls only: opened and closed
+                    events += [*self._start(message_id), *self._close()]  # so the client keeps its id
                 events += self._call(content, message_id)
             elif isinstance(content, FunctionResultContent) and content.call_id in self._calls:
                 events += self._close()
@@ -185,6 +186,11 @@ class EventStream:
                     )
                 )
         return events
+
+    def _start(self, message_id: str) -> list[BaseEvent]:
+        self._open = message_id
+        self._seen.add(message_id)
+        return [TextMessageStartEvent(message_id=message_id, role="assistant", timestamp=now_ms())]
 
     def _call(self, call: FunctionCallContent, parent: str) -> Iterable[BaseEvent]:
         self._calls.add(call.call_id)
