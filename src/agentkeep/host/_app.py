@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from ag_ui.core import RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
@@ -18,19 +17,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import (
-    AgentkeepError,
-    ChatClientError,
-    IsolationError,
     MessageFormatError,
-    ModelUnavailableError,
-    StorageUnavailableError,
     ToolError,
 )
 from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
-from ._turns import ConversationLocks, SessionCache, SessionTurn, TurnConflictError
+from ._http import HTTPProblem, error_response, is_loopback, run_error
+from ._responses import install_responses
+from ._turns import ConversationLocks, SessionCache, SessionTurn
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -42,8 +38,6 @@ __all__ = ["AgentHost", "HostedAgent"]
 log = logging.getLogger("agentkeep.host")
 access_log = logging.getLogger("agentkeep.host.access")
 
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "testclient"})
-
 
 @dataclass(slots=True)
 class HostedAgent:
@@ -54,50 +48,10 @@ class HostedAgent:
     session_store: AgentSessionStore
 
 
-class _HTTPError(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        self.status, self.kind, self.message = status, kind, message
-        super().__init__(message)
-
-
-def _error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status)
-
-
-def _is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _run_error(exc: BaseException) -> tuple[str, str]:
-    """The ``RUN_ERROR`` code and message for what ended a run."""
-    if isinstance(exc, TimeoutError):
-        return "timeout", "the run took longer than the host allows"
-    if isinstance(exc, TurnConflictError):
-        return "conflict", str(exc)
-    if isinstance(exc, IsolationError):
-        return "not_found", "no such conversation"
-    if isinstance(exc, StorageUnavailableError):
-        return "store_unavailable", str(exc)
-    if isinstance(exc, ModelUnavailableError):
-        return "model_unavailable", str(exc)
-    if isinstance(exc, ChatClientError):
-        return "model_error", str(exc)
-    if isinstance(exc, MessageFormatError | ToolError):
-        return "invalid_request", str(exc)
-    if isinstance(exc, AgentkeepError):
-        return "error", str(exc)
-    return "internal_error", "the host failed; see its log"
-
-
 class AgentHost:
-    """Agents served over HTTP: AG-UI at ``POST /agents/{name}``, ``/healthz`` and ``/readyz``.
+    """Agents served over HTTP: AG-UI at ``POST /agents/{name}``, the OpenAI Responses API at
+    ``/v1/responses`` (``model`` = the agent's name) with the Conversations subset, ``/healthz`` and
+    ``/readyz``.
 
     Args:
         api_keys: The keys requests authenticate with (``Authorization: Bearer``), each mapped to
@@ -183,6 +137,7 @@ class AgentHost:
         app.post("/agents/{name}", response_model=None)(self._agui)
         app.get("/healthz")(self._healthz)
         app.get("/readyz", response_model=None)(self._readyz)
+        install_responses(self, app)
         return app
 
     @contextlib.asynccontextmanager
@@ -216,33 +171,39 @@ class AgentHost:
         )
         return response
 
-    def _tenant(self, request: Request) -> str:
+    def tenant_of(self, request: Request) -> str:
+        """The tenant ``request`` runs as (recorded on ``request.state`` for the access log).
+
+        Raises:
+            HTTPProblem: 401 without a valid key; 403 for a non-loopback client of a host without keys.
+        """
         if self.api_keys is None:
-            if not _is_loopback(request.client.host if request.client else None):
-                raise _HTTPError(
+            if not is_loopback(request.client.host if request.client else None):
+                raise HTTPProblem(
                     403, "forbidden", "this host serves loopback clients only (it has no API keys)"
                 )
             tenant = LOCAL_TENANT
         else:
             found = self.api_keys.tenant_of(request.headers.get("authorization"))
             if found is None:
-                raise _HTTPError(
+                raise HTTPProblem(
                     401, "unauthorized", "a valid API key is needed: Authorization: Bearer <key>"
                 )
             tenant = found
         request.state.tenant = tenant
         return tenant
 
-    async def _body(self, request: Request) -> bytes:
+    async def body_of(self, request: Request) -> bytes:
+        """The request body, at most :attr:`max_body_bytes` (413 beyond)."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _HTTPError(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
+            raise HTTPProblem(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise _HTTPError(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
+                raise HTTPProblem(413, "too_large", f"the body is larger than {self.max_body_bytes} bytes")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -265,24 +226,24 @@ class AgentHost:
     # -- AG-UI ----------------------------------------------------------------------------------------
     async def _agui(self, name: str, request: Request) -> Response:
         try:
-            tenant = self._tenant(request)
+            tenant = self.tenant_of(request)
             hosted = self.agents.get(name)
             if hosted is None:
-                raise _HTTPError(404, "not_found", f"no agent named {name!r}")
-            body = await self._body(request)
+                raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
+            body = await self.body_of(request)
             try:
                 run_input = RunAgentInput.model_validate_json(body)
             except pydantic.ValidationError as exc:
                 details = exc.errors(include_url=False, include_input=False)
-                return _error_response(422, "invalid_request", "not a RunAgentInput", details=details)
+                return error_response(422, "invalid_request", "not a RunAgentInput", details=details)
             if len(run_input.messages) > self.max_messages:
-                raise _HTTPError(413, "too_large", f"more than {self.max_messages} messages")
+                raise HTTPProblem(413, "too_large", f"more than {self.max_messages} messages")
             try:
                 sent, tools = to_messages(run_input), client_tools(run_input)
             except (MessageFormatError, ToolError) as exc:
-                raise _HTTPError(422, "invalid_request", str(exc)) from exc
-        except _HTTPError as exc:
-            return _error_response(exc.status, exc.kind, exc.message)
+                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         events = self._agui_events(hosted, tenant, run_input, sent, tools)
         return StreamingResponse(
@@ -323,7 +284,7 @@ class AgentHost:
                 await turn.save()
                 self.sessions.keep(key, turn.session)
         except Exception as exc:  # reported in the protocol: the stream has started
-            code, message = _run_error(exc)
+            code, message = run_error(exc)
             if code == "internal_error":
                 log.exception("run %s of thread %r failed", run, thread)
             yield RunErrorEvent(message=message, code=code, timestamp=now_ms())

@@ -7,10 +7,10 @@ dropped, so the table stays as large as the number of conversations in flight.
 **Across processes** the session store's optimistic versions decide. A save that meets a newer
 version (:class:`~agentkeep.errors.ConflictError`) reads the session again and puts this turn's
 state changes on top of it, key by key of the state bag (each provider owns its keys): a key this
-turn changed that the other writer left alone is taken over; a key both changed is a real
-conflict, reported as :class:`TurnConflictError` (HTTP 409) after ``attempts`` tries. Messages
-are not part of this merge: a durable history provider appends them to its own log during the run,
-atomically, so two processes' turns are both kept, each contiguous.
+turn changed that the other writer left alone (or changed the same way) is taken over; a key both
+changed differently is a real conflict, reported as :class:`TurnConflictError` (HTTP 409) after
+``attempts`` tries. Messages are not part of this merge: a durable history provider appends them
+to its own log during the run, atomically, so two processes' turns are both kept, each contiguous.
 
 A run that fails (model error, cancelled request, store down) saves nothing, and its history
 provider stores nothing of it.
@@ -191,8 +191,10 @@ def _merged(fresh: AgentSession, base: dict[str, bytes], ours: dict[str, bytes])
     ``None`` if ``fresh`` changed one of them too."""
     theirs = _state_json(fresh)
     changed = {key for key in base.keys() | ours.keys() if base.get(key, _ABSENT) != ours.get(key, _ABSENT)}
-    if any(theirs.get(key, _ABSENT) != base.get(key, _ABSENT) for key in changed):
-        return None
+    for key in changed:
+        mine, other = ours.get(key, _ABSENT), theirs.get(key, _ABSENT)
+        if other not in (base.get(key, _ABSENT), mine):
+            return None  # both changed it, differently
     data: dict[str, Any] = fresh.to_dict()
     state: dict[str, Any] = dict(data.get("state") or {})
     for key in changed:

@@ -1,0 +1,871 @@
+"""The AG-UI host over real HTTP: agentkeep's ``AgentHost`` against Microsoft Agent Framework's endpoint.
+
+Both servers run in their own subprocess on a loopback port under uvicorn (``loop="asyncio"``,
+``http="h11"``, no access log, for both), with the same instant fake model (answers "ok"):
+
+* ours: ``AgentHost`` (no API keys: loopback, tenant ``local``) serving ``Agent(ScriptedChatClient)``
+  with a ``StorageHistoryProvider`` on ``SQLiteMessageStore`` (``load_limit=50``) and a
+  ``SQLiteSessionStore``, both in one SQLite file (as ``tests/host/conftest.py`` builds it);
+* reference: ``agent-framework-ag-ui`` (``add_agent_framework_fastapi_endpoint``) on
+  ``agent-framework-core``, an ``Agent`` on a minimal ``BaseChatClient`` subclass, its threads in
+  the package's ``InMemoryAGUIThreadSnapshotStore`` under one stable scope; installed only into
+  ``bench/.venv-ref`` and run from there.
+
+The load client is ``httpx.AsyncClient`` in this process and behaves as an AG-UI client: each turn
+resends the whole message list with ids and appends the assistant message rebuilt from the
+stream's ``TEXT_MESSAGE_START`` / ``TEXT_MESSAGE_CONTENT`` events. Server CPU is read from
+``/proc/<pid>/stat`` (utime + stime) before and after each phase.
+
+1. 1, 8 and 32 concurrent clients x 50 turns, each client on its own thread: server CPU ms per
+   request, requests/s, p50 / p99 latency.
+2. One turn after 10, 100 and 1,000 prior turns on one thread (the prior turns actually run), the
+   client sending (a) only the new message, (b) the whole history: median latency, server CPU.
+3. 8 concurrent turns on one thread, each with the same prior history and its own new message:
+   how many of the 8 are stored afterwards.
+
+Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import pstats
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import msgspec
+
+if TYPE_CHECKING:
+    from agentkeep import Message
+
+HERE = Path(__file__).resolve().parent
+REF_VENV = HERE / ".venv-ref"
+REF_PACKAGES = ["agent-framework-ag-ui>=1.7,<1.8", "agent-framework-core", "uvicorn"]
+REF_FALLBACK = ["agent-framework-ag-ui", "agent-framework-core", "uvicorn"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RACE = 8  # concurrent turns on one thread in section 3
+SLOW, SLOW_SECONDS = "slow:", 0.05  # a user message starting so: the fake model takes 50 ms
+
+# The reference server, run by bench/.venv-ref's python (kept as text here: the project's own
+# environment has no agent_framework to type-check or lint it against).
+_REFERENCE_SERVER = textwrap.dedent(
+    '''
+    import argparse, asyncio, cProfile, uuid
+
+    import uvicorn
+    from agent_framework import (
+        Agent, BaseChatClient, ChatResponse, ChatResponseUpdate, Content, ResponseStream,
+    )
+    from agent_framework_ag_ui import (
+        InMemoryAGUIThreadSnapshotStore, add_agent_framework_fastapi_endpoint,
+    )
+    from fastapi import FastAPI
+
+
+    class InstantChatClient(BaseChatClient):
+        """Answers "ok" at once (one streamed text update)."""
+
+        OTEL_PROVIDER_NAME = "bench"
+
+        def _inner_get_response(self, *, messages, stream, options, **kwargs):
+            message_id = uuid.uuid4().hex
+            slow = bool(messages) and messages[-1].text.startswith(%(slow)r)
+
+            def update():
+                return ChatResponseUpdate(
+                    contents=[Content.from_text(text="ok")], role="assistant",
+                    message_id=message_id, response_id=message_id, finish_reason="stop",
+                )
+
+            if stream:
+                async def updates():
+                    if slow:
+                        await asyncio.sleep(%(seconds)r)
+                    yield update()
+
+                return ResponseStream(updates(), finalizer=ChatResponse.from_updates)
+
+            async def response():
+                if slow:
+                    await asyncio.sleep(%(seconds)r)
+                return ChatResponse.from_updates([update()])
+
+            return response()
+
+
+    def scope():
+        return "bench-single-user"  # one stable application scope (documented single-user setup)
+
+
+    app = FastAPI(title="reference AG-UI host")
+    add_agent_framework_fastapi_endpoint(
+        app,
+        Agent(InstantChatClient(), name="chat"),
+        path="/agents/chat",
+        snapshot_store=InMemoryAGUIThreadSnapshotStore(max_snapshots=100_000),
+        authorization_scope_resolver=scope,
+    )
+
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--profile")
+    args = parser.parse_args()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=args.port, loop="asyncio", http="h11",
+                       log_level="warning", access_log=False)
+    )
+    profile = cProfile.Profile() if args.profile else None
+    try:
+        if profile is not None:
+            profile.runcall(server.run)
+        else:
+            server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if profile is not None:
+            profile.dump_stats(args.profile)
+    '''
+)
+
+
+# -- the servers ---------------------------------------------------------------------------------------
+def serve_ours(port: int, db: str, profile: str | None) -> None:
+    """The ``--serve ours`` subprocess: the host as tests/host/conftest.py builds it, under uvicorn."""
+    import cProfile
+
+    import uvicorn
+
+    from agentkeep import Agent
+    from agentkeep.host import AgentHost
+    from agentkeep.providers import StorageHistoryProvider
+    from agentkeep.storage.sqlite import SQLiteMessageStore
+    from agentkeep.stores.sqlite import SQLiteSessionStore
+    from agentkeep.testing import ScriptedChatClient
+
+    async def model(messages: Sequence[Message]) -> str:
+        client.calls.clear()  # the test double records every call; a bench server keeps none
+        client.call_options.clear()
+        if messages and messages[-1].text.startswith(SLOW):
+            await asyncio.sleep(SLOW_SECONDS)
+        return "ok"
+
+    client = ScriptedChatClient(model)
+    history = StorageHistoryProvider(SQLiteMessageStore(db), "history", load_limit=50, owns_store=True)
+    agent = Agent(client, name="chat", context_providers=[history])
+    host = AgentHost()
+    host.add_agent("chat", agent, session_store=SQLiteSessionStore(db))
+    config = uvicorn.Config(
+        host.app,
+        host="127.0.0.1",
+        port=port,
+        loop="asyncio",
+        http="h11",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    profiler = cProfile.Profile() if profile else None
+    try:
+        if profiler is not None:
+            profiler.runcall(server.run)
+        else:
+            server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it stopped on
+        pass
+    finally:
+        if profiler is not None and profile:
+            profiler.dump_stats(profile)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """A server subprocess on a loopback port, with its CPU time read from /proc."""
+
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, profile: Path | None) -> None:
+        self.name, self.argv, self.port, self.log, self.profile = name, argv, port, log, profile
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=HERE.parent)
+
+    async def ready(self, wait: float = 60.0) -> None:
+        deadline = time.monotonic() + wait
+        async with httpx.AsyncClient(timeout=2) as client:
+            while time.monotonic() < deadline:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"{self.name} server exited: {self.log.read_text()[-2000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.name} server not ready after {wait:.0f} s")
+
+    def cpu(self) -> float:
+        """Seconds of CPU the server has used: the sum of its threads' ``schedstat`` run time (ns)
+        where the kernel has it, else :meth:`cpu_ticks`."""
+        assert self.process is not None
+        folder = Path(f"/proc/{self.process.pid}/task")
+        try:
+            return sum(int((task / "schedstat").read_text().split()[0]) for task in folder.iterdir()) / 1e9
+        except (OSError, ValueError, IndexError):
+            return self.cpu_ticks()
+
+    def cpu_ticks(self) -> float:
+        """Seconds of CPU (utime + stime, all threads, clock ticks) from ``/proc/<pid>/stat``."""
+        assert self.process is not None
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _ensure_reference() -> tuple[Path | None, str]:
+    """bench/.venv-ref's python with the reference installed, and its versions (or why not)."""
+    python = REF_VENV / "bin" / "python"
+    probe = [str(python), "-c", "import agent_framework_ag_ui, agent_framework, uvicorn"]
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(REF_VENV)], check=True)
+        if subprocess.run(probe, capture_output=True, check=False).returncode != 0:
+            print("installing the reference into bench/.venv-ref ...", file=sys.stderr)
+            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            if subprocess.run([*pip, *REF_PACKAGES], check=False).returncode != 0:
+                subprocess.run([*pip, *REF_FALLBACK], check=True)
+        versions = subprocess.run(
+            [
+                str(python),
+                "-c",
+                "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in "
+                "('agent-framework-ag-ui', 'agent-framework-core', 'ag-ui-protocol', 'fastapi', 'uvicorn')))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    return python, versions
+
+
+# -- the AG-UI client ------------------------------------------------------------------------------------
+def user(text: str) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, "role": "user", "content": text}
+
+
+def answers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The assistant messages of a run as an AG-UI client keeps them (by id, text rebuilt)."""
+    messages: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event["type"] == "TEXT_MESSAGE_START":
+            messages[event["messageId"]] = {"id": event["messageId"], "role": "assistant", "content": ""}
+        elif event["type"] == "TEXT_MESSAGE_CONTENT":
+            messages[event["messageId"]]["content"] += event["delta"]
+    return list(messages.values())
+
+
+@dataclass
+class Turn:
+    seconds: float
+    events: list[dict[str, Any]]
+    error: str | None = None
+
+
+_HEADERS = {"Accept": "text/event-stream", "Content-Type": "application/json"}
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_SNAPSHOT = b'"type":"MESSAGES_SNAPSHOT"'
+
+
+async def run_turn(
+    client: httpx.AsyncClient,
+    url: str,
+    thread: str,
+    messages: list[dict[str, Any]],
+    *,
+    snapshots: bool = False,
+) -> Turn:
+    """POST one RunAgentInput and read its whole event stream (the body is encoded before timing).
+
+    Every event is received; a ``MESSAGES_SNAPSHOT`` (the reference sends the whole transcript at
+    the end of each run) is decoded only when ``snapshots``, to keep the load client light."""
+    body = _encode(
+        {
+            "threadId": thread,
+            "runId": uuid.uuid4().hex,
+            "messages": messages,
+            "tools": [],
+            "context": [],
+            "state": {},
+            "forwardedProps": {},
+        }
+    )
+    events: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    try:
+        async with client.stream("POST", f"{url}/agents/chat", content=body, headers=_HEADERS) as response:
+            if response.status_code != 200:
+                text = (await response.aread())[:200].decode(errors="replace")
+                return Turn(time.perf_counter() - start, events, f"HTTP {response.status_code}: {text}")
+            pending = b""
+            async for chunk in response.aiter_raw():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data: "):
+                        continue
+                    if not snapshots and _SNAPSHOT in line[:48]:
+                        events.append({"type": "MESSAGES_SNAPSHOT"})
+                        continue
+                    events.append(_decode(line[6:]))
+    except httpx.HTTPError as exc:
+        return Turn(time.perf_counter() - start, events, f"{type(exc).__name__}: {exc}")
+    seconds = time.perf_counter() - start
+    last = events[-1]["type"] if events else "nothing"
+    if last != "RUN_FINISHED":
+        detail = events[-1].get("code", "") if events else ""
+        return Turn(seconds, events, f"{last} {detail}".strip())
+    return Turn(seconds, events)
+
+
+def _client(connections: int) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(timeout=120, limits=limits)
+
+
+@dataclass
+class Thread:
+    """One client's conversation as the client holds it."""
+
+    id: str = field(default_factory=lambda: f"bench-{uuid.uuid4().hex[:12]}")
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+
+    async def turn(self, client: httpx.AsyncClient, url: str, *, whole: bool = True) -> Turn:
+        new = user(f"turn {self.turns + 1} of {self.id}")
+        done = await run_turn(client, url, self.id, [*self.messages, new] if whole else [new])
+        if done.error is None:
+            self.messages.append(new)
+            self.messages.extend(answers(done.events))
+            self.turns += 1
+        return done
+
+
+def _client_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
+
+
+# -- the sections ----------------------------------------------------------------------------------------
+async def warm_up(server: Server, turns: int) -> None:
+    async with _client(4) as client:
+        thread = Thread()
+        for _ in range(turns):
+            done = await thread.turn(client, server.url)
+            if done.error:
+                raise RuntimeError(f"{server.name} warm-up turn failed: {done.error}")
+
+
+async def section_load(server: Server, clients: int, turns: int, budget: float) -> dict[str, Any]:
+    """``clients`` concurrent clients, ``turns`` turns each (whole history resent), one thread each."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + budget
+    async with _client(clients + 2) as client:
+
+        async def one() -> None:
+            thread = Thread()
+            for _ in range(turns):
+                if time.monotonic() > deadline:
+                    return
+                done = await thread.turn(client, server.url)
+                latencies.append(done.seconds)
+                if done.error:
+                    errors.append(done.error)
+
+        cpu, mine, start = server.cpu(), _client_cpu(), time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(clients)))
+        wall = time.perf_counter() - start
+        await asyncio.sleep(0.3)  # let the server finish what follows the last response
+        cpu, mine = server.cpu() - cpu, _client_cpu() - mine
+    count = len(latencies)
+    return {
+        "requests": count,
+        "rps": count / wall,
+        "p50": _pct(latencies, 0.5),
+        "p99": _pct(latencies, 0.99),
+        "cpu": cpu * 1000 / count,
+        "client_cpu": mine * 1000 / count,
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+    }
+
+
+async def section_history(
+    server: Server, sizes: list[int], samples: int, budget: float
+) -> dict[int, dict[str, Any]]:
+    """Per size N: threads of N prior turns (built with new-message requests), then ``samples``
+    turns sending only the new message, then ``samples`` resending the whole history."""
+    out: dict[int, dict[str, Any]] = {}
+    async with _client(4) as client:
+        for size in sizes:
+            deadline = time.monotonic() + budget
+            rounds = max(1, min(samples, size // 20))  # turns per thread and case: drift <= ~5%
+            threads = [Thread() for _ in range(math.ceil(samples / rounds))]
+            build_start = time.perf_counter()
+            for thread in threads:
+                while thread.turns < size and time.monotonic() < deadline:
+                    done = await thread.turn(client, server.url, whole=False)
+                    if done.error:
+                        raise RuntimeError(f"{server.name}: building turn failed: {done.error}")
+            build = time.perf_counter() - build_start
+            row: dict[str, Any] = {
+                "prior": min(t.turns for t in threads),
+                "build_s": build,
+                "build_turns": sum(t.turns for t in threads),
+            }
+            for case, whole in (("new", False), ("whole", True)):
+                latencies: list[float] = []
+                errors: list[str] = []
+                case_deadline = time.monotonic() + budget / 2
+                cpu = server.cpu()
+                for _ in range(rounds):
+                    for thread in threads:
+                        if len(latencies) >= samples or (
+                            len(latencies) >= 3 and time.monotonic() > case_deadline
+                        ):
+                            break
+                        done = await thread.turn(client, server.url, whole=whole)
+                        latencies.append(done.seconds)
+                        if done.error:
+                            errors.append(done.error)
+                await asyncio.sleep(0.3)
+                cpu = server.cpu() - cpu
+                row[case] = {
+                    "median": statistics.median(latencies) * 1000,
+                    "cpu": cpu * 1000 / len(latencies),
+                    "n": len(latencies),
+                    "errors": len(errors),
+                    "first_error": errors[0] if errors else "",
+                }
+            out[size] = row
+    return out
+
+
+async def _ours_stored(db: Path, thread: str) -> list[dict[str, Any]]:
+    from agentkeep.storage.base import close_store
+    from agentkeep.storage.sqlite import SQLiteMessageStore
+
+    store = SQLiteMessageStore(db)
+    try:
+        view = await store.read(f"local::{thread}", raw=True)
+    finally:
+        await close_store(store)
+    return [{"id": m.message_id, "role": m.role} for m in view.messages]
+
+
+async def _reference_stored(client: httpx.AsyncClient, url: str, thread: str) -> list[dict[str, Any]] | None:
+    """The thread as the reference's endpoint replays it (a request with no messages hydrates
+    the stored snapshot as a ``MESSAGES_SNAPSHOT`` event)."""
+    done = await run_turn(client, url, thread, [], snapshots=True)
+    for event in done.events:
+        if event["type"] == "MESSAGES_SNAPSHOT":
+            return [{"id": m.get("id"), "role": m.get("role")} for m in event["messages"]]
+    return None
+
+
+async def section_race(server: Server, prior: int, db: Path | None, *, slow: bool) -> dict[str, Any]:
+    """``RACE`` concurrent turns on one thread: each sends the prior history and its own message
+    (``slow``: a message the fake model takes ``SLOW_SECONDS`` over, so the runs overlap)."""
+    async with _client(RACE + 2) as client:
+        thread = Thread()
+        for _ in range(prior):
+            done = await thread.turn(client, server.url)
+            if done.error:
+                raise RuntimeError(f"{server.name}: prior turn failed: {done.error}")
+        news = [user(f"{SLOW if slow else ''}racing turn {i}") for i in range(RACE)]
+        start = time.perf_counter()
+        results = await asyncio.gather(
+            *(run_turn(client, server.url, thread.id, [*thread.messages, new]) for new in news)
+        )
+        wall = time.perf_counter() - start
+        if db is not None:
+            stored = await _ours_stored(db, thread.id)
+        else:
+            stored = await _reference_stored(client, server.url, thread.id)
+    out: dict[str, Any] = {
+        "finished": sum(r.error is None for r in results),
+        "errors": sorted({r.error for r in results if r.error}),
+        "wall_ms": wall * 1000,
+        "observed": stored is not None,
+    }
+    if stored is not None:
+        ids = [m["id"] for m in stored]
+        position = {message_id: index for index, message_id in enumerate(ids)}
+        kept = [new["id"] for new in news if new["id"] in position]
+        answered = 0
+        for message_id in kept:
+            after = position[message_id] + 1
+            answered += after < len(stored) and stored[after]["role"] == "assistant"
+        out |= {
+            "stored": len(kept),
+            "answered": answered,
+            "prior_kept": sum(m["id"] in position for m in thread.messages),
+            "prior_total": len(thread.messages),
+            "total": len(stored),
+        }
+    return out
+
+
+# -- running and printing ---------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    levels: list[int]
+    load_turns: int
+    sizes: list[int]
+    samples: int
+    race_prior: int
+    budget: float
+    sections: set[str]
+
+
+async def measure(server: Server, plan: Plan, db: Path | None) -> dict[str, Any]:
+    await server.ready()
+    await warm_up(server, 20)
+    cpu, ticks = server.cpu(), server.cpu_ticks()
+    results: dict[str, Any] = {}
+    if "1" in plan.sections:
+        results["load"] = {}
+        for level in plan.levels:
+            print(f"  [{server.name}] {level} clients x {plan.load_turns} turns ...", file=sys.stderr)
+            results["load"][level] = await section_load(server, level, plan.load_turns, plan.budget)
+    if "2" in plan.sections:
+        print(f"  [{server.name}] history {plan.sizes} ...", file=sys.stderr)
+        results["history"] = await section_history(server, plan.sizes, plan.samples, plan.budget)
+    if "3" in plan.sections:
+        print(f"  [{server.name}] {RACE} concurrent turns on one thread ...", file=sys.stderr)
+        results["race"] = await section_race(server, plan.race_prior, db, slow=False)
+        results["race_slow"] = await section_race(server, plan.race_prior, db, slow=True)
+    results["cpu_check"] = (server.cpu() - cpu, server.cpu_ticks() - ticks)
+    return results
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("met" if ok else "NOT met")
+
+
+def report(plan: Plan, ours: dict[str, Any], ref: dict[str, Any] | None, ref_note: str) -> None:
+    ref = ref or {}
+    print(f"\nAG-UI host bench (reference: {ref_note})")
+    print("both servers: own subprocess, uvicorn loop=asyncio http=h11, instant fake model ('ok')")
+    summary: list[str] = []
+
+    if "load" in ours:
+        print(
+            f"\n1. Concurrent clients, {plan.load_turns} turns each, each client on its own thread "
+            "(whole history resent every turn)"
+        )
+        header = (
+            f"{'clients':>7} | {'impl':>9} | {'requests':>8} | {'req/s':>7} | {'p50 ms':>7} | "
+            f"{'p99 ms':>7} | {'server CPU ms/req':>17} | {'client CPU ms/req':>17} | {'errors':>6}"
+        )
+        print(header)
+        print("-" * len(header))
+        for level in plan.levels:
+            for name, rows in (("ours", ours["load"]), ("reference", ref.get("load"))):
+                if not rows:
+                    continue
+                row = rows[level]
+                print(
+                    f"{level:>7} | {name:>9} | {row['requests']:>8} | {row['rps']:7.1f} | "
+                    f"{row['p50']:7.2f} | {row['p99']:7.2f} | {row['cpu']:17.2f} | "
+                    f"{row['client_cpu']:17.2f} | {row['errors']:>6}"
+                )
+                if row["errors"]:
+                    print(f"{'':>7}   first error: {row['first_error']}")
+        if ref.get("load"):
+            for level in plan.levels:
+                o, r = ours["load"][level], ref["load"][level]
+                print(
+                    f"  {level:>2} clients: server CPU/req ours/ref {_ratio(o['cpu'], r['cpu'])}, "
+                    f"req/s ours/ref {_ratio(o['rps'], r['rps'])}, p50 ours/ref {_ratio(o['p50'], r['p50'])}"
+                )
+            total = {
+                name: sum(rows[lv]["cpu"] * rows[lv]["requests"] for lv in plan.levels)
+                / sum(rows[lv]["requests"] for lv in plan.levels)
+                for name, rows in (("ours", ours["load"]), ("ref", ref["load"]))
+            }
+            cpu_ratio = total["ours"] / total["ref"]
+            summary.append(
+                f"server CPU per request, section 1 overall, ours/reference: {total['ours']:.2f} / "
+                f"{total['ref']:.2f} ms = {cpu_ratio:.2f} (target <= 0.25: {_verdict(cpu_ratio <= 0.25)})"
+            )
+            top = max(plan.levels)
+            rps = ours["load"][top]["rps"] / ref["load"][top]["rps"]
+            summary.append(
+                f"requests/s at {top} clients ours/reference: {ours['load'][top]['rps']:.1f} / "
+                f"{ref['load'][top]['rps']:.1f} = {rps:.2f}x (target >= 3x: {_verdict(rps >= 3)})"
+            )
+
+    if "history" in ours:
+        print(
+            f"\n2. One turn after N prior turns on one thread (median of up to {plan.samples} further turns;"
+            " CPU = server CPU ms per request)"
+        )
+        header = (
+            f"{'N':>6} | {'client sends':>12} | {'ours ms':>8} | {'ours CPU':>8} | {'ref ms':>8} | "
+            f"{'ref CPU':>8} | {'ours/ref ms':>11} | {'ours/ref CPU':>12} | {'n ours/ref':>10}"
+        )
+        print(header)
+        print("-" * len(header))
+        ref_history = ref.get("history") or {}
+        for size in plan.sizes:
+            o_row, r_row = ours["history"][size], ref_history.get(size)
+            for case, label in (("new", "new message"), ("whole", "whole hist.")):
+                o = o_row[case]
+                r = r_row[case] if r_row else None
+                r_ms = f"{r['median']:8.2f}" if r else f"{'-':>8}"
+                r_cpu = f"{r['cpu']:8.2f}" if r else f"{'-':>8}"
+                n = f"{o['n']}/{r['n'] if r else '-'}"
+                print(
+                    f"{size:>6,} | {label:>12} | {o['median']:8.2f} | {o['cpu']:8.2f} | {r_ms} | {r_cpu} | "
+                    f"{_ratio(o['median'], r['median'] if r else None):>11} | "
+                    f"{_ratio(o['cpu'], r['cpu'] if r else None):>12} | {n:>10}"
+                )
+                for name, x in (("ours", o), ("reference", r)):
+                    if x and x["errors"]:
+                        print(f"{'':>6}   {name}: {x['errors']} errors, first: {x['first_error']}")
+        for name, rows in (("ours", ours["history"]), ("reference", ref_history)):
+            for size in plan.sizes:
+                if size in rows:
+                    row = rows[size]
+                    note = (
+                        "" if row["prior"] >= size else f" (only {row['prior']} reached in the time budget)"
+                    )
+                    print(
+                        f"  {name} built {row['build_turns']:,} prior turns for N={size:,} in "
+                        f"{row['build_s']:.1f} s{note}"
+                    )
+        lo, hi = min(plan.sizes), max(plan.sizes)
+        if lo != hi:
+            at_hi, at_lo = ours["history"][hi]["new"]["median"], ours["history"][lo]["new"]["median"]
+            growth = at_hi / at_lo
+            summary.append(
+                f"ours turn after {hi:,} prior turns / after {lo:,} (new message): {at_hi:.2f} / "
+                f"{at_lo:.2f} ms = {growth:.2f}x (target <= 1.5x: {_verdict(growth <= 1.5)})"
+            )
+        if hi in ref_history:
+            o, r = ours["history"][hi]["whole"], ref_history[hi]["whole"]
+            lat, cpu = o["median"] / r["median"], o["cpu"] / r["cpu"]
+            summary.append(
+                f"whole-history resend at {hi:,} prior turns, ours/reference: latency {o['median']:.2f} / "
+                f"{r['median']:.2f} ms = {lat:.2f} (target <= 0.2: {_verdict(lat <= 0.2)}); server CPU "
+                f"{o['cpu']:.2f} / {r['cpu']:.2f} ms = {cpu:.2f}"
+            )
+
+    if "race" in ours:
+        print(
+            f"\n3. {RACE} concurrent turns on one thread ({plan.race_prior} prior turns; each request sends"
+        )
+        print("   that history + its own new user message)")
+        for key, title in (
+            ("race", "instant model"),
+            (
+                "race_slow",
+                f"model takes {SLOW_SECONDS * 1000:.0f} ms (user text '{SLOW}...'), so runs overlap",
+            ),
+        ):
+            print(f"  {title}:")
+            for name, race in (("ours", ours[key]), ("reference", ref.get(key))):
+                if not race:
+                    continue
+                line = f"    {name:>9}: {race['finished']}/{RACE} runs finished in {race['wall_ms']:.0f} ms"
+                if race["errors"]:
+                    line += f"; errors: {race['errors']}"
+                print(line)
+                if not race["observed"]:
+                    print(f"    {'':>9}  stored afterwards: cannot be observed")
+                    continue
+                where = "SQLite raw log, local::<threadId>" if name == "ours" else "endpoint hydration replay"
+                print(
+                    f"    {'':>9}  stored ({where}): {race['stored']}/{RACE} new user messages, "
+                    f"{race['answered']} followed by their answer; prior kept "
+                    f"{race['prior_kept']}/{race['prior_total']}; {race['total']} messages in all"
+                )
+            for name, race in (("ours", ours[key]), ("reference", ref.get(key))):
+                if race and race["observed"]:
+                    ok = race["stored"] == RACE and race["answered"] == RACE
+                    verdict = f" (target {RACE} of {RACE}: {_verdict(ok)})" if name == "ours" else ""
+                    summary.append(
+                        f"{name}, turns stored of {RACE} concurrent ({title.split(' (')[0].split(',')[0]}): "
+                        f"{race['stored']} of {RACE}{verdict}"
+                    )
+
+    checks = [(name, r["cpu_check"]) for name, r in (("ours", ours), ("reference", ref)) if r]
+    if checks:
+        print("\nCPU source: the sum of the server threads' /proc/<pid>/task/*/schedstat run time (ns);")
+        for name, (precise, ticks) in checks:
+            print(
+                f"  {name}: whole run {precise:.2f} s by schedstat, {ticks:.2f} s by /proc/<pid>/stat "
+                "utime+stime (10 ms ticks)"
+            )
+
+    if summary:
+        print("\nTargets")
+        for line in summary:
+            print(f"  {line}")
+
+
+def _print_profile(name: str, path: Path, limit: int = 25) -> None:
+    if not path.exists():
+        print(f"\n(no profile was written for {name})")
+        return
+    print(f"\nProfile of the {name} server (cProfile, whole run; top {limit} by own time)")
+    stats = pstats.Stats(str(path), stream=sys.stdout)
+    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
+    print(f"Profile of the {name} server (top {limit} by cumulative time)")
+    stats.sort_stats("cumulative").print_stats(limit)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer turns and samples")
+    parser.add_argument("--no-reference", action="store_true", help="measure ours only")
+    parser.add_argument("--profile", action="store_true", help="cProfile both servers (figures inflated)")
+    parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run")
+    parser.add_argument("--sizes", help="prior-turn counts for section 2 (default 10,100,1000)")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds at most per phase")
+    parser.add_argument("--serve", choices=["ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve_ours(args.port, args.db, args.profile_out)
+        return
+
+    plan = Plan(
+        levels=[1, 8, 32],
+        load_turns=10 if args.quick else 50,
+        sizes=[int(s) for s in args.sizes.split(",")] if args.sizes else [10, 100, 1000],
+        samples=5 if args.quick else 20,
+        race_prior=3,
+        budget=args.budget,
+        sections=set(args.sections.split(",")),
+    )
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-host-") as tmp:
+        folder = Path(tmp)
+        db = folder / "host.db"
+        profiles = {"ours": folder / "ours.prof", "reference": folder / "reference.prof"}
+        ours_argv = [sys.executable, str(Path(__file__).resolve()), "--serve", "ours", "--db", str(db)]
+        port = _free_port()
+        ours_argv += ["--port", str(port)]
+        if args.profile:
+            ours_argv += ["--profile-out", str(profiles["ours"])]
+        servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
+        ref_note = "not run (--no-reference)"
+        if not args.no_reference:
+            python, ref_note = _ensure_reference()
+            if python is None:
+                ref_note = f"unavailable: {ref_note}"
+                print(f"reference {ref_note}", file=sys.stderr)
+            else:
+                port = _free_port()
+                script = _REFERENCE_SERVER % {"slow": SLOW, "seconds": SLOW_SECONDS}
+                ref_argv = [str(python), "-c", script, "--port", str(port)]
+                if args.profile:
+                    ref_argv += ["--profile", str(profiles["reference"])]
+                servers.append(
+                    Server("reference", ref_argv, port, folder / "reference.log", profiles["reference"])
+                )
+        results: dict[str, dict[str, Any] | None] = {}
+        try:
+            for server in servers:
+                server.start()
+            for server in servers:
+                try:
+                    results[server.name] = asyncio.run(
+                        measure(server, plan, db if server.name == "ours" else None)
+                    )
+                except Exception as exc:
+                    if server.name == "ours":
+                        raise
+                    ref_note = f"failed while running: {type(exc).__name__}: {exc}"
+                    print(f"reference {ref_note}", file=sys.stderr)
+                    results[server.name] = None
+        finally:
+            for server in servers:
+                server.stop()
+        ours = results["ours"]
+        assert ours is not None
+        report(plan, ours, results.get("reference"), ref_note)
+        if args.profile:
+            print("\n(--profile: every figure above is inflated by cProfile)")
+            for server in servers:
+                _print_profile(server.name, profiles[server.name])
+        for server in servers:
+            text = server.log.read_text(errors="replace").strip()
+            if text:
+                print(f"\n{server.name} server log (last lines):")
+                print(textwrap.indent("\n".join(text.splitlines()[-10:]), "  "))
+    print(
+        f"\n(took {time.perf_counter() - started:.0f} s; pid {os.getpid()}, python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cores)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+"""The OpenAI Responses-compatible endpoints: the seeds' service-managed mode, served by agentkeep.
+
+* ``POST /v1/responses``: ``model`` names a hosted agent; ``input`` (a string or input items),
+  ``instructions`` (this response only), ``tools`` (``function`` tools: the caller runs them, a
+  call ends the response with a ``function_call`` item), ``previous_response_id`` or
+  ``conversation`` (continue one; not both), ``store`` (default true; false keeps nothing and
+  needs no conversation), ``max_output_tokens``, ``stream`` (the documented ``response.*``
+  events: ``response.created``, ``response.in_progress``, per item ``output_item.added`` ...
+  ``output_item.done``, then ``response.completed``, or ``error`` and ``response.failed``).
+* ``GET /v1/responses/{id}``: a stored response (the newest :data:`KEPT_RESPONSES` of each
+  conversation are kept).
+* ``POST /v1/conversations``, ``GET /v1/conversations/{id}``, ``GET /v1/conversations/{id}/items``
+  (``limit``, ``order``, ``after``): conversations of the host's first agent.
+
+A conversation is a session of the agent's store (its history in the agent's history provider),
+under the caller's tenant; responses are recorded in its state. Continuing from a response that is
+not the newest of its conversation (branching) is refused with 400. Every id is looked up in the
+caller's tenant only: another tenant's id is a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import msgspec
+import pydantic
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.sse import format_sse_event
+
+from ..contents import FunctionCallContent, TextContent
+from ..errors import MessageFormatError, ToolError
+from ..messages import Message
+from ..providers.history import HistoryProvider
+from ..providers.storage import StorageHistoryProvider
+from ..sessions import AgentSession
+from ..stores import session_version
+from ..tools import FunctionTool
+from ._http import STATUS_OF, HTTPProblem, error_response, run_error
+from ._responses_wire import (
+    LiveOutput,
+    conversation_items,
+    conversation_of,
+    is_conversation_id,
+    new_conversation_id,
+    new_response_id,
+    to_messages,
+    usage_of,
+)
+from ._turns import SessionTurn
+
+if TYPE_CHECKING:
+    from ..agent import AgentResponse
+    from ._app import AgentHost, HostedAgent
+
+__all__ = ["KEPT_RESPONSES", "install_responses"]
+
+KEPT_RESPONSES: Final = 64
+"""How many responses of each conversation ``GET /v1/responses/{id}`` can return."""
+_RECORD: Final = "host:response:"
+_CONVERSATION: Final = "host:conversation"
+
+
+class ResponsesRequest(pydantic.BaseModel):
+    """The fields of ``POST /v1/responses`` the host reads (others are accepted and ignored)."""
+
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    store: bool = True
+    stream: bool = False
+    max_output_tokens: int | None = pydantic.Field(default=None, ge=1)
+
+
+class _NewConversation(msgspec.Struct):
+    """The body of ``POST /v1/conversations``."""
+
+    items: list[dict[str, Any]] | None = None
+    metadata: dict[str, str] | None = None
+
+
+def _tools(request: ResponsesRequest) -> list[FunctionTool]:
+    declared: list[FunctionTool] = []
+    for tool in request.tools or ():
+        if tool.get("type") != "function":
+            raise HTTPProblem(400, "invalid_request", f"tools of type {tool.get('type')!r} are not supported")
+        try:
+            declared.append(
+                FunctionTool.declaration(
+                    str(tool.get("name", "")),
+                    description=str(tool.get("description") or ""),
+                    parameters=tool.get("parameters"),
+                )
+            )
+        except ToolError as exc:
+            raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+    return declared
+
+
+def _records(session: AgentSession) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key in session.state:
+        if key.startswith(_RECORD):
+            record = session.state.get(key)
+            if isinstance(record, dict):
+                out[key[len(_RECORD) :]] = record  # pyright: ignore[reportUnknownArgumentType]
+    return out
+
+
+def _keep_record(session: AgentSession, response: dict[str, Any], last_message_id: str | None) -> None:
+    session.state[_RECORD + response["id"]] = {"response": response, "last_message_id": last_message_id}
+    records = _records(session)
+    if len(records) > KEPT_RESPONSES:
+        oldest = sorted(records, key=lambda rid: records[rid]["response"]["created_at"])
+        for rid in oldest[: len(records) - KEPT_RESPONSES]:
+            del session.state[_RECORD + rid]
+
+
+def _history_provider(agent: Any) -> HistoryProvider | None:
+    for provider in [*agent.context_providers, agent.default_history_provider]:
+        if isinstance(provider, HistoryProvider) and provider.load_messages:
+            return provider
+    return None
+
+
+async def _all_messages(agent: Any, session: AgentSession) -> list[Message]:
+    """The conversation's whole compacted history (for listing its items)."""
+    provider = _history_provider(agent)
+    if isinstance(provider, StorageHistoryProvider):
+        return (await provider.store.read(provider.conversation_id(session))).messages
+    if provider is None:
+        return []
+    return list(await provider.get_session_messages(session))
+
+
+def _newest_id(messages: list[Message]) -> str | None:
+    return messages[-1].message_id if messages else None
+
+
+class _Responses:
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+
+    def _agent(self, name: str) -> HostedAgent:
+        hosted = self.host.agents.get(name)
+        if hosted is None:
+            raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
+        return hosted
+
+    async def _existing(self, hosted: HostedAgent, tenant: str, conversation_id: str) -> SessionTurn:
+        turn = await SessionTurn.load(
+            hosted.agent, hosted.session_store, tenant, conversation_id, attempts=self.host.save_attempts
+        )
+        if session_version(turn.session) is None:
+            raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
+        return turn
+
+    # -- POST /v1/responses -------------------------------------------------------------------
+    async def create(self, request: Request) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            raw = await self.host.body_of(request)
+            try:
+                body = ResponsesRequest.model_validate_json(raw)
+            except pydantic.ValidationError as exc:
+                details = exc.errors(include_url=False, include_input=False)
+                return error_response(400, "invalid_request", "not a Responses request", details=details)
+            hosted = self._agent(body.model)
+            try:
+                new = to_messages(body.input)
+            except MessageFormatError as exc:
+                raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+            if len(new) > self.host.max_messages:
+                raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} input items")
+            tools = _tools(body)
+            conversation_id = self._conversation_id(body)
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+        run = self._run(hosted, tenant, conversation_id, body, new, tools)
+        if body.stream:
+            first = await anext(run)  # a refusal before the run starts is an HTTP error
+            if first["type"] == "problem":
+                return error_response(first["status"], first["code"], first["message"])
+            return StreamingResponse(_sse(_chain(first, run)), media_type="text/event-stream")
+        final: dict[str, Any] | None = None
+        async for event in run:
+            if event["type"] in ("response.completed", "response.failed"):
+                final = event["response"]
+            elif event["type"] == "problem":
+                return error_response(event["status"], event["code"], event["message"])
+        assert final is not None
+        return JSONResponse(final)
+
+    def _conversation_id(self, body: ResponsesRequest) -> str | None:
+        """The conversation a request continues (``None``: a new one), checked for form only."""
+        if body.previous_response_id is not None and body.conversation is not None:
+            raise HTTPProblem(400, "invalid_request", "give previous_response_id or conversation, not both")
+        if body.previous_response_id is not None:
+            found = conversation_of(body.previous_response_id)
+            if found is None:
+                raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
+            return found
+        if body.conversation is not None:
+            name = body.conversation if isinstance(body.conversation, str) else body.conversation.get("id")
+            if not isinstance(name, str) or not is_conversation_id(name):
+                raise HTTPProblem(404, "not_found", "no such conversation")
+            return name
+        return None
+
+    async def _run(
+        self,
+        hosted: HostedAgent,
+        tenant: str,
+        conversation_id: str | None,
+        body: ResponsesRequest,
+        new: list[Message],
+        tools: list[FunctionTool],
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
+        conversation = conversation_id or new_conversation_id()
+        response_id = new_response_id(conversation)
+        options: dict[str, Any] = {}
+        if body.instructions:
+            options["instructions"] = body.instructions
+        if body.max_output_tokens is not None:
+            options["max_tokens"] = body.max_output_tokens
+        shell = {
+            "id": response_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "model": hosted.name,
+            "instructions": body.instructions,
+            "previous_response_id": body.previous_response_id,
+            "conversation": {"id": conversation} if body.conversation is not None else None,
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": body.tools or [],
+            "store": body.store,
+            "text": {"format": {"type": "text"}},
+            "usage": None,
+            "metadata": {},
+        }
+        key = (tenant, hosted.name, conversation)
+        started = False
+        try:
+            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(key):
+                turn: SessionTurn | None = None
+                prior: list[Message] = []
+                if conversation_id is not None:
+                    turn = await self._existing(hosted, tenant, conversation_id)
+                    self._check_previous(turn, body.previous_response_id)
+                    history = await _stored_window(hosted.agent, turn.session)
+                    self._check_branch(turn, body.previous_response_id, history)
+                    if not body.store:
+                        prior = history
+                elif body.store:
+                    turn = await SessionTurn.load(
+                        hosted.agent,
+                        hosted.session_store,
+                        tenant,
+                        conversation,
+                        attempts=self.host.save_attempts,
+                    )
+                    await turn.save()  # the new conversation exists before its first run
+                yield {"type": "response.created", "response": shell}
+                yield {"type": "response.in_progress", "response": shell}
+                started = True
+                live = LiveOutput()
+                session = turn.session if body.store and turn is not None else None
+                stream = hosted.agent.run(
+                    [*prior, *new], session=session, stream=True, tools=tools, options=options
+                )
+                async with stream as updates:
+                    async for update in updates:
+                        for event in _events_of(live, update):
+                            yield event
+                    answer: AgentResponse = await updates.get_final_response()
+                for event in live.close():
+                    yield event
+                response = {
+                    **shell,
+                    "status": "completed",
+                    "output": live.items,
+                    "usage": usage_of(answer.usage),
+                }
+                if body.store and turn is not None:
+                    produced = answer.messages
+                    _keep_record(turn.session, response, produced[-1].message_id if produced else None)
+                    await turn.save()
+                    self.host.sessions.keep(key, turn.session)
+        except HTTPProblem as exc:
+            yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
+            return
+        except Exception as exc:
+            code, message = run_error(exc)
+            if not started:
+                yield {"type": "problem", "status": STATUS_OF[code], "code": code, "message": message}
+                return
+            yield {"type": "error", "code": code, "message": message, "param": None}
+            failed = {**shell, "status": "failed", "error": {"code": code, "message": message}}
+            yield {"type": "response.failed", "response": failed}
+            return
+        yield {"type": "response.completed", "response": response}
+
+    def _check_previous(self, turn: SessionTurn, previous: str | None) -> None:
+        if previous is not None and previous not in _records(turn.session):
+            raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
+
+    def _check_branch(self, turn: SessionTurn, previous: str | None, history: list[Message]) -> None:
+        if previous is None:
+            return
+        record = _records(turn.session)[previous]
+        if record.get("last_message_id") not in (None, _newest_id(history)):
+            raise HTTPProblem(
+                400,
+                "invalid_request",
+                "previous_response_id is not the newest response of its conversation "
+                "(branching a conversation is not supported by this host)",
+            )
+
+    # -- GET /v1/responses/{id} -----------------------------------------------------------------
+    async def get(self, response_id: str, request: Request) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            conversation = conversation_of(response_id)
+            if conversation is not None:
+                for hosted in self.host.agents.values():
+                    turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
+                    record = _records(turn.session).get(response_id)
+                    if record is not None:
+                        return JSONResponse(record["response"])
+            raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    # -- conversations ------------------------------------------------------------------------------
+    def _first_agent(self) -> HostedAgent:
+        if not self.host.agents:
+            raise HTTPProblem(404, "not_found", "this host serves no agents")
+        return next(iter(self.host.agents.values()))
+
+    async def create_conversation(self, request: Request) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            raw = await self.host.body_of(request)
+            try:
+                body = msgspec.json.decode(raw, type=_NewConversation) if raw.strip() else _NewConversation()
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise HTTPProblem(400, "invalid_request", f"not a conversation: {exc}") from exc
+            metadata, items = body.metadata or {}, to_messages(body.items)
+            hosted = self._first_agent()
+            conversation = new_conversation_id()
+            turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
+            created: dict[str, Any] = {
+                "id": conversation,
+                "object": "conversation",
+                "created_at": int(time.time()),
+                "metadata": metadata,
+            }
+            turn.session.state[_CONVERSATION] = created
+            await turn.save()
+            provider = _history_provider(hosted.agent)
+            if items and provider is not None:
+                await provider.save_messages(
+                    turn.session.storage_key,
+                    items,
+                    state=provider.get_state(turn.session),
+                    session=turn.session,
+                )
+            return JSONResponse(created)
+        except MessageFormatError as exc:
+            return error_response(400, "invalid_request", str(exc))
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def _conversation(self, request: Request, conversation_id: str) -> tuple[HostedAgent, SessionTurn]:
+        tenant = self.host.tenant_of(request)
+        if not is_conversation_id(conversation_id):
+            raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
+        hosted = self._first_agent()
+        return hosted, await self._existing(hosted, tenant, conversation_id)
+
+    async def get_conversation(self, conversation_id: str, request: Request) -> Response:
+        try:
+            _, turn = await self._conversation(request, conversation_id)
+            described: Any = turn.session.state.get(_CONVERSATION)
+            if not isinstance(described, dict):  # a conversation a response started
+                described = {"id": conversation_id, "object": "conversation", "created_at": 0, "metadata": {}}
+            return JSONResponse(described)
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def list_items(
+        self,
+        conversation_id: str,
+        request: Request,
+        limit: int = 20,
+        order: Literal["asc", "desc"] = "desc",
+        after: str | None = None,
+    ) -> Response:
+        try:
+            if not 1 <= limit <= 100:
+                raise HTTPProblem(400, "invalid_request", "limit is 1 to 100")
+            hosted, turn = await self._conversation(request, conversation_id)
+            items = conversation_items(await _all_messages(hosted.agent, turn.session))
+            if order == "desc":
+                items.reverse()
+            if after is not None:
+                ids = [item["id"] for item in items]
+                items = items[ids.index(after) + 1 :] if after in ids else []
+            page = items[:limit]
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": page,
+                    "first_id": page[0]["id"] if page else None,
+                    "last_id": page[-1]["id"] if page else None,
+                    "has_more": len(items) > limit,
+                }
+            )
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+
+async def _stored_window(agent: Any, session: AgentSession) -> list[Message]:
+    provider = _history_provider(agent)
+    return [] if provider is None else list(await provider.get_session_messages(session))
+
+
+def _events_of(live: LiveOutput, update: Any) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    if update.role != "assistant":
+        return events
+    for content in update.contents:
+        if isinstance(content, TextContent) and content.text:
+            events += live.text(update.message_id or "", content.text)
+        elif isinstance(content, FunctionCallContent):
+            events += live.call(content)
+    return events
+
+
+async def _chain(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    yield first
+    async for event in rest:
+        yield event
+
+
+async def _sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    number = 0
+    async for event in events:
+        event["sequence_number"] = number
+        number += 1
+        yield format_sse_event(data_str=msgspec.json.encode(event).decode(), event=event["type"])
+
+
+def install_responses(host: AgentHost, app: FastAPI) -> None:
+    """Add the Responses and Conversations endpoints of ``host`` to ``app``."""
+    routes = _Responses(host)
+    app.post("/v1/responses", response_model=None)(routes.create)
+    app.get("/v1/responses/{response_id}", response_model=None)(routes.get)
+    app.post("/v1/conversations", response_model=None)(routes.create_conversation)
+    app.get("/v1/conversations/{conversation_id}", response_model=None)(routes.get_conversation)
+    app.get("/v1/conversations/{conversation_id}/items", response_model=None)(routes.list_items)

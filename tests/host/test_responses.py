@@ -1,0 +1,129 @@
+"""The host's OpenAI Responses-compatible API with the official ``openai`` SDK as the client (plain,
+streaming, ``previous_response_id``, ``conversation``, tools, ``store: false``), agentkeep's own
+``OpenAIResponsesClient`` running an agent whose history the host keeps, and tenant isolation of
+every ``resp_`` / ``conv_`` id."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from agentkeep.clients.openai import OpenAIResponsesClient
+from tests.host.conftest import ALICE, BOB, Hosted
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def sdk(hosted: Hosted, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{hosted.server.url}/v1", api_key=key, max_retries=0)
+
+
+async def test_responses_chain_by_previous_response_id_and_are_retrievable(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        first = await client.responses.create(model="chat", input="hello")
+        assert first.id.startswith("resp_")
+        assert first.status == "completed"
+        assert first.output_text == "heard 1: hello"
+        second = await client.responses.create(model="chat", input="again", previous_response_id=first.id)
+        assert second.output_text == "heard 2: hello | again"  # the host kept the conversation
+        again = await client.responses.retrieve(first.id)
+        assert again.output_text == "heard 1: hello"
+        with pytest.raises(openai.BadRequestError, match="branching"):
+            await client.responses.create(model="chat", input="fork", previous_response_id=first.id)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.create(model="nope", input="x")
+
+
+async def test_streaming_sends_the_documented_events(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        stream = await client.responses.create(model="chat", input="stream me", stream=True)
+        events = [event async for event in stream]
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert "response.output_item.added" in kinds
+    assert "response.content_part.added" in kinds
+    assert kinds.count("response.output_item.done") == 1
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+    assert deltas == "heard 1: stream me"
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.output_text == deltas
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+async def test_a_caller_tool_call_ends_the_response_and_its_output_continues_it(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        asked = await client.responses.create(model="chat", input="weather in Paris?", tools=[WEATHER])  # type: ignore[list-item]
+        [call] = asked.output
+        assert call.type == "function_call"
+        assert call.name == "get_weather"
+        answered = await client.responses.create(
+            model="chat",
+            previous_response_id=asked.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+            tools=[WEATHER],  # type: ignore[list-item]
+        )
+        assert answered.output_text == "the tool said sunny"
+
+
+async def test_conversations_hold_responses_and_list_their_items(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        conversation = await client.conversations.create(metadata={"topic": "tests"})
+        assert conversation.id.startswith("conv_")
+        first = await client.responses.create(model="chat", input="one", conversation=conversation.id)
+        second = await client.responses.create(model="chat", input="two", conversation=conversation.id)
+        assert second.output_text == "heard 2: one | two"
+        assert first.output_text == "heard 1: one"
+        items = await client.conversations.items.list(conversation.id, order="asc")
+        texts = [item.content[0].text for item in items.data if item.type == "message"]  # type: ignore[union-attr]
+        assert texts == ["one", "heard 1: one", "two", "heard 2: one | two"]
+        assert (await client.conversations.retrieve(conversation.id)).metadata == {"topic": "tests"}
+
+
+async def test_store_false_keeps_nothing(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        answer = await client.responses.create(model="chat", input="off the record", store=False)
+        assert answer.output_text == "heard 1: off the record"
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(answer.id)
+
+
+async def test_no_tenant_reaches_another_tenants_responses_or_conversations(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as alice, sdk(hosted, BOB[0]) as bob:
+        secret = await alice.responses.create(model="chat", input="alice's secret")
+        conversation = await alice.conversations.create()
+        await alice.responses.create(model="chat", input="in the conversation", conversation=conversation.id)
+        attempts = [
+            bob.responses.retrieve(secret.id),
+            bob.responses.create(model="chat", input="continue", previous_response_id=secret.id),
+            bob.responses.create(model="chat", input="join", conversation=conversation.id),
+            bob.conversations.retrieve(conversation.id),
+            bob.conversations.items.list(conversation.id),
+        ]
+        for attempt in attempts:
+            with pytest.raises(openai.NotFoundError):
+                await attempt
+        mine = await alice.responses.create(model="chat", input="still mine", previous_response_id=secret.id)
+        assert mine.output_text == "heard 2: alice's secret | still mine"
+
+
+async def test_agentkeeps_responses_client_runs_an_agent_whose_history_the_host_keeps(hosted: Hosted) -> None:
+    client = OpenAIResponsesClient("chat", base_url=f"{hosted.server.url}/v1", api_key=ALICE[0])
+    try:
+        agent = client.as_agent("You are terse.")
+        session = agent.create_session()
+        first = await agent.run("My name is Ada.", session=session)
+        assert first.text == "heard 1: My name is Ada."
+        saved = session.service_session_id
+        assert saved is not None
+        assert saved.startswith("resp_")
+        resumed = agent.get_session(service_session_id=saved)
+        second = await agent.run("What is my name?", session=resumed)
+        assert second.text == "heard 2: My name is Ada. | What is my name?"
+    finally:
+        await client.aclose()
