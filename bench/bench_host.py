@@ -153,7 +153,7 @@ _REFERENCE_SERVER = textwrap.dedent(
 
 
 # -- the servers ---------------------------------------------------------------------------------------
-def serve_ours(port: int, db: str, profile: str | None) -> None:
+def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None:
     """The ``--serve ours`` subprocess: the host as tests/host/conftest.py builds it, under uvicorn."""
     import cProfile
 
@@ -177,7 +177,7 @@ def serve_ours(port: int, db: str, profile: str | None) -> None:
     history = StorageHistoryProvider(SQLiteMessageStore(db), "history", load_limit=50, owns_store=True)
     agent = Agent(client, name="chat", context_providers=[history])
     host = AgentHost()
-    host.add_agent("chat", agent, session_store=SQLiteSessionStore(db))
+    host.add_agent("chat", agent, session_store=SQLiteSessionStore(session_db))
     config = uvicorn.Config(
         host.app,
         host="127.0.0.1",
@@ -786,18 +786,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile both servers (figures inflated)")
     parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run")
     parser.add_argument("--sizes", help="prior-turn counts for section 2 (default 10,100,1000)")
+    parser.add_argument("--levels", default="1,8,32", help="concurrent clients for section 1")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds at most per phase")
+    parser.add_argument(
+        "--split-db",
+        action="store_true",
+        help="diagnostic: our message store and session store in two SQLite files instead of one",
+    )
     parser.add_argument("--serve", choices=["ours"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
+    parser.add_argument("--session-db", help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve_ours(args.port, args.db, args.profile_out)
+        serve_ours(args.port, args.db, args.session_db or args.db, args.profile_out)
         return
 
     plan = Plan(
-        levels=[1, 8, 32],
+        levels=[int(level) for level in args.levels.split(",")],
         load_turns=10 if args.quick else 50,
         sizes=[int(s) for s in args.sizes.split(",")] if args.sizes else [10, 100, 1000],
         samples=5 if args.quick else 20,
@@ -815,6 +822,8 @@ def main(argv: list[str] | None = None) -> None:
         ours_argv += ["--port", str(port)]
         if args.profile:
             ours_argv += ["--profile-out", str(profiles["ours"])]
+        if args.split_db:
+            ours_argv += ["--session-db", str(folder / "sessions.db")]
         servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
         ref_note = "not run (--no-reference)"
         if not args.no_reference:
