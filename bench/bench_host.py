@@ -44,7 +44,7 @@ import tempfile
 import textwrap
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,6 +200,52 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None
     finally:
         if profiler is not None and profile:
             profiler.dump_stats(profile)
+
+
+def serve_floor(port: int) -> None:
+    """The ``--serve floor`` subprocess: FastAPI + uvicorn streaming the 5 AG-UI events of a text
+    answer for each RunAgentInput (validated), with no agent and no storage."""
+    import uvicorn
+    from ag_ui.core import (
+        RunAgentInput,
+        RunFinishedEvent,
+        RunStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+    )
+    from ag_ui.encoder import EventEncoder
+    from fastapi import FastAPI, Request
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def chat(request: Request) -> StreamingResponse:
+        run = RunAgentInput.model_validate_json(await request.body())
+        encoder, message = EventEncoder(), uuid.uuid4().hex
+
+        async def events() -> AsyncIterator[str]:
+            for event in (
+                RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id),
+                TextMessageStartEvent(message_id=message, role="assistant"),
+                TextMessageContentEvent(message_id=message, delta="ok"),
+                TextMessageEndEvent(message_id=message),
+                RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id),
+            ):
+                yield encoder.encode(event)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    app.get("/healthz")(healthz)
+    app.post("/agents/chat")(chat)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, loop="asyncio", http="h11", log_level="warning", access_log=False
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run()
 
 
 def _free_port() -> int:
@@ -417,9 +463,12 @@ async def section_load(server: Server, clients: int, turns: int, budget: float) 
     latencies: list[float] = []
     errors: list[str] = []
     deadline = time.monotonic() + budget
-    async with _client(clients + 2) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        # one httpx client (one keep-alive connection) per simulated user, as each browser has its
+        # own; a shared pool of 32 connections costs the load client several ms per request
+        pool = [await stack.enter_async_context(_client(2)) for _ in range(clients)]
 
-        async def one() -> None:
+        async def one(client: httpx.AsyncClient) -> None:
             thread = Thread()
             for _ in range(turns):
                 if time.monotonic() > deadline:
@@ -430,7 +479,7 @@ async def section_load(server: Server, clients: int, turns: int, budget: float) 
                     errors.append(done.error)
 
         cpu, mine, start = server.cpu(), _client_cpu(), time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(clients)))
+        await asyncio.gather(*(one(client) for client in pool))
         wall = time.perf_counter() - start
         await asyncio.sleep(0.3)  # let the server finish what follows the last response
         cpu, mine = server.cpu() - cpu, _client_cpu() - mine
@@ -575,25 +624,76 @@ class Plan:
     sections: set[str]
 
 
-async def measure(server: Server, plan: Plan, db: Path | None) -> dict[str, Any]:
-    await server.ready()
-    await warm_up(server, 20)
-    cpu, ticks = server.cpu(), server.cpu_ticks()
-    results: dict[str, Any] = {}
+async def measure_all(servers: list[Server], plan: Plan, db: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    """Every phase on every server, the servers taking turns phase by phase (the order flipped
+    every other phase), so drift on a shared machine falls on both alike. A reference failure
+    drops the reference and keeps measuring ours (its message is returned)."""
+    results: dict[str, dict[str, Any]] = {server.name: {} for server in servers}
+    active = list(servers)
+    failure = ""
+    baseline: dict[str, tuple[float, float]] = {}
+
+    async def step(server: Server, label: str, run: Callable[[], Awaitable[None]]) -> None:
+        nonlocal failure
+        if server not in active:
+            return
+        print(f"  [{server.name}] {label} ...", file=sys.stderr)
+        try:
+            await run()
+        except Exception as exc:
+            if server.name == "ours":
+                raise
+            failure = f"{server.name} failed during {label}: {type(exc).__name__}: {exc}"
+            print(failure, file=sys.stderr)
+            active.remove(server)
+
+    async def start(server: Server) -> None:
+        await server.ready()
+        await warm_up(server, 20)
+        baseline[server.name] = (server.cpu(), server.cpu_ticks())
+
+    for server in servers:
+        await step(server, "start and warm up", lambda server=server: start(server))
+
+    phases: list[tuple[str, Callable[[Server], Awaitable[None]], bool]] = []  # label, run, floor too
     if "1" in plan.sections:
-        results["load"] = {}
         for level in plan.levels:
-            print(f"  [{server.name}] {level} clients x {plan.load_turns} turns ...", file=sys.stderr)
-            results["load"][level] = await section_load(server, level, plan.load_turns, plan.budget)
+
+            async def load(server: Server, level: int = level) -> None:
+                rows = results[server.name].setdefault("load", {})
+                rows[level] = await section_load(server, level, plan.load_turns, plan.budget)
+
+            phases.append((f"{level} clients x {plan.load_turns} turns", load, True))
     if "2" in plan.sections:
-        print(f"  [{server.name}] history {plan.sizes} ...", file=sys.stderr)
-        results["history"] = await section_history(server, plan.sizes, plan.samples, plan.budget)
+        for size in plan.sizes:
+
+            async def history(server: Server, size: int = size) -> None:
+                rows = results[server.name].setdefault("history", {})
+                rows |= await section_history(server, [size], plan.samples, plan.budget)
+
+            phases.append((f"one turn after {size:,} prior turns", history, False))
     if "3" in plan.sections:
-        print(f"  [{server.name}] {RACE} concurrent turns on one thread ...", file=sys.stderr)
-        results["race"] = await section_race(server, plan.race_prior, db, slow=False)
-        results["race_slow"] = await section_race(server, plan.race_prior, db, slow=True)
-    results["cpu_check"] = (server.cpu() - cpu, server.cpu_ticks() - ticks)
-    return results
+        for key, slow in (("race", False), ("race_slow", True)):
+
+            async def race(server: Server, key: str = key, slow: bool = slow) -> None:
+                ours_db = db if server.name == "ours" else None
+                results[server.name][key] = await section_race(server, plan.race_prior, ours_db, slow=slow)
+
+            phases.append(
+                (f"{RACE} concurrent turns on one thread{' (slow model)' if slow else ''}", race, False)
+            )
+
+    for index, (label, run, floor_too) in enumerate(phases):
+        order = [s for s in active if floor_too or s.name != "floor"]
+        for server in order if index % 2 == 0 else order[::-1]:
+            await step(server, label, lambda server=server, run=run: run(server))
+    for server in active:
+        cpu, ticks = baseline[server.name]
+        results[server.name]["cpu_check"] = (server.cpu() - cpu, server.cpu_ticks() - ticks)
+    for server in servers:
+        if server not in active:
+            results.pop(server.name, None)
+    return results, failure
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -606,8 +706,8 @@ def _verdict(ok: bool | None) -> str:
     return "-" if ok is None else ("met" if ok else "NOT met")
 
 
-def report(plan: Plan, ours: dict[str, Any], ref: dict[str, Any] | None, ref_note: str) -> None:
-    ref = ref or {}
+def report(plan: Plan, results: dict[str, dict[str, Any]], ref_note: str) -> None:
+    ours, ref, floor = results["ours"], results.get("reference") or {}, results.get("floor") or {}
     print(f"\nAG-UI host bench (reference: {ref_note})")
     print("both servers: own subprocess, uvicorn loop=asyncio http=h11, instant fake model ('ok')")
     summary: list[str] = []
@@ -624,7 +724,8 @@ def report(plan: Plan, ours: dict[str, Any], ref: dict[str, Any] | None, ref_not
         print(header)
         print("-" * len(header))
         for level in plan.levels:
-            for name, rows in (("ours", ours["load"]), ("reference", ref.get("load"))):
+            impls = (("ours", ours["load"]), ("reference", ref.get("load")), ("floor", floor.get("load")))
+            for name, rows in impls:
                 if not rows:
                     continue
                 row = rows[level]
@@ -635,6 +736,11 @@ def report(plan: Plan, ours: dict[str, Any], ref: dict[str, Any] | None, ref_not
                 )
                 if row["errors"]:
                     print(f"{'':>7}   first error: {row['first_error']}")
+        if floor.get("load"):
+            print(
+                "  (floor: a bare FastAPI endpoint in our environment, same uvicorn settings, that validates"
+                " the RunAgentInput and streams the same 5 AG-UI events: no agent, no storage)"
+            )
         if ref.get("load"):
             for level in plan.levels:
                 o, r = ours["load"][level], ref["load"][level]
@@ -753,7 +859,7 @@ def report(plan: Plan, ours: dict[str, Any], ref: dict[str, Any] | None, ref_not
                         f"{race['stored']} of {RACE}{verdict}"
                     )
 
-    checks = [(name, r["cpu_check"]) for name, r in (("ours", ours), ("reference", ref)) if r]
+    checks = [(name, r["cpu_check"]) for name, r in results.items() if "cpu_check" in r]
     if checks:
         print("\nCPU source: the sum of the server threads' /proc/<pid>/task/*/schedstat run time (ns);")
         for name, (precise, ticks) in checks:
@@ -793,12 +899,15 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="diagnostic: our message store and session store in two SQLite files instead of one",
     )
-    parser.add_argument("--serve", choices=["ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["ours", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--session-db", help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve == "floor":
+        serve_floor(args.port)
+        return
     if args.serve:
         serve_ours(args.port, args.db, args.session_db or args.db, args.profile_out)
         return
@@ -825,6 +934,17 @@ def main(argv: list[str] | None = None) -> None:
         if args.split_db:
             ours_argv += ["--session-db", str(folder / "sessions.db")]
         servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
+        if "1" in plan.sections:
+            port = _free_port()
+            floor_argv = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--serve",
+                "floor",
+                "--port",
+                str(port),
+            ]
+            servers.append(Server("floor", floor_argv, port, folder / "floor.log", None))
         ref_note = "not run (--no-reference)"
         if not args.no_reference:
             python, ref_note = _ensure_reference()
@@ -840,31 +960,21 @@ def main(argv: list[str] | None = None) -> None:
                 servers.append(
                     Server("reference", ref_argv, port, folder / "reference.log", profiles["reference"])
                 )
-        results: dict[str, dict[str, Any] | None] = {}
         try:
             for server in servers:
                 server.start()
-            for server in servers:
-                try:
-                    results[server.name] = asyncio.run(
-                        measure(server, plan, db if server.name == "ours" else None)
-                    )
-                except Exception as exc:
-                    if server.name == "ours":
-                        raise
-                    ref_note = f"failed while running: {type(exc).__name__}: {exc}"
-                    print(f"reference {ref_note}", file=sys.stderr)
-                    results[server.name] = None
+            results, failure = asyncio.run(measure_all(servers, plan, db))
         finally:
             for server in servers:
                 server.stop()
-        ours = results["ours"]
-        assert ours is not None
-        report(plan, ours, results.get("reference"), ref_note)
+        if failure:
+            ref_note = f"{ref_note}; {failure}"
+        report(plan, results, ref_note)
         if args.profile:
             print("\n(--profile: every figure above is inflated by cProfile)")
             for server in servers:
-                _print_profile(server.name, profiles[server.name])
+                if server.profile is not None:
+                    _print_profile(server.name, server.profile)
         for server in servers:
             text = server.log.read_text(errors="replace").strip()
             if text:

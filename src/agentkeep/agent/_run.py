@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
+from .. import telemetry
 from ..clients.base import ChatOptions, ChatResponse, ChatResponseUpdate, merge_updates
 from ..compaction.provider import CompactionProvider
 from ..contents import Content, FunctionCallContent, FunctionResultContent, UsageContent, UsageDetails
@@ -161,7 +162,7 @@ class AgentRun:
         compaction: The per-model-call compaction of this run (``None``: the agent's providers').
     """
 
-    __slots__ = ("_compaction", "_inputs", "_options", "_session", "_tools", "agent")
+    __slots__ = ("_compaction", "_inputs", "_options", "_session", "_span", "_tools", "agent")
 
     def __init__(
         self,
@@ -178,6 +179,7 @@ class AgentRun:
         self._tools = tools
         self._options = options
         self._compaction = compaction
+        self._span = telemetry.Span()
 
     async def execute(self, *, stream: bool) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
         """The run pipeline; yields updates when ``stream``, and always the response last.
@@ -185,9 +187,25 @@ class AgentRun:
         Runs on one session object take turns (see :func:`session_turn`): each sees the history
         the one before it stored, and the session's caches are never extended by two at once.
         """
-        async with contextlib.nullcontext() if self._session is None else session_turn(self._session):
-            async for item in self._execute(stream=stream):
-                yield item
+        session = self._session
+        self._span = telemetry.start(
+            "agentkeep.agent.run",
+            **{
+                "agentkeep.agent": self.agent.name or self.agent.id,
+                "agentkeep.session": session.session_id if session is not None else "",
+                "agentkeep.tenant": (session.isolation_key or "") if session is not None else "",
+                "agentkeep.stream": stream,
+            },
+        )
+        try:
+            async with contextlib.nullcontext() if session is None else session_turn(session):
+                async for item in self._execute(stream=stream):
+                    yield item
+        except BaseException as exc:
+            self._span.fail(exc)
+            raise
+        finally:
+            self._span.end()
 
     async def _execute(self, *, stream: bool) -> AsyncIterator[AgentResponseUpdate | AgentResponse]:
         plan = plan_run(self.agent, self._session, self._tools, self._options, self._compaction)
@@ -208,7 +226,8 @@ class AgentRun:
                         yield update
                     response = merge_updates(updates)
                 else:
-                    response = await self.agent.client.get_response(request, options=call_options)
+                    with self._span.child("agentkeep.model.call", **self._model_attributes(request)):
+                        response = await self.agent.client.get_response(request, options=call_options)
                 answer = self._accept(response, loop)
                 results = await self._answer_tools(plan, context, loop, answer, call_options, final)
                 if results is None:
@@ -242,9 +261,12 @@ class AgentRun:
         for provider in plan.providers:
             if isinstance(provider, HistoryProvider) and not provider.load_messages:
                 continue
-            added = await provider.before_run(
-                agent=self.agent, session=session, context=context, state=provider.get_state(session)
-            )
+            with self._span.child(
+                "agentkeep.provider.before_run", **{"agentkeep.provider": provider.source_id}
+            ):
+                added = await provider.before_run(
+                    agent=self.agent, session=session, context=context, state=provider.get_state(session)
+                )
             if added is not None:
                 context.add(provider, added)
         return context
@@ -260,10 +282,14 @@ class AgentRun:
             if isinstance(provider, CompactionProvider) and provider.phase == "after_run":
                 deferred.append(provider)  # compacts what the history providers just stored
                 continue
-            await provider.after_run(
-                agent=self.agent, session=session, context=context, state=provider.get_state(session)
-            )
+            await self._after_one(provider, session, context)
         for provider in reversed(deferred):
+            await self._after_one(provider, session, context)
+
+    async def _after_one(
+        self, provider: ContextProvider, session: AgentSession, context: SessionContext
+    ) -> None:
+        with self._span.child("agentkeep.provider.after_run", **{"agentkeep.provider": provider.source_id}):
             await provider.after_run(
                 agent=self.agent, session=session, context=context, state=provider.get_state(session)
             )
@@ -293,6 +319,22 @@ class AgentRun:
         self, request: Sequence[Message], options: ChatOptions, updates: list[ChatResponseUpdate]
     ) -> AsyncIterator[AgentResponseUpdate]:
         """One streamed model call: its updates (collected into ``updates``) as the run's."""
+        call = self._span.start_child("agentkeep.model.call", **self._model_attributes(request))
+        try:
+            async for update in self._streamed(request, options, updates):
+                yield update
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            call.end()
+
+    def _model_attributes(self, request: Sequence[Message]) -> dict[str, Any]:
+        return {"agentkeep.client": type(self.agent.client).__name__, "agentkeep.messages": len(request)}
+
+    async def _streamed(
+        self, request: Sequence[Message], options: ChatOptions, updates: list[ChatResponseUpdate]
+    ) -> AsyncIterator[AgentResponseUpdate]:
         ids = _UpdateIds()
         name = self.agent.name
         async for update in self.agent.client.get_streaming_response(request, options=options):

@@ -16,6 +16,7 @@ from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from .. import telemetry
 from ..errors import (
     MessageFormatError,
     ToolError,
@@ -24,7 +25,7 @@ from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
-from ._http import HTTPProblem, error_response, is_loopback, run_error
+from ._http import HTTPProblem, error_response, is_loopback, run_error, spanned
 from ._responses import install_responses
 from ._turns import ConversationLocks, SessionCache, SessionTurn
 
@@ -160,7 +161,12 @@ class AgentHost:
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         start = time.perf_counter()
-        response = await call_next(request)
+        attributes = {"http.request.method": request.method, "url.path": request.url.path}
+        with telemetry.span("agentkeep.host.request", **attributes) as span:
+            request.state.span = span
+            response = await call_next(request)
+            tenant = getattr(request.state, "tenant", "")
+            span.set(**{"http.response.status_code": response.status_code, "agentkeep.tenant": tenant})
         access_log.info(
             "%s %s %d %.1fms tenant=%s",
             request.method,
@@ -245,7 +251,8 @@ class AgentHost:
         except HTTPProblem as exc:
             return error_response(exc.status, exc.kind, exc.message)
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
-        events = self._agui_events(hosted, tenant, run_input, sent, tools)
+        parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
+        events = self._agui_events(hosted, tenant, run_input, sent, tools, parent)
         return StreamingResponse(
             (encoder.encode(event) async for event in events), media_type=encoder.get_content_type()
         )
@@ -257,12 +264,17 @@ class AgentHost:
         run_input: RunAgentInput,
         sent: list[Message],
         tools: list[Any],
+        parent: telemetry.Span,
     ) -> AsyncIterator[Any]:
         thread, run = run_input.thread_id, run_input.run_id
         yield RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
         key = (tenant, hosted.name, thread)
+        turn_span = parent.start_child(
+            "agentkeep.host.turn",
+            **{"agentkeep.agent": hosted.name, "agentkeep.conversation": thread, "agentkeep.tenant": tenant},
+        )
         try:
-            async with asyncio.timeout(self.run_timeout), self.locks.hold(key):
+            async with asyncio.timeout(self.run_timeout), self.locks.hold(key), spanned(turn_span):
                 turn = await SessionTurn.load(
                     hosted.agent,
                     hosted.session_store,
@@ -284,6 +296,7 @@ class AgentHost:
                 await turn.save()
                 self.sessions.keep(key, turn.session)
         except Exception as exc:  # reported in the protocol: the stream has started
+            turn_span.fail(exc)
             code, message = run_error(exc)
             if code == "internal_error":
                 log.exception("run %s of thread %r failed", run, thread)

@@ -3,11 +3,14 @@ and what ended a failed run, as a protocol error code and an HTTP status."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from fastapi.responses import JSONResponse
 
+from .. import telemetry
 from ..errors import (
     AgentkeepError,
     ChatClientError,
@@ -19,7 +22,7 @@ from ..errors import (
 )
 from ._turns import TurnConflictError
 
-__all__ = ["STATUS_OF", "HTTPProblem", "error_response", "is_loopback", "run_error"]
+__all__ = ["STATUS_OF", "HTTPProblem", "error_response", "is_loopback", "run_error", "spanned"]
 
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "testclient"})
 
@@ -77,3 +80,13 @@ def run_error(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, AgentkeepError):
         return "error", str(exc)
     return "internal_error", "the host failed; see its log"
+
+
+@contextlib.asynccontextmanager
+async def spanned(span: telemetry.Span) -> AsyncGenerator[None]:
+    """``span`` current for the block (which may yield: one task runs it) and ended after it."""
+    try:
+        with span.current():
+            yield
+    finally:
+        span.end()

@@ -31,6 +31,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.sse import format_sse_event
 
+from .. import telemetry
 from ..contents import FunctionCallContent, TextContent
 from ..errors import MessageFormatError, ToolError
 from ..messages import Message
@@ -39,7 +40,7 @@ from ..providers.storage import StorageHistoryProvider
 from ..sessions import AgentSession
 from ..stores import session_version
 from ..tools import FunctionTool
-from ._http import STATUS_OF, HTTPProblem, error_response, run_error
+from ._http import STATUS_OF, HTTPProblem, error_response, run_error, spanned
 from ._responses_wire import (
     LiveOutput,
     conversation_items,
@@ -184,7 +185,8 @@ class _Responses:
             conversation_id = self._conversation_id(body)
         except HTTPProblem as exc:
             return error_response(exc.status, exc.kind, exc.message)
-        run = self._run(hosted, tenant, conversation_id, body, new, tools)
+        parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
+        run = self._run(hosted, tenant, conversation_id, body, new, tools, parent)
         if body.stream:
             first = await anext(run)  # a refusal before the run starts is an HTTP error
             if first["type"] == "problem":
@@ -223,6 +225,7 @@ class _Responses:
         body: ResponsesRequest,
         new: list[Message],
         tools: list[FunctionTool],
+        parent: telemetry.Span,
     ) -> AsyncIterator[dict[str, Any]]:
         """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
         conversation = conversation_id or new_conversation_id()
@@ -254,8 +257,16 @@ class _Responses:
         }
         key = (tenant, hosted.name, conversation)
         started = False
+        turn_span = parent.start_child(
+            "agentkeep.host.turn",
+            **{
+                "agentkeep.agent": hosted.name,
+                "agentkeep.conversation": conversation,
+                "agentkeep.tenant": tenant,
+            },
+        )
         try:
-            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(key):
+            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(key), spanned(turn_span):
                 turn: SessionTurn | None = None
                 prior: list[Message] = []
                 if conversation_id is not None:
@@ -304,6 +315,7 @@ class _Responses:
             yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
             return
         except Exception as exc:
+            turn_span.fail(exc)
             code, message = run_error(exc)
             if not started:
                 yield {"type": "problem", "status": STATUS_OF[code], "code": code, "message": message}

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from .. import telemetry
 from .._json_values import encode_json
 from ..errors import ConflictError
 from ..sessions import AgentSession
@@ -148,7 +149,8 @@ class SessionTurn:
             StorageError: The store failed.
         """
         scoped = IsolationKeyScopedSessionStore(store, isolation_key=tenant)
-        session = await scoped.get_session(agent, conversation_id)
+        with telemetry.span("agentkeep.session_store.get", **{"agentkeep.backend": store.backend}):
+            session = await scoped.get_session(agent, conversation_id)
         if cache is not None:
             session = cache[0].take(cache[1], session)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
@@ -166,7 +168,10 @@ class SessionTurn:
             return
         for _ in range(self.attempts):
             try:
-                await self.store.save_session(self.agent, self.conversation_id, session)
+                with telemetry.span(
+                    "agentkeep.session_store.save", **{"agentkeep.backend": self.store.backend}
+                ):
+                    await self.store.save_session(self.agent, self.conversation_id, session)
                 self.session = session
                 return
             except ConflictError:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Unpack
 
+from .. import telemetry
 from ..message_log import MessageLog, MessageView
 from ..messages import Message, new_message_id
 from ..sessions import AgentSession, ProviderSessionState
@@ -160,12 +161,20 @@ class StorageHistoryProvider(HistoryProvider):
         conversation_id = self._state(session, state).conversation_id
         cached = self._cached(session, conversation_id)
         if cached is not None:
-            update = await self.store.read(conversation_id, after=cached.last_seq)
+            with telemetry.span(
+                "agentkeep.store.read", **{"agentkeep.backend": self.store.backend, "agentkeep.cached": True}
+            ) as read:
+                update = await self.store.read(conversation_id, after=cached.last_seq)
+                read.set(**{"agentkeep.messages": len(update.messages)})
             if update.epoch == cached.epoch and update.last_seq >= cached.last_seq:
                 cached.log.extend(update.messages)
                 cached.last_seq = update.last_seq
                 return self._window(cached.log)
-        view = await self.store.read(conversation_id, last=self.load_limit)
+        with telemetry.span(
+            "agentkeep.store.read", **{"agentkeep.backend": self.store.backend, "agentkeep.cached": False}
+        ) as read:
+            view = await self.store.read(conversation_id, last=self.load_limit)
+            read.set(**{"agentkeep.messages": len(view.messages)})
         loaded = self._load(conversation_id, view)
         self._remember(session, loaded)
         return self._window(loaded.log)
@@ -195,7 +204,11 @@ class StorageHistoryProvider(HistoryProvider):
         session: AgentSession | None = None,
         **kwargs: Any,
     ) -> None:
-        await self.store.append(self._state(session, state).conversation_id, messages)
+        with telemetry.span(
+            "agentkeep.store.append",
+            **{"agentkeep.backend": self.store.backend, "agentkeep.messages": len(messages)},
+        ):
+            await self.store.append(self._state(session, state).conversation_id, messages)
 
     async def record_compaction(
         self,

@@ -1,0 +1,124 @@
+"""OpenTelemetry spans (extra ``[otel]``: ``opentelemetry-api``); without it every call here is a
+no-op that costs a function call.
+
+Spans, each a child of the one before: ``agentkeep.host.request`` (method, route, tenant) →
+``agentkeep.host.turn`` (agent, conversation, tenant) → ``agentkeep.agent.run`` (agent, session)
+→ ``agentkeep.provider.before_run`` / ``agentkeep.provider.after_run`` (provider) and
+``agentkeep.model.call`` (client) → ``agentkeep.store.read`` / ``agentkeep.store.append`` /
+``agentkeep.session_store.get`` / ``agentkeep.session_store.save`` (backend). Attributes carry ids,
+names and counts, never message text. Export them by configuring an OpenTelemetry SDK tracer
+provider in the application, as for any instrumented library.
+
+Spans that must outlive an ``await``-free stretch (a streamed run yields between its steps) are
+started with :func:`start` and ended explicitly; their children are made current only around
+awaited calls (:meth:`Span.child`), so no context leaks across a ``yield``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator, Mapping
+from typing import Any, Final
+
+__all__ = ["Span", "span", "start"]
+
+try:
+    from opentelemetry import context as _context
+    from opentelemetry import trace as _trace
+except ImportError:  # pragma: no cover - depends on the installation
+    _trace = None
+    _context = None
+
+_TRACER: Final = None if _trace is None else _trace.get_tracer("agentkeep")
+_Attributes = Mapping[str, str | int | float | bool]
+
+
+def _clean(attributes: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
+    return {key: value for key, value in attributes.items() if isinstance(value, str | int | float | bool)}
+
+
+class Span:
+    """A span started by :func:`start` (a no-op one without OpenTelemetry)."""
+
+    __slots__ = ("_span",)
+
+    def __init__(self, otel_span: Any = None) -> None:
+        self._span = otel_span
+
+    @contextlib.contextmanager
+    def child(self, name: str, **attributes: Any) -> Generator[None]:
+        """A child span, current for the block (use it around awaited calls only)."""
+        if _TRACER is None or _trace is None or self._span is None:
+            yield
+            return
+        parent = _trace.set_span_in_context(self._span)
+        with _TRACER.start_as_current_span(
+            name,
+            context=parent,
+            attributes=_clean(attributes),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as made:
+            try:
+                yield
+            except BaseException as exc:
+                Span(made).fail(exc)
+                raise
+
+    @contextlib.contextmanager
+    def current(self) -> Generator[None]:
+        """This span as the current one for the block, which may ``yield`` as long as one task
+        runs all of it (a host's streamed turn): spans started inside become its children."""
+        if _context is None or _trace is None or self._span is None:
+            yield
+            return
+        token = _context.attach(_trace.set_span_in_context(self._span))
+        try:
+            yield
+        finally:
+            _context.detach(token)
+
+    def start_child(self, name: str, **attributes: Any) -> Span:
+        """A child span to end explicitly (for a stretch with ``yield`` in it)."""
+        if _TRACER is None or _trace is None or self._span is None:
+            return Span()
+        parent = _trace.set_span_in_context(self._span)
+        return Span(_TRACER.start_span(name, context=parent, attributes=_clean(attributes)))
+
+    def set(self, **attributes: Any) -> None:
+        if self._span is not None:
+            self._span.set_attributes(_clean(attributes))
+
+    def fail(self, exc: BaseException) -> None:
+        """Record that what the span covers failed with ``exc`` (its type, not its text)."""
+        if self._span is not None and _trace is not None:
+            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, type(exc).__name__))
+            self._span.set_attribute("error.type", type(exc).__name__)
+
+    def end(self) -> None:
+        if self._span is not None:
+            self._span.end()
+
+
+def start(name: str, **attributes: Any) -> Span:
+    """A span, child of the current one, that the caller ends (see the module docs)."""
+    if _TRACER is None:
+        return Span()
+    return Span(_TRACER.start_span(name, attributes=_clean(attributes)))
+
+
+@contextlib.contextmanager
+def span(name: str, **attributes: Any) -> Generator[Span]:
+    """A span, child of the current one, current for the block; an exception marks it failed."""
+    if _TRACER is None:
+        yield Span()
+        return
+    with _TRACER.start_as_current_span(
+        name, attributes=_clean(attributes), record_exception=False, set_status_on_exception=False
+    ) as made:
+        wrapped = Span(made)
+        try:
+            yield wrapped
+        except BaseException as exc:
+            wrapped.fail(exc)
+            raise
