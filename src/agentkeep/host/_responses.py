@@ -156,9 +156,17 @@ class _Responses:
             raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
         return hosted
 
-    async def _existing(self, hosted: HostedAgent, tenant: str, conversation_id: str) -> SessionTurn:
+    async def _existing(
+        self, hosted: HostedAgent, tenant: str, conversation_id: str, *, warm: bool = False
+    ) -> SessionTurn:
+        cache = (self.host.sessions, (tenant, hosted.name, conversation_id)) if warm else None
         turn = await SessionTurn.load(
-            hosted.agent, hosted.session_store, tenant, conversation_id, attempts=self.host.save_attempts
+            hosted.agent,
+            hosted.session_store,
+            tenant,
+            conversation_id,
+            cache=cache,
+            attempts=self.host.save_attempts,
         )
         if session_version(turn.session) is None:
             raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
@@ -270,7 +278,7 @@ class _Responses:
                 turn: SessionTurn | None = None
                 prior: list[Message] = []
                 if conversation_id is not None:
-                    turn = await self._existing(hosted, tenant, conversation_id)
+                    turn = await self._existing(hosted, tenant, conversation_id, warm=True)
                     self._check_previous(turn, body.previous_response_id)
                     history = await _stored_window(hosted.agent, turn.session)
                     self._check_branch(turn, body.previous_response_id, history)
