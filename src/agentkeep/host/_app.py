@@ -27,6 +27,7 @@ from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._http import HTTPProblem, error_response, is_loopback, run_error, spanned
 from ._responses import install_responses
+from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache, SessionTurn
 
 if TYPE_CHECKING:
@@ -139,6 +140,7 @@ class AgentHost:
         app.get("/healthz")(self._healthz)
         app.get("/readyz", response_model=None)(self._readyz)
         install_responses(self, app)
+        install_sessions_api(self, app)
         return app
 
     @contextlib.asynccontextmanager

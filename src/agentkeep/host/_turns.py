@@ -96,6 +96,10 @@ class SessionCache:
             return cached
         return stored
 
+    def drop(self, key: tuple[str, ...]) -> None:
+        """Forget the object of ``key`` (its conversation was deleted)."""
+        self._sessions.pop(key, None)
+
     def keep(self, key: tuple[str, ...], session: AgentSession) -> None:
         """Remember ``session`` (saved, at its version) for the next turn of ``key``."""
         self._sessions[key] = session

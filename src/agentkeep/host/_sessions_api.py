@@ -1,0 +1,211 @@
+"""The sessions API under ``/api/``: a tenant's own conversations of an agent, as its history
+provider stores them (the agent needs a :class:`~agentkeep.providers.StorageHistoryProvider`).
+
+* ``GET /api/agents/{name}/sessions?limit=&offset=&q=``: the tenant's conversations, most recently
+  active first (``q``: a part of the id), with their message counts.
+* ``GET /api/agents/{name}/sessions/{id}/messages?raw=&limit=&offset=``: the compacted view (what
+  the next run loads) or the raw log (every original, excluded ones flagged), paged from the
+  newest: ``offset`` messages back from the end, ``limit`` of them, oldest first.
+* ``GET /api/agents/{name}/sessions/{id}/groups?tokenizer=estimate|openai:<encoding>``: the view's
+  message groups (kind, messages, tokens with the tokenizer named, turn).
+* ``DELETE /api/agents/{name}/sessions/{id}``: the conversation's history and session.
+
+Conversation ids are the tenant's own (``chat-1``); another tenant's are not there (404).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..compaction import CharacterEstimatorTokenizer, MessageIndex, OpenAITokenizer, Tokenizer
+from ..providers.storage import StorageHistoryProvider
+from ..sessions import ISOLATION_SEPARATOR
+from ..storage.base import StoredMessage, SupportsListing
+from ..stores import IsolationKeyScopedSessionStore
+from ._http import HTTPProblem, error_response
+
+if TYPE_CHECKING:
+    from ._app import AgentHost, HostedAgent
+
+__all__ = ["install_sessions_api"]
+
+
+def _entry(entry: StoredMessage) -> dict[str, Any]:
+    message = entry.message
+    return {
+        "seq": entry.seq,
+        "id": message.message_id,
+        "role": message.role,
+        "author_name": message.author_name,
+        "created_at": None if message.created_at is None else message.created_at.isoformat(),
+        "text": message.text,
+        "contents": [content.to_dict() for content in message.contents],
+        "excluded": entry.excluded,
+        "replaces": list(entry.replaces),
+    }
+
+
+def _tokenizer(spec: str) -> tuple[Tokenizer, str]:
+    if spec == "estimate":
+        made = CharacterEstimatorTokenizer()
+        return made, f"estimate ({made.chars_per_token} characters per token)"
+    kind, _, encoding = spec.partition(":")
+    if kind != "openai" or not encoding:
+        raise HTTPProblem(400, "invalid_request", "tokenizer is 'estimate' or 'openai:<encoding>'")
+    try:
+        return OpenAITokenizer(encoding), f"openai:{encoding}"
+    except ImportError as exc:
+        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+    except (ValueError, KeyError) as exc:
+        raise HTTPProblem(400, "invalid_request", f"unknown encoding {encoding!r}") from exc
+
+
+class _SessionsAPI:
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+
+    def _history(self, name: str) -> tuple[HostedAgent, StorageHistoryProvider]:
+        hosted = self.host.agents.get(name)
+        if hosted is None:
+            raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
+        agent = hosted.agent
+        for provider in [*agent.context_providers, agent.default_history_provider]:
+            if isinstance(provider, StorageHistoryProvider):
+                return hosted, provider
+        raise HTTPProblem(404, "not_found", f"agent {name!r} keeps no durable history to show")
+
+    def _key(self, tenant: str, conversation_id: str) -> str:
+        if not conversation_id:
+            raise HTTPProblem(404, "not_found", "no such session")
+        return f"{tenant}{ISOLATION_SEPARATOR}{conversation_id}"
+
+    async def list_sessions(
+        self, name: str, request: Request, limit: int = 50, offset: int = 0, q: str = ""
+    ) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            if not 1 <= limit <= 500 or offset < 0:
+                raise HTTPProblem(400, "invalid_request", "limit is 1 to 500, offset at least 0")
+            _, history = self._history(name)
+            store = history.store
+            if not isinstance(store, SupportsListing):
+                raise HTTPProblem(
+                    404, "not_found", f"the {store.backend} store cannot list its conversations"
+                )
+            prefix = f"{tenant}{ISOLATION_SEPARATOR}"
+            mine = [
+                info
+                for info in await store.list_conversations()
+                if info.conversation_id.startswith(prefix) and q in info.conversation_id[len(prefix) :]
+            ]
+            page = mine[offset : offset + limit]
+            return JSONResponse(
+                {
+                    "sessions": [
+                        {
+                            "id": info.conversation_id[len(prefix) :],
+                            "messages": info.message_count,
+                            "last_seq": info.last_seq,
+                            "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
+                        }
+                        for info in page
+                    ],
+                    "total": len(mine),
+                    "offset": offset,
+                    "limit": limit,
+                }
+            )
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def messages(
+        self,
+        name: str,
+        session_id: str,
+        request: Request,
+        raw: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            if not 1 <= limit <= 1000 or offset < 0:
+                raise HTTPProblem(400, "invalid_request", "limit is 1 to 1000, offset at least 0")
+            _, history = self._history(name)
+            view = await history.store.read(self._key(tenant, session_id), raw=raw, last=offset + limit)
+            if not view.entries and view.last_seq == 0:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+            window = view.entries[: max(len(view.entries) - offset, 0)]
+            return JSONResponse(
+                {
+                    "session": session_id,
+                    "raw": raw,
+                    "epoch": view.epoch,
+                    "last_seq": view.last_seq,
+                    "offset": offset,
+                    "messages": [_entry(entry) for entry in window],
+                    "more": len(view.entries) == offset + limit,
+                }
+            )
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def groups(
+        self, name: str, session_id: str, request: Request, tokenizer: str = "estimate"
+    ) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            counter, label = _tokenizer(tokenizer)
+            _, history = self._history(name)
+            view = await history.store.read(self._key(tenant, session_id))
+            if not view.entries and view.last_seq == 0:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+            messages = view.messages
+            index = MessageIndex(messages, tokenizer=counter)
+            groups = [
+                {
+                    "kind": group.kind.value,
+                    "turn": group.turn,
+                    "messages": [message.message_id for message in group.messages],
+                    "tokens": group.token_count,
+                }
+                for group in index.groups
+            ]
+            return JSONResponse(
+                {
+                    "session": session_id,
+                    "tokenizer": label,
+                    "messages": index.message_count,
+                    "turns": index.turn_count,
+                    "tokens": index.token_count,
+                    "groups": groups,
+                }
+            )
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def delete(self, name: str, session_id: str, request: Request) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            hosted, history = self._history(name)
+            removed = await history.store.delete(self._key(tenant, session_id))
+            scoped = IsolationKeyScopedSessionStore(hosted.session_store, isolation_key=tenant)
+            removed = await scoped.delete_session(hosted.agent, session_id) or removed
+            if not removed:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+            self.host.sessions.drop((tenant, hosted.name, session_id))
+            return Response(status_code=204)
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+
+def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
+    """Add the sessions API of ``host`` to ``app``."""
+    api = _SessionsAPI(host)
+    app.get("/api/agents/{name}/sessions", response_model=None)(api.list_sessions)
+    app.get("/api/agents/{name}/sessions/{session_id}/messages", response_model=None)(api.messages)
+    app.get("/api/agents/{name}/sessions/{session_id}/groups", response_model=None)(api.groups)
+    app.delete("/api/agents/{name}/sessions/{session_id}", response_model=None)(api.delete)
