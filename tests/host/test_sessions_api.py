@@ -55,3 +55,63 @@ async def test_a_tenant_lists_reads_groups_and_deletes_only_its_own_sessions(hos
         assert (await client.delete("/sessions/t-2", headers=alice)).status_code == 404
         assert (await client.get("/sessions", headers={})).status_code == 401
     assert [m.text for m in await hosted.stored("bob::t-1")] == ["bob's own t-1", "heard 1: bob's own t-1"]
+
+
+async def test_a_compaction_is_previewed_then_recorded_and_the_session_exported(hosted: Hosted) -> None:
+    sent: list[dict[str, object]] = []
+    for turn in range(6):
+        sent.append(user(f"turn {turn}"))
+        sent.extend(conversation(await run(hosted.server.url, "long", sent, key=ALICE[0])))
+    alice = {"Authorization": f"Bearer {ALICE[0]}"}
+    plan = {"strategies": ["turns"], "keep": 2}
+    async with httpx.AsyncClient(
+        base_url=f"{hosted.server.url}/api/agents/chat/sessions", timeout=30
+    ) as client:
+        preview = (await client.post("/long/compaction/preview", json=plan, headers=alice)).json()
+        assert preview["before"]["messages"] == 12
+        assert preview["after"]["messages"] == 4
+        assert len(preview["excluded"]) == 8
+        assert preview["recorded"] is False
+        assert (
+            len((await client.get("/long/messages", params={"limit": 100}, headers=alice)).json()["messages"])
+            == 12
+        )
+
+        bad = await client.post(
+            "/long/compaction/preview", json={"strategies": ["turns"], "max_tokens": 5}, headers=alice
+        )
+        assert bad.status_code == 422
+        assert "max_tokens" in bad.json()["error"]["message"]
+        unknown = await client.post("/long/compaction/preview", json={"strategies": ["shred"]}, headers=alice)
+        assert unknown.status_code == 422
+
+        applied = (await client.post("/long/compaction", json=plan, headers=alice)).json()
+        assert applied["recorded"] is True
+        assert applied["excluded"] == preview["excluded"]
+        view = (await client.get("/long/messages", params={"limit": 100}, headers=alice)).json()
+        assert [m["text"] for m in view["messages"]] == [
+            "turn 4",
+            "heard 5: turn 0 | turn 1 | turn 2 | turn 3 | turn 4",
+            "turn 5",
+            "heard 6: turn 0 | turn 1 | turn 2 | turn 3 | turn 4 | turn 5",
+        ]
+        raw = (await client.get("/long/messages", params={"limit": 100, "raw": True}, headers=alice)).json()
+        assert len(raw["messages"]) == 12  # every original kept
+        assert sum(m["excluded"] for m in raw["messages"]) == 8
+
+        exported = (await client.get("/long/export", headers=alice)).json()
+        assert exported["format"] == "agentkeep.conversation"
+        assert exported["conversation_id"] == "long"
+        assert len(exported["messages"]) == 12
+        assert len(exported["excluded"]) == 8
+        markdown = await client.get("/long/export", params={"format": "markdown"}, headers=alice)
+        assert markdown.headers["content-type"].startswith("text/markdown")
+        assert markdown.text.startswith("# Session `long`")
+        bob = {"Authorization": f"Bearer {BOB[0]}"}
+        assert (await client.get("/long/export", headers=bob)).status_code == 404
+        assert (await client.post("/long/compaction", json=plan, headers=bob)).status_code == 404
+
+    # the next turn runs on the compacted view
+    sent.append(user("after"))
+    events = await run(hosted.server.url, "long", sent, key=ALICE[0])
+    assert conversation(events)[0]["content"] == "heard 3: turn 4 | turn 5 | after"

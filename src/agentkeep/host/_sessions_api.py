@@ -8,6 +8,14 @@ provider stores them (the agent needs a :class:`~agentkeep.providers.StorageHist
   newest: ``offset`` messages back from the end, ``limit`` of them, oldest first.
 * ``GET /api/agents/{name}/sessions/{id}/groups?tokenizer=estimate|openai:<encoding>``: the view's
   message groups (kind, messages, tokens with the tokenizer named, turn).
+* ``POST /api/agents/{name}/sessions/{id}/compaction/preview``: a compaction plan (``strategies``
+  with ``keep`` / ``max_tokens`` / ``target_tokens``, ``tokenizer``; see
+  :mod:`agentkeep.compaction.plans`) run on the view: groups, messages and tokens before and
+  after, what it would exclude and add. Nothing is written.
+* ``POST /api/agents/{name}/sessions/{id}/compaction``: the same, recorded non-destructively (the
+  raw log keeps every original); 409 if another compaction was recorded meanwhile.
+* ``GET /api/agents/{name}/sessions/{id}/export?format=json|markdown``: the JSON export (see
+  :mod:`agentkeep.transfer`) or a Markdown transcript of the view.
 * ``DELETE /api/agents/{name}/sessions/{id}``: the conversation's history and session.
 
 Conversation ids are the tenant's own (``chat-1``); another tenant's are not there (404).
@@ -15,16 +23,27 @@ Conversation ids are the tenant's own (``chat-1``); another tenant's are not the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+import pydantic
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ..compaction import CharacterEstimatorTokenizer, MessageIndex, OpenAITokenizer, Tokenizer
+from ..compaction.plans import (
+    CompactionPlanError,
+    CompactionReport,
+    StrategyName,
+    ViewCounts,
+    compact_conversation,
+    plan_compaction,
+)
+from ..errors import ConflictError
 from ..providers.storage import StorageHistoryProvider
 from ..sessions import ISOLATION_SEPARATOR
 from ..storage.base import StoredMessage, SupportsListing
 from ..stores import IsolationKeyScopedSessionStore
+from ..transfer import export_conversation, render_markdown
 from ._http import HTTPProblem, error_response
 
 if TYPE_CHECKING:
@@ -61,6 +80,45 @@ def _tokenizer(spec: str) -> tuple[Tokenizer, str]:
         raise HTTPProblem(400, "invalid_request", str(exc)) from exc
     except (ValueError, KeyError) as exc:
         raise HTTPProblem(400, "invalid_request", f"unknown encoding {encoding!r}") from exc
+
+
+class CompactionRequest(pydantic.BaseModel):
+    """The body of the compaction endpoints (see :mod:`agentkeep.compaction.plans`)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    strategies: list[StrategyName]
+    keep: int | None = pydantic.Field(default=None, ge=0)
+    max_tokens: int | None = pydantic.Field(default=None, ge=1)
+    target_tokens: int | None = pydantic.Field(default=None, ge=1)
+    tokenizer: str = "estimate"
+
+
+def _counts(counts: ViewCounts) -> dict[str, Any]:
+    return {
+        "groups": counts.group_count,
+        "by_kind": counts.groups,
+        "messages": counts.messages,
+        "tokens": counts.tokens,
+    }
+
+
+def _report(session_id: str, report: CompactionReport) -> dict[str, Any]:
+    return {
+        "session": session_id,
+        "plan": report.plan.describe(),
+        "tokenizer": report.tokenizer,
+        "before": _counts(report.before),
+        "after": _counts(report.after),
+        "excluded": report.excluded,
+        "summaries": [
+            {"id": s.message.message_id, "text": s.message.text, "replaces": list(s.replaces)}
+            for s in report.summaries
+        ],
+        "changed": report.changed,
+        "recorded": report.epoch is not None,
+        "epoch": report.epoch,
+    }
 
 
 class _SessionsAPI:
@@ -187,6 +245,68 @@ class _SessionsAPI:
         except HTTPProblem as exc:
             return error_response(exc.status, exc.kind, exc.message)
 
+    async def _compact(self, name: str, session_id: str, request: Request, *, dry_run: bool) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            raw = await self.host.body_of(request)
+            try:
+                body = CompactionRequest.model_validate_json(raw)
+            except pydantic.ValidationError as exc:
+                details = exc.errors(include_url=False, include_input=False)
+                return error_response(422, "invalid_request", "not a compaction request", details=details)
+            counter, _ = _tokenizer(body.tokenizer)
+            try:
+                plan = plan_compaction(
+                    body.strategies,
+                    keep=body.keep,
+                    max_tokens=body.max_tokens,
+                    target_tokens=body.target_tokens,
+                )
+            except CompactionPlanError as exc:
+                raise HTTPProblem(422, "invalid_request", f"{exc.option}: {exc}") from exc
+            hosted, history = self._history(name)
+            key = self._key(tenant, session_id)
+            try:
+                report = await compact_conversation(
+                    history.store, key, plan, tokenizer=counter, dry_run=dry_run
+                )
+            except LookupError as exc:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
+            except ConflictError as exc:
+                raise HTTPProblem(
+                    409, "conflict", "another compaction was recorded meanwhile; try again"
+                ) from exc
+            if report.epoch is not None:
+                self.host.sessions.drop((tenant, hosted.name, session_id))  # its loaded view is stale
+            return JSONResponse(_report(session_id, report))
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
+    async def preview(self, name: str, session_id: str, request: Request) -> Response:
+        return await self._compact(name, session_id, request, dry_run=True)
+
+    async def apply(self, name: str, session_id: str, request: Request) -> Response:
+        return await self._compact(name, session_id, request, dry_run=False)
+
+    async def export(
+        self, name: str, session_id: str, request: Request, format: Literal["json", "markdown"] = "json"
+    ) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            _, history = self._history(name)
+            key = self._key(tenant, session_id)
+            try:
+                exported = await export_conversation(history.store, key)
+            except LookupError as exc:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
+            exported.conversation_id = session_id  # the tenant's name for it
+            if format == "json":
+                return Response(exported.to_json(), media_type="application/json")
+            view = await history.store.read(key)
+            return PlainTextResponse(render_markdown(session_id, view.entries), media_type="text/markdown")
+        except HTTPProblem as exc:
+            return error_response(exc.status, exc.kind, exc.message)
+
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
         try:
             tenant = self.host.tenant_of(request)
@@ -208,4 +328,7 @@ def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
     app.get("/api/agents/{name}/sessions", response_model=None)(api.list_sessions)
     app.get("/api/agents/{name}/sessions/{session_id}/messages", response_model=None)(api.messages)
     app.get("/api/agents/{name}/sessions/{session_id}/groups", response_model=None)(api.groups)
+    app.post("/api/agents/{name}/sessions/{session_id}/compaction/preview", response_model=None)(api.preview)
+    app.post("/api/agents/{name}/sessions/{session_id}/compaction", response_model=None)(api.apply)
+    app.get("/api/agents/{name}/sessions/{session_id}/export", response_model=None)(api.export)
     app.delete("/api/agents/{name}/sessions/{session_id}", response_model=None)(api.delete)
