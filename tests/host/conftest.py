@@ -60,6 +60,14 @@ class Hosted:
         self.host.add_agent("chat", self.agent, session_store=SQLiteSessionStore(self.path))
         self.server = ThreadedUvicorn(self.host.app, name="agentkeep host", lifespan="on")
 
+    async def conversations(self) -> list[str]:
+        """Every conversation the host's history holds."""
+        store = SQLiteMessageStore(self.path)
+        try:
+            return [info.conversation_id for info in await store.list_conversations()]
+        finally:
+            await close_store(store)
+
     async def stored(self, conversation_id: str) -> list[Message]:
         store = SQLiteMessageStore(self.path)
         try:

@@ -91,6 +91,7 @@ async def test_store_false_keeps_nothing(hosted: Hosted) -> None:
         assert answer.output_text == "heard 1: off the record"
         with pytest.raises(openai.NotFoundError):
             await client.responses.retrieve(answer.id)
+    assert await hosted.conversations() == []  # no history, no session
 
 
 async def test_no_tenant_reaches_another_tenants_responses_or_conversations(hosted: Hosted) -> None:

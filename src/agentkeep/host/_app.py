@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
+from ._chat_completions import install_chat_completions
 from ._http import HTTPProblem, error_response, is_loopback, run_error, spanned
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
@@ -48,12 +50,24 @@ class HostedAgent:
     name: str
     agent: Agent
     session_store: AgentSessionStore
+    _stateless: Agent | None = None
+
+    @property
+    def stateless(self) -> Agent:
+        """The agent without its context providers, for requests that keep nothing (their
+        providers keep per-session data, and such a request has no session)."""
+        if self._stateless is None or self._stateless.client is not self.agent.client:
+            bare = copy.copy(self.agent)
+            bare.context_providers = ()
+            bare.default_history_provider = None
+            self._stateless = bare
+        return self._stateless
 
 
 class AgentHost:
     """Agents served over HTTP: AG-UI at ``POST /agents/{name}``, the OpenAI Responses API at
-    ``/v1/responses`` (``model`` = the agent's name) with the Conversations subset, ``/healthz`` and
-    ``/readyz``.
+    ``/v1/responses`` (``model`` = the agent's name) with the Conversations subset, the stateless
+    ``/v1/chat/completions``, the sessions API under ``/api/``, ``/healthz`` and ``/readyz``.
 
     Args:
         api_keys: The keys requests authenticate with (``Authorization: Bearer``), each mapped to
@@ -141,6 +155,7 @@ class AgentHost:
         app.get("/readyz", response_model=None)(self._readyz)
         install_responses(self, app)
         install_sessions_api(self, app)
+        install_chat_completions(self, app)
         return app
 
     @contextlib.asynccontextmanager
@@ -178,6 +193,10 @@ class AgentHost:
             getattr(request.state, "tenant", "-"),
         )
         return response
+
+    def timed(self) -> asyncio.Timeout:
+        """The time limit of one run (:attr:`run_timeout`)."""
+        return asyncio.timeout(self.run_timeout)
 
     def tenant_of(self, request: Request) -> str:
         """The tenant ``request`` runs as (recorded on ``request.state`` for the access log).

@@ -298,9 +298,8 @@ class _Responses:
                 started = True
                 live = LiveOutput()
                 session = turn.session if body.store and turn is not None else None
-                stream = hosted.agent.run(
-                    [*prior, *new], session=session, stream=True, tools=tools, options=options
-                )
+                agent = hosted.agent if session is not None else hosted.stateless
+                stream = agent.run([*prior, *new], session=session, stream=True, tools=tools, options=options)
                 async with stream as updates:
                     async for update in updates:
                         for event in _events_of(live, update):
