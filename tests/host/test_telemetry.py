@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -34,6 +35,9 @@ async def test_a_turn_is_traced_from_request_to_store(hosted: Hosted) -> None:
     EXPORTER.clear()
     events = await run(hosted.server.url, "traced", [user("the secret word is marmalade")], key=ALICE[0])
     assert events[-1]["type"] == "RUN_FINISHED"
+    async with asyncio.timeout(10):  # the server ends the request span just after the last byte
+        while not any(s.name == "agentkeep.host.request" for s in EXPORTER.get_finished_spans()):
+            await asyncio.sleep(0.01)
     spans = EXPORTER.get_finished_spans()
     [request] = [
         s

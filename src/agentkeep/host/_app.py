@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import copy
 import logging
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
-from ._http import HTTPProblem, error_response, is_loopback, run_error, spanned
+from ._http import AccessLog, HTTPProblem, error_response, is_loopback, run_error, spanned
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache, SessionTurn
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentHost", "HostedAgent"]
 
 log = logging.getLogger("agentkeep.host")
-access_log = logging.getLogger("agentkeep.host.access")
 
 
 @dataclass(slots=True)
@@ -149,7 +147,7 @@ class AgentHost:
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
-        app.middleware("http")(self._access_log)
+        app.add_middleware(AccessLog)
         app.post("/agents/{name}", response_model=None)(self._agui)
         app.get("/healthz")(self._healthz)
         app.get("/readyz", response_model=None)(self._readyz)
@@ -173,26 +171,6 @@ class AgentHost:
             yield
         finally:
             await self.aclose()
-
-    async def _access_log(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        start = time.perf_counter()
-        attributes = {"http.request.method": request.method, "url.path": request.url.path}
-        with telemetry.span("agentkeep.host.request", **attributes) as span:
-            request.state.span = span
-            response = await call_next(request)
-            tenant = getattr(request.state, "tenant", "")
-            span.set(**{"http.response.status_code": response.status_code, "agentkeep.tenant": tenant})
-        access_log.info(
-            "%s %s %d %.1fms tenant=%s",
-            request.method,
-            request.url.path,
-            response.status_code,
-            (time.perf_counter() - start) * 1000,
-            getattr(request.state, "tenant", "-"),
-        )
-        return response
 
     def timed(self) -> asyncio.Timeout:
         """The time limit of one run (:attr:`run_timeout`)."""

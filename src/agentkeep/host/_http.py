@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
+import time
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import telemetry
 from ..errors import (
@@ -22,7 +25,9 @@ from ..errors import (
 )
 from ._turns import TurnConflictError
 
-__all__ = ["STATUS_OF", "HTTPProblem", "error_response", "is_loopback", "run_error", "spanned"]
+__all__ = ["STATUS_OF", "AccessLog", "HTTPProblem", "error_response", "is_loopback", "run_error", "spanned"]
+
+access_log = logging.getLogger("agentkeep.host.access")
 
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "testclient"})
 
@@ -90,3 +95,45 @@ async def spanned(span: telemetry.Span) -> AsyncGenerator[None]:
             yield
     finally:
         span.end()
+
+
+class AccessLog:
+    """ASGI middleware: one span (``agentkeep.host.request``) and one access-log line per request,
+    covering the whole response, a streamed one included (a plain ASGI wrapper: no extra task or
+    buffering between the app and the server)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        state = scope.setdefault("state", {})
+        method, path = scope["method"], scope["path"]
+        with telemetry.span(
+            "agentkeep.host.request", **{"http.request.method": method, "url.path": path}
+        ) as span:
+            state["span"] = span
+            try:
+                await self.app(scope, receive, sending)
+            finally:
+                tenant = state.get("tenant", "-")
+                span.set(**{"http.response.status_code": status, "agentkeep.tenant": tenant})
+                access_log.info(
+                    "%s %s %d %.1fms tenant=%s",
+                    method,
+                    path,
+                    status,
+                    (time.perf_counter() - start) * 1000,
+                    tenant,
+                )
