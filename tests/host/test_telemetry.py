@@ -4,23 +4,34 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.host.conftest import ALICE, Hosted, run, user
 
 EXPORTER = InMemorySpanExporter()
+REQUEST_ENDED = threading.Event()
+
+
+class _Watch(SpanProcessor):
+    """Tells the test when the server has ended a request span."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == "agentkeep.host.request":
+            REQUEST_ENDED.set()
 
 
 @pytest.fixture(scope="module", autouse=True)
 def exporting() -> Iterator[None]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+    provider.add_span_processor(_Watch())
     trace.set_tracer_provider(provider)  # once per process: the API keeps the first
     yield
     provider.shutdown()  # later tests record nothing
@@ -33,11 +44,11 @@ def by_name(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
 
 async def test_a_turn_is_traced_from_request_to_store(hosted: Hosted) -> None:
     EXPORTER.clear()
+    REQUEST_ENDED.clear()
     events = await run(hosted.server.url, "traced", [user("the secret word is marmalade")], key=ALICE[0])
     assert events[-1]["type"] == "RUN_FINISHED"
-    async with asyncio.timeout(10):  # the server ends the request span just after the last byte
-        while not any(s.name == "agentkeep.host.request" for s in EXPORTER.get_finished_spans()):
-            await asyncio.sleep(0.01)
+    # the server ends the request span just after the last byte: wait for it (bounded)
+    assert await asyncio.to_thread(REQUEST_ENDED.wait, 10)
     spans = EXPORTER.get_finished_spans()
     [request] = [
         s
