@@ -1,29 +1,42 @@
 """The AG-UI host over real HTTP: agentkeep's ``AgentHost`` against Microsoft Agent Framework's endpoint.
 
-Both servers run in their own subprocess on a loopback port under uvicorn (``loop="asyncio"``,
-``http="h11"``, no access log, for both), with the same instant fake model (answers "ok"):
+Each server runs in its own subprocess on a loopback port under uvicorn (``loop="asyncio"``,
+``http="h11"``, no access log, for all), with the same instant fake model (answers "ok"):
 
 * ours: ``AgentHost`` (no API keys: loopback, tenant ``local``) serving ``Agent(ScriptedChatClient)``
   with a ``StorageHistoryProvider`` on ``SQLiteMessageStore`` (``load_limit=50``) and a
-  ``SQLiteSessionStore``, both in one SQLite file (as ``tests/host/conftest.py`` builds it);
+  ``SQLiteSessionStore``, both in one SQLite file, as ``tests/host/conftest.py`` builds it (the
+  scripted client's record of calls is cleared on every call, so the server keeps no garbage);
 * reference: ``agent-framework-ag-ui`` (``add_agent_framework_fastapi_endpoint``) on
-  ``agent-framework-core``, an ``Agent`` on a minimal ``BaseChatClient`` subclass, its threads in
-  the package's ``InMemoryAGUIThreadSnapshotStore`` under one stable scope; installed only into
-  ``bench/.venv-ref`` and run from there.
+  ``agent-framework-core``: an ``Agent`` on a minimal ``BaseChatClient`` subclass, its threads in
+  the package's ``InMemoryAGUIThreadSnapshotStore`` under one stable scope (the documented
+  ``authorization_scope_resolver``); installed only into ``bench/.venv-ref`` and run from there;
+* floor (section 1 only): a bare FastAPI endpoint that validates the RunAgentInput and streams the
+  same five events, no agent and no storage: what any Python AG-UI server on this stack pays.
 
-The load client is ``httpx.AsyncClient`` in this process and behaves as an AG-UI client: each turn
-resends the whole message list with ids and appends the assistant message rebuilt from the
-stream's ``TEXT_MESSAGE_START`` / ``TEXT_MESSAGE_CONTENT`` events. Server CPU is read from
-``/proc/<pid>/stat`` (utime + stime) before and after each phase.
+A user message starting with ``slow:`` makes either fake model take 50 ms (section 3 only).
+
+The load client is ``httpx.AsyncClient`` in this process (one per simulated user, one keep-alive
+connection each) and behaves as an AG-UI client: each turn resends the whole message list with ids
+and appends the assistant message rebuilt from ``TEXT_MESSAGE_START`` / ``TEXT_MESSAGE_CONTENT``.
+Every event is received; the reference's ``MESSAGES_SNAPSHOT`` (its whole transcript, sent at the
+end of each run) is not decoded, to keep the client light. Server CPU is read from /proc before and
+after each phase: the sum of the server's threads' ``schedstat`` run time (ns), checked against
+``/proc/<pid>/stat`` utime + stime (10 ms ticks) over the whole run. The servers take turns phase
+by phase, so drift on a shared machine falls on both.
 
 1. 1, 8 and 32 concurrent clients x 50 turns, each client on its own thread: server CPU ms per
    request, requests/s, p50 / p99 latency.
 2. One turn after 10, 100 and 1,000 prior turns on one thread (the prior turns actually run), the
    client sending (a) only the new message, (b) the whole history: median latency, server CPU.
+   Several threads at small N, so each measured turn has (within ~5%) N prior turns.
 3. 8 concurrent turns on one thread, each with the same prior history and its own new message:
-   how many of the 8 are stored afterwards.
+   how many of the 8 are stored afterwards (ours: the SQLite raw log of ``local::<threadId>``;
+   the reference: its endpoint's replay of the stored thread), with the instant model and with
+   the 50 ms one.
 
-Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile]``.
+Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3]``.
+Every load loop is bounded in count and by ``--budget`` seconds per phase.
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
+from fastapi import Request  # resolved at run time by the floor server's route
 
 if TYPE_CHECKING:
     from agentkeep import Message
@@ -215,7 +229,7 @@ def serve_floor(port: int) -> None:
         TextMessageStartEvent,
     )
     from ag_ui.encoder import EventEncoder
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
 
     app = FastAPI()
@@ -272,7 +286,7 @@ class Server:
             while time.monotonic() < deadline:
                 assert self.process is not None
                 if self.process.poll() is not None:
-                    raise RuntimeError(f"{self.name} server exited: {self.log.read_text()[-2000:]}")
+                    raise RuntimeError(f"{self.name} server exited: {self.log.read_text()[-2000:].strip()}")
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(f"{self.url}/healthz")).status_code == 200:
                         return
@@ -497,7 +511,7 @@ async def section_load(server: Server, clients: int, turns: int, budget: float) 
 
 
 async def section_history(
-    server: Server, sizes: list[int], samples: int, budget: float
+    server: Server, sizes: list[int], samples: int, budget: float, db: Path | None
 ) -> dict[int, dict[str, Any]]:
     """Per size N: threads of N prior turns (built with new-message requests), then ``samples``
     turns sending only the new message, then ``samples`` resending the whole history."""
@@ -543,6 +557,17 @@ async def section_history(
                     "errors": len(errors),
                     "first_error": errors[0] if errors else "",
                 }
+            # what the server holds afterwards against what the client holds (no turn lost or doubled)
+            held = expected = 0
+            for thread in threads:
+                stored = await (
+                    _ours_stored(db, thread.id)
+                    if db is not None
+                    else _reference_stored(client, server.url, thread.id)
+                )
+                held += len(stored) if stored is not None else 0
+                expected += len(thread.messages)
+            row["stored"], row["expected"] = held, expected
             out[size] = row
     return out
 
@@ -669,7 +694,8 @@ async def measure_all(servers: list[Server], plan: Plan, db: Path) -> tuple[dict
 
             async def history(server: Server, size: int = size) -> None:
                 rows = results[server.name].setdefault("history", {})
-                rows |= await section_history(server, [size], plan.samples, plan.budget)
+                ours_db = db if server.name == "ours" else None
+                rows |= await section_history(server, [size], plan.samples, plan.budget, ours_db)
 
             phases.append((f"one turn after {size:,} prior turns", history, False))
     if "3" in plan.sections:
@@ -802,7 +828,8 @@ def report(plan: Plan, results: dict[str, dict[str, Any]], ref_note: str) -> Non
                     )
                     print(
                         f"  {name} built {row['build_turns']:,} prior turns for N={size:,} in "
-                        f"{row['build_s']:.1f} s{note}"
+                        f"{row['build_s']:.1f} s{note}; stored afterwards {row['stored']:,} messages, "
+                        f"the client holds {row['expected']:,}"
                     )
         lo, hi = min(plan.sizes), max(plan.sizes)
         if lo != hi:
@@ -878,11 +905,11 @@ def _print_profile(name: str, path: Path, limit: int = 25) -> None:
     if not path.exists():
         print(f"\n(no profile was written for {name})")
         return
-    print(f"\nProfile of the {name} server (cProfile, whole run; top {limit} by own time)")
-    stats = pstats.Stats(str(path), stream=sys.stdout)
-    stats.strip_dirs().sort_stats("tottime").print_stats(limit)
-    print(f"Profile of the {name} server (top {limit} by cumulative time)")
-    stats.sort_stats("cumulative").print_stats(limit)
+    package = "agentkeep/" if name == "ours" else "agent_framework"
+    print(f"\nProfile of the {name} server's event-loop thread (cProfile), top {limit} by own time")
+    pstats.Stats(str(path), stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(limit)
+    print(f"Profile of the {name} server: {package} functions, top {limit} by cumulative time")
+    pstats.Stats(str(path), stream=sys.stdout).sort_stats("cumulative").print_stats(package, limit)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -893,6 +920,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run")
     parser.add_argument("--sizes", help="prior-turn counts for section 2 (default 10,100,1000)")
     parser.add_argument("--levels", default="1,8,32", help="concurrent clients for section 1")
+    parser.add_argument("--samples", type=int, help="measured turns per case in section 2 (default 20)")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds at most per phase")
     parser.add_argument(
         "--split-db",
@@ -916,7 +944,7 @@ def main(argv: list[str] | None = None) -> None:
         levels=[int(level) for level in args.levels.split(",")],
         load_turns=10 if args.quick else 50,
         sizes=[int(s) for s in args.sizes.split(",")] if args.sizes else [10, 100, 1000],
-        samples=5 if args.quick else 20,
+        samples=args.samples or (5 if args.quick else 20),
         race_prior=3,
         budget=args.budget,
         sections=set(args.sections.split(",")),
