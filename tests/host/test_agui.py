@@ -128,3 +128,10 @@ async def test_a_host_without_keys_serves_the_local_tenant(tmp_path: Path) -> No
         assert [m.text for m in await served.stored("local::mine")] == ["hi", "heard 1: hi"]
     finally:
         served.server.stop()
+
+
+async def test_a_new_message_of_the_wrong_form_ends_the_run_and_stores_nothing(hosted: Hosted) -> None:
+    events = await run(hosted.server.url, "bad", [{"id": "m-1", "role": "user", "content": 5}], key=ALICE[0])
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == "invalid_request"
+    assert await hosted.stored("alice::bad") == []

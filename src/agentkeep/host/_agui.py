@@ -6,7 +6,9 @@ newest one the stored history already holds are new: the request is walked from 
 message looked up by id among the ids of the loaded history (a set), so a turn costs what it
 sends, never one comparison per pair. A client that sends no ids is matched by role and text
 against the newest stored message instead. When nothing matches (a fresh thread, or a client that
-rewrote its history) the messages after the request's last assistant message are new.
+rewrote its history) the messages after the request's last assistant message are new. The body
+is decoded once (msgspec) and only the new messages are validated as AG-UI messages and
+converted: what the host stores already is matched, not read again.
 
 **Events.** A run streams ``RUN_STARTED``; for each answer ``TEXT_MESSAGE_START`` /
 ``TEXT_MESSAGE_CONTENT`` (deltas) / ``TEXT_MESSAGE_END`` under the stored message's id (so the
@@ -21,9 +23,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
+import pydantic
 from ag_ui.core import (
     AssistantMessage,
     BaseEvent,
@@ -40,6 +43,7 @@ from ag_ui.core import (
     ToolMessage,
     UserMessage,
 )
+from ag_ui.core import Message as AGUIMessage
 
 from ..agent import AgentResponseUpdate
 from ..contents import Content, DataContent, FunctionCallContent, FunctionResultContent, TextContent
@@ -47,7 +51,15 @@ from ..errors import MessageFormatError
 from ..messages import Message
 from ..tools import FunctionTool
 
-__all__ = ["EventStream", "client_tools", "new_messages", "now_ms", "to_messages"]
+__all__ = [
+    "EventStream",
+    "checked_messages",
+    "client_tools",
+    "new_messages",
+    "now_ms",
+    "parse_input",
+    "to_messages",
+]
 
 
 def now_ms() -> int:
@@ -74,15 +86,55 @@ def _parts(content: Any) -> list[Content]:
     return out
 
 
-def to_messages(body: RunAgentInput) -> list[Message]:
-    """The request's messages as agentkeep messages, ids kept (activity and reasoning messages,
-    which are not model input, are left out).
+_MESSAGES: Final = pydantic.TypeAdapter(list[AGUIMessage])
+
+
+def parse_input(body: bytes) -> tuple[RunAgentInput, list[dict[str, Any]]]:
+    """A request body as its ``RunAgentInput`` (every field checked, ``messages`` left empty) and
+    its messages as decoded JSON objects (checked when :func:`checked_messages` reads them).
+
+    Raises:
+        pydantic.ValidationError: A field of the wrong form.
+        ValueError: Not a JSON object, or ``messages`` not a list of objects.
+    """
+    try:
+        raw: Any = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"the body is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ValueError("the body is not a JSON object")
+    fields: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
+    messages: Any = fields.get("messages")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):  # pyright: ignore[reportUnknownVariableType]
+        raise ValueError("messages is a list of message objects")
+    checked: list[dict[str, Any]] = messages  # pyright: ignore[reportUnknownVariableType] - each a dict
+    return RunAgentInput.model_validate({**fields, "messages": []}), checked
+
+
+def checked_messages(raw: list[dict[str, Any]]) -> list[Message]:
+    """``raw`` AG-UI messages, checked and converted (see :func:`to_messages`).
+
+    Raises:
+        MessageFormatError: A message of the wrong form, or one that cannot be represented.
+    """
+    try:
+        messages = _MESSAGES.validate_python(raw)
+    except pydantic.ValidationError as exc:
+        raise MessageFormatError(
+            f"not AG-UI messages: {exc.errors(include_url=False, include_input=False)}"
+        ) from exc
+    return to_messages(messages)
+
+
+def to_messages(messages: Sequence[AGUIMessage]) -> list[Message]:
+    """AG-UI messages as agentkeep messages, ids kept (activity and reasoning messages, which are
+    not model input, are left out).
 
     Raises:
         MessageFormatError: A message cannot be represented (e.g. a lone surrogate in a text).
     """
     out: list[Message] = []
-    for message in body.messages:
+    for message in messages:
         if isinstance(message, UserMessage):
             out.append(Message("user", _parts(message.content), message_id=message.id))
         elif isinstance(message, AssistantMessage):
@@ -119,24 +171,35 @@ def client_tools(body: RunAgentInput) -> list[FunctionTool]:
     ]
 
 
-def _fingerprint(message: Message) -> tuple[str, str]:
-    return message.role, message.text
+def _fingerprint(message: dict[str, Any]) -> tuple[str, str]:
+    """Role and text of a raw AG-UI message, as :attr:`Message.role` and :attr:`Message.text`
+    would read once converted."""
+    role = message.get("role")
+    content: Any = message.get("content")
+    if isinstance(content, list):
+        content = "".join(
+            str(part.get("text", ""))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            for part in content  # pyright: ignore[reportUnknownVariableType]
+            if isinstance(part, dict) and part.get("type") == "text"  # pyright: ignore[reportUnknownMemberType]
+        )
+    role = "system" if role == "developer" else role
+    return str(role), content if isinstance(content, str) else ""
 
 
-def new_messages(sent: Sequence[Message], stored: Sequence[Message]) -> list[Message]:
-    """The messages of ``sent`` (a whole AG-UI conversation) that ``stored`` (the newest stored
-    history) does not hold yet; see the module docs."""
+def new_messages(sent: Sequence[dict[str, Any]], stored: Sequence[Message]) -> list[dict[str, Any]]:
+    """The messages of ``sent`` (a whole AG-UI conversation, as decoded JSON) that ``stored`` (the
+    newest stored history) does not hold yet; see the module docs."""
     if not stored:
         return list(sent)
     known = {m.message_id for m in stored if m.message_id is not None}
     for index in range(len(sent) - 1, -1, -1):
-        if sent[index].message_id in known:
+        if sent[index].get("id") in known:
             return list(sent[index + 1 :])
-    newest = _fingerprint(stored[-1])
+    newest = (stored[-1].role, stored[-1].text)
     for index in range(len(sent) - 1, -1, -1):
         if _fingerprint(sent[index]) == newest:
             return list(sent[index + 1 :])
-    last_answer = max((i for i, m in enumerate(sent) if m.role == "assistant"), default=-1)
+    last_answer = max((i for i, m in enumerate(sent) if m.get("role") == "assistant"), default=-1)
     return list(sent[last_answer + 1 :])
 
 

@@ -18,12 +18,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from .. import telemetry
 from ..errors import (
-    MessageFormatError,
     ToolError,
 )
 from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
-from ._agui import EventStream, client_tools, new_messages, now_ms, to_messages
+from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
 from ._http import AccessLog, HTTPProblem, error_response, is_loopback, run_error, spanned
@@ -237,15 +236,17 @@ class AgentHost:
                 raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
             body = await self.body_of(request)
             try:
-                run_input = RunAgentInput.model_validate_json(body)
+                run_input, sent = parse_input(body)
             except pydantic.ValidationError as exc:
                 details = exc.errors(include_url=False, include_input=False)
                 return error_response(422, "invalid_request", "not a RunAgentInput", details=details)
-            if len(run_input.messages) > self.max_messages:
+            except ValueError as exc:
+                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+            if len(sent) > self.max_messages:
                 raise HTTPProblem(413, "too_large", f"more than {self.max_messages} messages")
             try:
-                sent, tools = to_messages(run_input), client_tools(run_input)
-            except (MessageFormatError, ToolError) as exc:
+                tools = client_tools(run_input)
+            except ToolError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
         except HTTPProblem as exc:
             return error_response(exc.status, exc.kind, exc.message)
@@ -261,7 +262,7 @@ class AgentHost:
         hosted: HostedAgent,
         tenant: str,
         run_input: RunAgentInput,
-        sent: list[Message],
+        sent: list[dict[str, Any]],
         tools: list[Any],
         parent: telemetry.Span,
     ) -> AsyncIterator[Any]:
@@ -284,7 +285,7 @@ class AgentHost:
                 )
                 if session_version(turn.session) is None:
                     await turn.save()  # a new conversation is stored before its first run
-                new = new_messages(sent, await _stored_history(hosted.agent, turn.session))
+                new = checked_messages(new_messages(sent, await _stored_history(hosted.agent, turn.session)))
                 stream = EventStream()
                 async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
                     async for update in updates:
