@@ -33,6 +33,16 @@ _TRACER: Final = None if _trace is None else _trace.get_tracer("agentkeep")
 _Attributes = Mapping[str, str | int | float | bool]
 
 
+def _tracer() -> Any:
+    """The tracer, or ``None`` while no tracer provider is configured (spans would record
+    nothing: skipping them keeps an unconfigured installation as cheap as one without the API)."""
+    if _trace is None:
+        return None
+    if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
+        return None
+    return _TRACER
+
+
 def _clean(attributes: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
     return {key: value for key, value in attributes.items() if isinstance(value, str | int | float | bool)}
 
@@ -102,18 +112,20 @@ class Span:
 
 def start(name: str, **attributes: Any) -> Span:
     """A span, child of the current one, that the caller ends (see the module docs)."""
-    if _TRACER is None:
+    tracer = _tracer()
+    if tracer is None:
         return Span()
-    return Span(_TRACER.start_span(name, attributes=_clean(attributes)))
+    return Span(tracer.start_span(name, attributes=_clean(attributes)))
 
 
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Generator[Span]:
     """A span, child of the current one, current for the block; an exception marks it failed."""
-    if _TRACER is None:
+    tracer = _tracer()
+    if tracer is None:
         yield Span()
         return
-    with _TRACER.start_as_current_span(
+    with tracer.start_as_current_span(
         name, attributes=_clean(attributes), record_exception=False, set_status_on_exception=False
     ) as made:
         wrapped = Span(made)
