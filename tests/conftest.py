@@ -18,6 +18,7 @@ from blockbuster import blockbuster_ctx
 
 from agentkeep.clients.local import default_model_path
 from tests.clients.servers import llama_server
+from tests.private_redis import RedisServer
 from tests.storage.backend_postgres import URL as POSTGRES_URL
 from tests.storage.backend_postgres import drop_schema, new_schema
 from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
@@ -27,6 +28,7 @@ __all__ = [
     "llama_server",
     "local_model_path",
     "no_blocking_calls_in_the_event_loop",
+    "private_redis",
     "server_store",
     "store_url",
 ]
@@ -87,3 +89,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         handle = getattr(utils, name, None)
         if handle is not None and hasattr(handle, "close"):
             handle.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A started ``redis-server`` of the test's own, for tests that kill or pause it."""
+    own = RedisServer(tmp_path)
+    own.start()
+    try:
+        yield own
+    finally:
+        own.kill()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import pytest
 
@@ -40,13 +39,8 @@ class Model:
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    own = RedisServer(tmp_path)
-    own.start()
-    try:
-        yield own
-    finally:
-        own.kill()
+def redis_server(private_redis: RedisServer) -> RedisServer:
+    return private_redis
 
 
 class Served:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -27,13 +26,8 @@ TIMEOUT = 0.5  # the stores' connect and reply timeout in these tests
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    own = RedisServer(tmp_path)
-    own.start()
-    try:
-        yield own
-    finally:
-        own.kill()
+def server(private_redis: RedisServer) -> RedisServer:
+    return private_redis
 
 
 @pytest.fixture

@@ -249,7 +249,7 @@ class AgentHost:
             except ToolError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
         events = self._agui_events(hosted, tenant, run_input, sent, tools, parent)

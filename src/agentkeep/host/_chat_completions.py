@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 import pydantic
@@ -24,10 +24,10 @@ from fastapi.sse import format_sse_event
 
 from ..clients._openai_wire import arguments_text, parse_arguments
 from ..contents import Content, FunctionCallContent, TextContent
-from ..errors import MessageFormatError, ToolError
+from ..errors import MessageFormatError
 from ..messages import Message
 from ..tools import FunctionTool
-from ._http import STATUS_OF, HTTPProblem, error_response, run_error
+from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error
 from ._responses_wire import usage_of
 
 if TYPE_CHECKING:
@@ -109,17 +109,7 @@ def _tools(raw: list[dict[str, Any]] | None) -> list[FunctionTool]:
         function = tool.get("function")
         if tool.get("type") != "function" or not isinstance(function, dict):
             raise HTTPProblem(400, "invalid_request", "tools are {'type': 'function', 'function': {...}}")
-        spec: dict[str, Any] = function  # pyright: ignore[reportUnknownVariableType]
-        try:
-            declared.append(
-                FunctionTool.declaration(
-                    str(spec.get("name", "")),
-                    description=str(spec.get("description") or ""),
-                    parameters=spec.get("parameters"),
-                )
-            )
-        except ToolError as exc:
-            raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+        declared.append(declared_tool(cast("dict[str, Any]", function)))
     return declared
 
 
@@ -143,14 +133,7 @@ class _ChatCompletions:
     async def create(self, request: Request) -> Response:
         try:
             self.host.tenant_of(request)
-            raw = await self.host.body_of(request)
-            try:
-                body = ChatRequest.model_validate_json(raw)
-            except pydantic.ValidationError as exc:
-                details = exc.errors(include_url=False, include_input=False)
-                return error_response(
-                    400, "invalid_request", "not a chat completion request", details=details
-                )
+            body = parsed(ChatRequest, await self.host.body_of(request), what="a chat completion request")
             agent = self._agent(body.model)
             if len(body.messages) > self.host.max_messages:
                 raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} messages")
@@ -160,7 +143,7 @@ class _ChatCompletions:
                 raise HTTPProblem(400, "invalid_request", str(exc)) from exc
             tools = _tools(body.tools)
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
         limit = body.max_completion_tokens or body.max_tokens
         options = {} if limit is None else {"max_tokens": limit}
         completion_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())

@@ -7,9 +7,10 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncGenerator
-from typing import Any, Final
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Final, TypeVar
 
+import pydantic
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,9 +24,22 @@ from ..errors import (
     StorageUnavailableError,
     ToolError,
 )
+from ..tools import FunctionTool
 from ._turns import TurnConflictError
 
-__all__ = ["STATUS_OF", "AccessLog", "HTTPProblem", "error_response", "is_loopback", "run_error", "spanned"]
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+__all__ = [
+    "STATUS_OF",
+    "AccessLog",
+    "HTTPProblem",
+    "declared_tool",
+    "error_response",
+    "is_loopback",
+    "parsed",
+    "run_error",
+    "spanned",
+]
 
 access_log = logging.getLogger("agentkeep.host.access")
 
@@ -46,13 +60,49 @@ STATUS_OF: Final = {
 
 
 class HTTPProblem(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        self.status, self.kind, self.message = status, kind, message
+    """A request refused with ``status``, answered as :func:`error_response`."""
+
+    def __init__(self, status: int, kind: str, message: str, *, details: Any = None) -> None:
+        self.status, self.kind, self.message, self.details = status, kind, message, details
         super().__init__(message)
+
+    def response(self) -> JSONResponse:
+        extra = {} if self.details is None else {"details": self.details}
+        return error_response(self.status, self.kind, self.message, **extra)
 
 
 def error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status)
+
+
+def parsed(model: type[M], raw: bytes, *, what: str, status: int = 400) -> M:
+    """``raw`` as ``model``.
+
+    Raises:
+        HTTPProblem: It is not one (``status``, with pydantic's error list as details).
+    """
+    try:
+        return model.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        details = exc.errors(include_url=False, include_input=False)
+        raise HTTPProblem(status, "invalid_request", f"not {what}", details=details) from exc
+
+
+def declared_tool(spec: Mapping[str, Any]) -> FunctionTool:
+    """A caller-run tool from an OpenAI-style function spec (``name``, ``description``,
+    ``parameters``).
+
+    Raises:
+        HTTPProblem: 400 for an invalid name or parameters.
+    """
+    try:
+        return FunctionTool.declaration(
+            str(spec.get("name", "")),
+            description=str(spec.get("description") or ""),
+            parameters=spec.get("parameters"),
+        )
+    except ToolError as exc:
+        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
 
 
 def is_loopback(host: str | None) -> bool:

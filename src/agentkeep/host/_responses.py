@@ -33,14 +33,14 @@ from fastapi.sse import format_sse_event
 
 from .. import telemetry
 from ..contents import FunctionCallContent, TextContent
-from ..errors import MessageFormatError, ToolError
+from ..errors import MessageFormatError
 from ..messages import Message
 from ..providers.history import HistoryProvider
 from ..providers.storage import StorageHistoryProvider
 from ..sessions import AgentSession
 from ..stores import session_version
 from ..tools import FunctionTool
-from ._http import STATUS_OF, HTTPProblem, error_response, run_error, spanned
+from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error, spanned
 from ._responses_wire import (
     LiveOutput,
     conversation_items,
@@ -93,16 +93,7 @@ def _tools(request: ResponsesRequest) -> list[FunctionTool]:
     for tool in request.tools or ():
         if tool.get("type") != "function":
             raise HTTPProblem(400, "invalid_request", f"tools of type {tool.get('type')!r} are not supported")
-        try:
-            declared.append(
-                FunctionTool.declaration(
-                    str(tool.get("name", "")),
-                    description=str(tool.get("description") or ""),
-                    parameters=tool.get("parameters"),
-                )
-            )
-        except ToolError as exc:
-            raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+        declared.append(declared_tool(tool))
     return declared
 
 
@@ -176,12 +167,7 @@ class _Responses:
     async def create(self, request: Request) -> Response:
         try:
             tenant = self.host.tenant_of(request)
-            raw = await self.host.body_of(request)
-            try:
-                body = ResponsesRequest.model_validate_json(raw)
-            except pydantic.ValidationError as exc:
-                details = exc.errors(include_url=False, include_input=False)
-                return error_response(400, "invalid_request", "not a Responses request", details=details)
+            body = parsed(ResponsesRequest, await self.host.body_of(request), what="a Responses request")
             hosted = self._agent(body.model)
             try:
                 new = to_messages(body.input)
@@ -192,7 +178,7 @@ class _Responses:
             tools = _tools(body)
             conversation_id = self._conversation_id(body)
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
         run = self._run(hosted, tenant, conversation_id, body, new, tools, parent)
         if body.stream:
@@ -362,7 +348,7 @@ class _Responses:
                         return JSONResponse(record["response"])
             raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     # -- conversations ------------------------------------------------------------------------------
     def _first_agent(self) -> HostedAgent:
@@ -402,7 +388,7 @@ class _Responses:
         except MessageFormatError as exc:
             return error_response(400, "invalid_request", str(exc))
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def _conversation(self, request: Request, conversation_id: str) -> tuple[HostedAgent, SessionTurn]:
         tenant = self.host.tenant_of(request)
@@ -419,7 +405,7 @@ class _Responses:
                 described = {"id": conversation_id, "object": "conversation", "created_at": 0, "metadata": {}}
             return JSONResponse(described)
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def list_items(
         self,
@@ -450,7 +436,7 @@ class _Responses:
                 }
             )
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
 
 async def _stored_window(agent: Any, session: AgentSession) -> list[Message]:

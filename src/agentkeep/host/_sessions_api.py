@@ -44,7 +44,7 @@ from ..sessions import ISOLATION_SEPARATOR
 from ..storage.base import StoredMessage, SupportsListing
 from ..stores import IsolationKeyScopedSessionStore
 from ..transfer import export_conversation, render_markdown
-from ._http import HTTPProblem, error_response
+from ._http import HTTPProblem, parsed
 
 if TYPE_CHECKING:
     from ._app import AgentHost, HostedAgent
@@ -177,7 +177,7 @@ class _SessionsAPI:
                 }
             )
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def messages(
         self,
@@ -209,7 +209,7 @@ class _SessionsAPI:
                 }
             )
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def groups(
         self, name: str, session_id: str, request: Request, tokenizer: str = "estimate"
@@ -243,17 +243,13 @@ class _SessionsAPI:
                 }
             )
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def _compact(self, name: str, session_id: str, request: Request, *, dry_run: bool) -> Response:
         try:
             tenant = self.host.tenant_of(request)
             raw = await self.host.body_of(request)
-            try:
-                body = CompactionRequest.model_validate_json(raw)
-            except pydantic.ValidationError as exc:
-                details = exc.errors(include_url=False, include_input=False)
-                return error_response(422, "invalid_request", "not a compaction request", details=details)
+            body = parsed(CompactionRequest, raw, what="a compaction request", status=422)
             counter, _ = _tokenizer(body.tokenizer)
             try:
                 plan = plan_compaction(
@@ -280,7 +276,7 @@ class _SessionsAPI:
                 self.host.sessions.drop((tenant, hosted.name, session_id))  # its loaded view is stale
             return JSONResponse(_report(session_id, report))
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def preview(self, name: str, session_id: str, request: Request) -> Response:
         return await self._compact(name, session_id, request, dry_run=True)
@@ -305,7 +301,7 @@ class _SessionsAPI:
             view = await history.store.read(key)
             return PlainTextResponse(render_markdown(session_id, view.entries), media_type="text/markdown")
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
         try:
@@ -319,7 +315,7 @@ class _SessionsAPI:
             self.host.sessions.drop((tenant, hosted.name, session_id))
             return Response(status_code=204)
         except HTTPProblem as exc:
-            return error_response(exc.status, exc.kind, exc.message)
+            return exc.response()
 
 
 def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
