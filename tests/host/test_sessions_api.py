@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from agentkeep.host._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, SessionList
 from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
 
 
@@ -115,3 +116,23 @@ async def test_a_compaction_is_previewed_then_recorded_and_the_session_exported(
     sent.append(user("after"))
     events = await run(hosted.server.url, "long", sent, key=ALICE[0])
     assert conversation(events)[0]["content"] == "heard 3: turn 4 | turn 5 | after"
+
+
+async def test_the_openapi_document_describes_the_answers_the_endpoints_give(hosted: Hosted) -> None:
+    await two_turns(hosted, "doc", ALICE[0])
+    alice = {"Authorization": f"Bearer {ALICE[0]}"}
+    async with httpx.AsyncClient(base_url=hosted.server.url, timeout=30) as client:
+        document = (await client.get("/openapi.json")).json()
+        schemas = document["components"]["schemas"]
+        assert {"SessionList", "MessagesPage", "GroupsPage", "CompactionResult", "ErrorBody"} <= set(schemas)
+        listed = document["paths"]["/api/agents/{name}/sessions"]["get"]["responses"]
+        assert listed["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/SessionList")
+        base = "/api/agents/chat/sessions"
+        SessionList.model_validate((await client.get(base, headers=alice)).json())
+        MessagesPage.model_validate((await client.get(f"{base}/doc/messages", headers=alice)).json())
+        GroupsPage.model_validate((await client.get(f"{base}/doc/groups", headers=alice)).json())
+        plan = {"strategies": ["turns"], "keep": 1}
+        CompactionResult.model_validate(
+            (await client.post(f"{base}/doc/compaction/preview", json=plan, headers=alice)).json()
+        )
+        ErrorBody.model_validate((await client.get(f"{base}/nope/messages", headers=alice)).json())

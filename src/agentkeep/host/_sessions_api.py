@@ -45,6 +45,7 @@ from ..storage.base import StoredMessage, SupportsListing
 from ..stores import IsolationKeyScopedSessionStore
 from ..transfer import export_conversation, render_markdown
 from ._http import HTTPProblem, parsed
+from ._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, SessionList
 
 if TYPE_CHECKING:
     from ._app import AgentHost, HostedAgent
@@ -321,10 +322,32 @@ class _SessionsAPI:
 def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
     """Add the sessions API of ``host`` to ``app``."""
     api = _SessionsAPI(host)
-    app.get("/api/agents/{name}/sessions", response_model=None)(api.list_sessions)
-    app.get("/api/agents/{name}/sessions/{session_id}/messages", response_model=None)(api.messages)
-    app.get("/api/agents/{name}/sessions/{session_id}/groups", response_model=None)(api.groups)
-    app.post("/api/agents/{name}/sessions/{session_id}/compaction/preview", response_model=None)(api.preview)
-    app.post("/api/agents/{name}/sessions/{session_id}/compaction", response_model=None)(api.apply)
-    app.get("/api/agents/{name}/sessions/{session_id}/export", response_model=None)(api.export)
-    app.delete("/api/agents/{name}/sessions/{session_id}", response_model=None)(api.delete)
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorBody} for code in (400, 401, 404, 409, 422)
+    }
+
+    def documented(model: type[Any]) -> dict[int | str, dict[str, Any]]:
+        return {200: {"model": model}, **errors}
+
+    base = "/api/agents/{name}/sessions"
+    app.get(base, response_model=None, responses=documented(SessionList))(api.list_sessions)
+    app.get(f"{base}/{{session_id}}/messages", response_model=None, responses=documented(MessagesPage))(
+        api.messages
+    )
+    app.get(f"{base}/{{session_id}}/groups", response_model=None, responses=documented(GroupsPage))(
+        api.groups
+    )
+    app.post(
+        f"{base}/{{session_id}}/compaction/preview",
+        response_model=None,
+        responses=documented(CompactionResult),
+    )(api.preview)
+    app.post(
+        f"{base}/{{session_id}}/compaction", response_model=None, responses=documented(CompactionResult)
+    )(api.apply)
+    export: dict[int | str, dict[str, Any]] = {
+        200: {"content": {"application/json": {}, "text/markdown": {}}},
+        **errors,
+    }
+    app.get(f"{base}/{{session_id}}/export", response_model=None, responses=export)(api.export)
+    app.delete(f"{base}/{{session_id}}", response_model=None, status_code=204, responses=errors)(api.delete)
