@@ -7,6 +7,7 @@ import asyncio
 import shutil
 from collections.abc import Iterator, Sequence
 
+import httpx
 import pytest
 
 from agentkeep import Agent, Message, ModelUnavailableError
@@ -112,3 +113,21 @@ async def test_a_run_past_the_time_limit_is_stopped_and_stores_nothing(served: S
     failed = error_of(await run(served.server.url, "slow", [user("take your time")], key=None))
     assert failed["code"] == "timeout"
     assert await served.stored("local::slow") == []
+
+
+async def test_a_client_that_goes_away_mid_run_stores_nothing(served: Served) -> None:
+    served.model.delay = 1.0
+    body = {"threadId": "gone", "runId": "r-1", "messages": [user("wait for it")]}
+    async with (
+        httpx.AsyncClient(timeout=30) as client,
+        client.stream("POST", f"{served.server.url}/agents/chat", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if "RUN_STARTED" in line:
+                break  # hang up while the model thinks
+    await asyncio.sleep(1.5)  # the run would have finished by now
+    assert await served.stored("local::gone") == []
+    served.model.delay = 0.0
+    events = await run(served.server.url, "gone", [user("again")], key=None)
+    assert conversation(events)[0]["content"] == "heard 1"
+    assert await served.stored("local::gone") == ["again", "heard 1"]
