@@ -33,8 +33,13 @@ async def test_responses_chain_by_previous_response_id_and_are_retrievable(hoste
         assert second.output_text == "heard 2: hello | again"  # the host kept the conversation
         again = await client.responses.retrieve(first.id)
         assert again.output_text == "heard 1: hello"
-        with pytest.raises(openai.BadRequestError, match="branching"):
-            await client.responses.create(model="chat", input="fork", previous_response_id=first.id)
+        fork = await client.responses.create(model="chat", input="fork", previous_response_id=first.id)
+        assert fork.output_text == "heard 2: hello | fork"  # branched from the first response
+        assert fork.id[5:37] != first.id[5:37]  # in a conversation of its own
+        onward = await client.responses.create(model="chat", input="on", previous_response_id=second.id)
+        assert onward.output_text == "heard 3: hello | again | on"  # the original line is unchanged
+        deeper = await client.responses.create(model="chat", input="deeper", previous_response_id=fork.id)
+        assert deeper.output_text == "heard 3: hello | fork | deeper"
         with pytest.raises(openai.NotFoundError):
             await client.responses.create(model="nope", input="x")
 

@@ -14,7 +14,8 @@
 
 A conversation is a session of the agent's store (its history in the agent's history provider),
 under the caller's tenant; responses are recorded in its state. Continuing from a response that is
-not the newest of its conversation (branching) is refused with 400. Every id is looked up in the
+not the newest of its conversation branches: a new conversation starts with the history up to that
+response (copied once), and the new response belongs to it. Every id is looked up in the
 caller's tenant only: another tenant's id is a 404.
 """
 
@@ -137,6 +138,43 @@ def _newest_id(messages: list[Message]) -> str | None:
     return messages[-1].message_id if messages else None
 
 
+def _shell(
+    hosted: HostedAgent, body: ResponsesRequest, response_id: str, conversation: str
+) -> dict[str, Any]:
+    """The response object before its output."""
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "model": hosted.name,
+        "instructions": body.instructions,
+        "previous_response_id": body.previous_response_id,
+        "conversation": {"id": conversation} if body.conversation is not None else None,
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": body.tools or [],
+        "store": body.store,
+        "text": {"format": {"type": "text"}},
+        "usage": None,
+        "metadata": {},
+    }
+
+
+async def _history_until(agent: Any, session: AgentSession, last_message_id: str) -> list[Message]:
+    """The stored history up to and including ``last_message_id`` (where a branch starts)."""
+    messages = await _all_messages(agent, session)
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].message_id == last_message_id:
+            return messages[: index + 1]
+    raise HTTPProblem(
+        400, "invalid_request", "the previous response's messages were compacted away: cannot branch"
+    )
+
+
 class _Responses:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
@@ -223,33 +261,12 @@ class _Responses:
     ) -> AsyncIterator[dict[str, Any]]:
         """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
         conversation = conversation_id or new_conversation_id()
-        response_id = new_response_id(conversation)
         options: dict[str, Any] = {}
         if body.instructions:
             options["instructions"] = body.instructions
         if body.max_output_tokens is not None:
             options["max_tokens"] = body.max_output_tokens
-        shell = {
-            "id": response_id,
-            "object": "response",
-            "created_at": int(time.time()),
-            "status": "in_progress",
-            "error": None,
-            "incomplete_details": None,
-            "model": hosted.name,
-            "instructions": body.instructions,
-            "previous_response_id": body.previous_response_id,
-            "conversation": {"id": conversation} if body.conversation is not None else None,
-            "output": [],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": body.tools or [],
-            "store": body.store,
-            "text": {"format": {"type": "text"}},
-            "usage": None,
-            "metadata": {},
-        }
-        key = (tenant, hosted.name, conversation)
+        shell: dict[str, Any] = {}
         started = False
         turn_span = parent.start_child(
             "agentkeep.host.turn",
@@ -259,16 +276,24 @@ class _Responses:
                 "agentkeep.tenant": tenant,
             },
         )
+        held = (tenant, hosted.name, conversation)
         try:
-            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(key), spanned(turn_span):
+            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(held), spanned(turn_span):
                 turn: SessionTurn | None = None
                 prior: list[Message] = []
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
                     self._check_previous(turn, body.previous_response_id)
                     history = await _stored_window(hosted.agent, turn.session)
-                    self._check_branch(turn, body.previous_response_id, history)
-                    if not body.store:
+                    branch = self._branch_point(turn, body.previous_response_id, history)
+                    if branch is not None:  # continuing an earlier response: a branch
+                        prefix = await _history_until(hosted.agent, turn.session, branch)
+                        if body.store:
+                            conversation = new_conversation_id()
+                            turn = await self._branched(hosted, tenant, conversation, prefix)
+                        else:
+                            prior = prefix
+                    elif not body.store:
                         prior = history
                 elif body.store:
                     turn = await SessionTurn.load(
@@ -279,6 +304,7 @@ class _Responses:
                         attempts=self.host.save_attempts,
                     )
                     await turn.save()  # the new conversation exists before its first run
+                shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
                 started = True
@@ -303,7 +329,7 @@ class _Responses:
                     produced = answer.messages
                     _keep_record(turn.session, response, produced[-1].message_id if produced else None)
                     await turn.save()
-                    self.host.sessions.keep(key, turn.session)
+                    self.host.sessions.keep((tenant, hosted.name, conversation), turn.session)
         except HTTPProblem as exc:
             yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
             return
@@ -323,17 +349,28 @@ class _Responses:
         if previous is not None and previous not in _records(turn.session):
             raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
 
-    def _check_branch(self, turn: SessionTurn, previous: str | None, history: list[Message]) -> None:
+    def _branch_point(self, turn: SessionTurn, previous: str | None, history: list[Message]) -> str | None:
+        """The id of the last message of ``previous`` if it is not the newest of its
+        conversation (continuing it branches), else ``None``."""
         if previous is None:
-            return
-        record = _records(turn.session)[previous]
-        if record.get("last_message_id") not in (None, _newest_id(history)):
-            raise HTTPProblem(
-                400,
-                "invalid_request",
-                "previous_response_id is not the newest response of its conversation "
-                "(branching a conversation is not supported by this host)",
+            return None
+        last = _records(turn.session)[previous].get("last_message_id")
+        return None if last in (None, _newest_id(history)) else str(last)
+
+    async def _branched(
+        self, hosted: HostedAgent, tenant: str, conversation: str, prefix: list[Message]
+    ) -> SessionTurn:
+        """A new conversation holding ``prefix`` (the history a branch starts from)."""
+        turn = await SessionTurn.load(
+            hosted.agent, hosted.session_store, tenant, conversation, attempts=self.host.save_attempts
+        )
+        await turn.save()
+        provider = _history_provider(hosted.agent)
+        if provider is not None and prefix:
+            await provider.save_messages(
+                turn.session.storage_key, prefix, state=provider.get_state(turn.session), session=turn.session
             )
+        return turn
 
     # -- GET /v1/responses/{id} -----------------------------------------------------------------
     async def get(self, response_id: str, request: Request) -> Response:
