@@ -177,6 +177,28 @@ async def test_newer_schemas_and_formats_are_refused_naming_both_versions(schema
 # -- pools and arguments ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("column", ["version", "format_version"])
+async def test_an_open_store_stops_appending_once_a_newer_agentkeep_upgrades_the_schema(
+    schema: str, column: str
+) -> None:
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        await store.append("c", turn(1))  # open, checked, migrated
+        migrations = table(schema, "schema_migrations")  # meanwhile, another agentkeep upgrades the data
+        if column == "version":
+            query = sql.SQL("INSERT INTO {} (version, format_version) VALUES (%s, %s)").format(migrations)
+            await execute(query, (SCHEMA_VERSION + 1, FORMAT_VERSION))
+        else:
+            await execute(
+                sql.SQL("UPDATE {} SET format_version = %s").format(migrations), (FORMAT_VERSION + 1,)
+            )
+        with pytest.raises(SchemaVersionError, match="newer agentkeep while this one had it open"):
+            await store.append("c", turn(2))
+        assert await count_rows(schema, "messages") == 2  # nothing written
+    finally:
+        await store.aclose()
+
+
 async def test_an_injected_pool_with_transactions_and_dict_rows_is_used_and_not_closed(schema: str) -> None:
     pool = AsyncConnectionPool(URL, kwargs={"row_factory": dict_row}, min_size=1, max_size=3, open=False)
     await pool.open()

@@ -95,6 +95,15 @@ _APPEND_TAIL: Final = """            INSERT INTO {messages} (conversation, seq, 
             RETURN v_last + 1;
         END
         $$"""
+_NEWER_DATA: Final = "AK001"
+"""The SQLSTATE the append function raises when a newer agentkeep has upgraded the schema or the
+record format since (mapped to :class:`~agentkeep.errors.SchemaVersionError`)."""
+_CHECK_VERSIONS: Final = """        BEGIN
+            IF EXISTS (SELECT 1 FROM {schema_migrations} WHERE version > 4 OR format_version > 2) THEN
+                RAISE EXCEPTION 'the data was upgraded by a newer agentkeep while this one had it open'
+                    USING ERRCODE = 'AK001';
+            END IF;
+"""
 _RETRY_BY_FIRST_ID: Final = """                SELECT seq INTO v_found FROM {messages}
                     WHERE conversation = v_key AND seq > v_last - p_window AND id = p_ids[1]
                     ORDER BY seq LIMIT 1;
@@ -165,6 +174,17 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         + _APPEND_HEAD
         + "            v_same bigint;\n"
         + _APPEND_BODY
+        + _RETRY_BY_WHOLE_BATCH
+        + _APPEND_TAIL,
+    ),
+    # An open store stops appending once a newer agentkeep has upgraded the data: the function
+    # checks the recorded versions (those after 4 / format 2) in the append's own transaction.
+    (
+        "CREATE OR REPLACE FUNCTION "
+        + _APPEND_HEAD
+        + "            v_same bigint;\n"
+        + _CHECK_VERSIONS
+        + _APPEND_BODY.removeprefix("        BEGIN\n")
         + _RETRY_BY_WHOLE_BATCH
         + _APPEND_TAIL,
     ),
@@ -383,6 +403,8 @@ class PostgresDatabase:
             except TimeoutError as exc:
                 raise self.unavailable(f"no answer within {self.timeout + 1:g} s") from exc
             except psycopg.OperationalError as exc:
+                if exc.sqlstate == _NEWER_DATA:
+                    raise self._newer(exc) from exc
                 if (exc.sqlstate or "").startswith(_TOO_LARGE):  # not the server's state: the data's
                     raise StorageError(
                         f"{BACKEND} at {self.address}: the data is too large to store ({_describe(exc)})",
@@ -391,11 +413,17 @@ class PostgresDatabase:
                 await self._drop_dead_connections()
                 raise self.unavailable(_describe(exc)) from exc
             except psycopg.Error as exc:
+                if exc.sqlstate == _NEWER_DATA:
+                    raise self._newer(exc) from exc
                 raise StorageError(f"{BACKEND} at {self.address}: {_describe(exc)}", backend=BACKEND) from exc
             # The connection died (server restart, terminated backend): the pool has dropped it;
             # drop the other dead idle ones too before trying again.
             await self._drop_dead_connections()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _newer(self, exc: psycopg.Error) -> SchemaVersionError:
+        message = exc.diag.message_primary or "the data was upgraded by a newer agentkeep"
+        return SchemaVersionError(f"{BACKEND} at {self.address}: {message}", backend=BACKEND)
 
     async def _why_no_connection(self) -> str:
         """Why the pool found no connection, from one direct attempt (``""`` if it works now):
