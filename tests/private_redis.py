@@ -14,8 +14,9 @@ __all__ = ["RedisServer"]
 class RedisServer:
     """A ``redis-server`` process of the test's own, restartable on the same port and folder."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, persistent: bool = False) -> None:
         self.folder = folder
+        self.persistent = persistent  # an append-only file synced on every write: survives kill -9
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port: int = probe.getsockname()[1]
@@ -29,7 +30,8 @@ class RedisServer:
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--save", "",
-                "--appendonly", "no",
+                "--appendonly", "yes" if self.persistent else "no",
+                "--appendfsync", "always",
                 "--dir", str(self.folder),
                 "--dbfilename", "dump.rdb",
                 "--enable-debug-command", "yes",

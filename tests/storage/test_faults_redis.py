@@ -7,9 +7,12 @@ Each test starts its own ``redis-server`` on a free port (no persistence except 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import shutil
 import signal
 from collections.abc import AsyncIterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -19,6 +22,7 @@ from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.private_redis import RedisServer
+from tests.storage.workers import append_turns_through_outages
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
 
@@ -154,3 +158,43 @@ async def test_damaged_bookkeeping_is_reported_and_never_hangs_the_server(
         assert await admin.ping()  # the server is still answering
     finally:
         await store.aclose()
+
+
+async def test_writers_in_several_processes_retrying_through_a_killed_server_store_each_turn_once(
+    tmp_path: Path,
+) -> None:
+    own = RedisServer(tmp_path, persistent=True)
+    own.start()
+    workers, turns = 4, 40
+    try:
+        context = multiprocessing.get_context("spawn")
+        with (
+            context.Manager() as manager,
+            ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool,
+        ):
+            under_way = manager.Event()
+            futures = [
+                pool.submit(append_turns_through_outages, own.url, "shared", worker, turns, under_way)
+                for worker in range(workers)
+            ]
+            assert await asyncio.to_thread(under_way.wait, 60)  # the writers are well under way
+            own.kill()  # kill -9 in the middle of the appends
+            await asyncio.sleep(0.5)
+            own.start()  # the append-only file brings back what was acknowledged
+            failures = [await asyncio.wait_for(asyncio.wrap_future(f), timeout=120) for f in futures]
+        assert sum(failures) > 0  # the outage was felt
+        store = RedisMessageStore.from_url(own.url)
+        try:
+            entries = (await store.read("shared", raw=True)).entries
+        finally:
+            await store.aclose()
+        texts = [entry.message.text for entry in entries]
+        assert len(texts) == workers * turns * 2  # every turn once: none lost, none twice
+        assert [entry.seq for entry in entries] == list(range(1, len(entries) + 1))
+        for question, answer in zip(texts[::2], texts[1::2], strict=True):
+            assert answer == question.replace("question", "answer")  # each turn contiguous
+        for worker in range(workers):
+            own_turns = [t for t in texts[::2] if t.startswith(f"w{worker}-")]
+            assert own_turns == [f"w{worker}-t{t} question" for t in range(turns)]
+    finally:
+        own.kill()
