@@ -20,7 +20,6 @@ from .. import telemetry
 from ..errors import (
     ToolError,
 )
-from ..providers.history import HistoryProvider
 from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._auth import LOCAL_TENANT, ApiKeys
@@ -32,8 +31,6 @@ from ._turns import ConversationLocks, SessionCache, SessionTurn
 
 if TYPE_CHECKING:
     from ..agent import Agent
-    from ..messages import Message
-    from ..sessions import AgentSession
 
 __all__ = ["AgentHost", "HostedAgent"]
 
@@ -285,7 +282,7 @@ class AgentHost:
                 )
                 if session_version(turn.session) is None:
                     await turn.save()  # a new conversation is stored before its first run
-                new = checked_messages(new_messages(sent, await _stored_history(hosted.agent, turn.session)))
+                new = checked_messages(new_messages(sent, await turn.history()))
                 stream = EventStream()
                 async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
                     async for update in updates:
@@ -303,14 +300,3 @@ class AgentHost:
             yield RunErrorEvent(message=message, code=code, timestamp=now_ms())
             return
         yield RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
-
-
-async def _stored_history(agent: Agent, session: AgentSession) -> list[Message]:
-    """The newest stored history of ``session`` (what the agent's history provider loads)."""
-    providers = [p for p in agent.context_providers if isinstance(p, HistoryProvider)]
-    if agent.default_history_provider is not None:
-        providers.append(agent.default_history_provider)
-    for provider in providers:
-        if provider.load_messages:
-            return list(await provider.get_session_messages(session))
-    return []

@@ -36,7 +36,6 @@ from .. import telemetry
 from ..contents import FunctionCallContent, TextContent
 from ..errors import MessageFormatError
 from ..messages import Message
-from ..providers.history import HistoryProvider
 from ..providers.storage import StorageHistoryProvider
 from ..sessions import AgentSession
 from ..stores import session_version
@@ -117,16 +116,9 @@ def _keep_record(session: AgentSession, response: dict[str, Any], last_message_i
             del session.state[_RECORD + rid]
 
 
-def _history_provider(agent: Any) -> HistoryProvider | None:
-    for provider in [*agent.context_providers, agent.default_history_provider]:
-        if isinstance(provider, HistoryProvider) and provider.load_messages:
-            return provider
-    return None
-
-
 async def _all_messages(agent: Any, session: AgentSession) -> list[Message]:
     """The conversation's whole compacted history (for listing its items)."""
-    provider = _history_provider(agent)
+    provider = agent.history_provider()
     if isinstance(provider, StorageHistoryProvider):
         return (await provider.store.read(provider.conversation_id(session))).messages
     if provider is None:
@@ -284,7 +276,7 @@ class _Responses:
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
                     self._check_previous(turn, body.previous_response_id)
-                    history = await _stored_window(hosted.agent, turn.session)
+                    history = await turn.history()
                     branch = self._branch_point(turn, body.previous_response_id, history)
                     if branch is not None:  # continuing an earlier response: a branch
                         prefix = await _history_until(hosted.agent, turn.session, branch)
@@ -365,7 +357,7 @@ class _Responses:
             hosted.agent, hosted.session_store, tenant, conversation, attempts=self.host.save_attempts
         )
         await turn.save()
-        provider = _history_provider(hosted.agent)
+        provider = hosted.agent.history_provider()
         if provider is not None and prefix:
             await provider.save_messages(
                 turn.session.storage_key, prefix, state=provider.get_state(turn.session), session=turn.session
@@ -413,7 +405,7 @@ class _Responses:
             }
             turn.session.state[_CONVERSATION] = created
             await turn.save()
-            provider = _history_provider(hosted.agent)
+            provider = hosted.agent.history_provider()
             if items and provider is not None:
                 await provider.save_messages(
                     turn.session.storage_key,
@@ -474,11 +466,6 @@ class _Responses:
             )
         except HTTPProblem as exc:
             return exc.response()
-
-
-async def _stored_window(agent: Any, session: AgentSession) -> list[Message]:
-    provider = _history_provider(agent)
-    return [] if provider is None else list(await provider.get_session_messages(session))
 
 
 def _events_of(live: LiveOutput, update: Any) -> list[dict[str, Any]]:

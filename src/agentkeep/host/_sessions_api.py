@@ -29,13 +29,14 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ..compaction import CharacterEstimatorTokenizer, MessageIndex, OpenAITokenizer, Tokenizer
+from ..compaction import CharacterEstimatorTokenizer, MessageIndex, Tokenizer
 from ..compaction.plans import (
     CompactionPlanError,
     CompactionReport,
     StrategyName,
     ViewCounts,
     compact_conversation,
+    make_tokenizer,
     plan_compaction,
 )
 from ..errors import ConflictError
@@ -69,18 +70,15 @@ def _entry(entry: StoredMessage) -> dict[str, Any]:
 
 
 def _tokenizer(spec: str) -> tuple[Tokenizer, str]:
-    if spec == "estimate":
-        made = CharacterEstimatorTokenizer()
-        return made, f"estimate ({made.chars_per_token} characters per token)"
-    kind, _, encoding = spec.partition(":")
-    if kind != "openai" or not encoding:
-        raise HTTPProblem(400, "invalid_request", "tokenizer is 'estimate' or 'openai:<encoding>'")
+    """The tokenizer ``spec`` names (see :func:`~agentkeep.compaction.plans.make_tokenizer`) and its
+    name for answers."""
     try:
-        return OpenAITokenizer(encoding), f"openai:{encoding}"
-    except ImportError as exc:
+        made = make_tokenizer(spec)
+    except (ValueError, ImportError) as exc:
         raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-    except (ValueError, KeyError) as exc:
-        raise HTTPProblem(400, "invalid_request", f"unknown encoding {encoding!r}") from exc
+    if isinstance(made, CharacterEstimatorTokenizer):
+        return made, f"estimate ({made.chars_per_token} characters per token)"
+    return made, spec.strip()
 
 
 class CompactionRequest(pydantic.BaseModel):
@@ -130,10 +128,9 @@ class _SessionsAPI:
         hosted = self.host.agents.get(name)
         if hosted is None:
             raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
-        agent = hosted.agent
-        for provider in [*agent.context_providers, agent.default_history_provider]:
-            if isinstance(provider, StorageHistoryProvider):
-                return hosted, provider
+        provider = hosted.agent.history_provider()
+        if isinstance(provider, StorageHistoryProvider):
+            return hosted, provider
         raise HTTPProblem(404, "not_found", f"agent {name!r} keeps no durable history to show")
 
     def _key(self, tenant: str, conversation_id: str) -> str:

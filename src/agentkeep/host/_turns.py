@@ -41,6 +41,7 @@ from ..stores import AgentSessionStore, IsolationKeyScopedSessionStore, session_
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..messages import Message
 
 __all__ = ["ConversationLocks", "SessionCache", "SessionTurn", "TurnConflictError"]
 
@@ -158,6 +159,11 @@ class SessionTurn:
         if cache is not None:
             session = cache[0].take(cache[1], session)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
+
+    async def history(self) -> list[Message]:
+        """The newest stored history of the session (what the agent's history provider loads)."""
+        provider = self.agent.history_provider()
+        return [] if provider is None else list(await provider.get_session_messages(self.session))
 
     async def save(self) -> None:
         """Save the session (nothing to do if the turn changed nothing and it is stored).

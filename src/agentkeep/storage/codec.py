@@ -315,8 +315,13 @@ def seal(key: RecordKey, message_id: bytes, created_at: int, body: bytes) -> byt
 def _encrypt(key: RecordKey, ring: KeyRing, message_id: bytes, body: bytes) -> bytes:
     current = ring.current
     kid = current.id_bytes
-    associated = key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
+    associated = _associated(key, message_id, kid)
     return bytes((_ENCRYPTED, len(kid))) + kid + current.encrypt(body, associated, synthetic_nonce=True)
+
+
+def _associated(key: RecordKey, message_id: bytes, kid: bytes) -> bytes:
+    """What an encrypted record is bound to: its conversation, its message id and the key id."""
+    return key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
 
 
 def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> bytes:
@@ -329,7 +334,7 @@ def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> byte
         raise KeyMismatch(
             key_id, "the store has no key ring" if key.key_ring is None else "the key ring does not hold it"
         )
-    associated = key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
+    associated = _associated(key, message_id, kid)
     body = found.decrypt(record[2 + size : end], associated)
     if body is None:
         raise KeyMismatch(key_id, "it does not decrypt with that key (other key material, or changed)")
