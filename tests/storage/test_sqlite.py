@@ -444,18 +444,23 @@ async def test_two_stores_on_one_file_interleave_whole_turns(tmp_path: Path) -> 
         await second.aclose()
 
 
-async def test_the_event_loop_thread_never_calls_sqlite(
+async def test_the_event_loop_thread_runs_only_quick_jobs_and_never_waits_for_a_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loop_thread = threading.current_thread()
-    seen: list[str] = []
+    on_loop: list[str] = []
     violations: list[str] = []
 
     class GuardedConnection(sqlite3.Connection):
+        busy_ms = -1  # as connect() set it: the store's timeout
+
         def _guard(self, what: str) -> None:
-            seen.append(what)
+            if what.startswith("PRAGMA busy_timeout"):
+                self.busy_ms = int(what.rsplit("=", 1)[1])
             if threading.current_thread() is loop_thread:
-                violations.append(what)
+                on_loop.append(what)
+                if self.busy_ms != 0 and not what.startswith("PRAGMA busy_timeout"):
+                    violations.append(what)  # it could wait for another connection's lock
 
         def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
             self._guard(sql)
@@ -503,9 +508,36 @@ async def test_the_event_loop_thread_never_calls_sqlite(
     finally:
         await provider.aclose()
         await sessions.aclose()
-    assert any("INSERT INTO agentkeep_messages" in sql for sql in seen)
-    assert "close()" in seen
+    assert any("INSERT INTO agentkeep_messages" in sql for sql in on_loop)  # appends are quick
+    assert any("agentkeep_sessions" in sql for sql in on_loop)  # so are session loads and saves
+    slow = ("agentkeep_summaries (", "DELETE FROM", "SET expires_at =", "expires_at <=", "CREATE", "close()")
+    assert [sql for sql in on_loop if any(word in sql for word in slow)] == []
     assert violations == []
+
+
+async def test_a_quick_job_that_meets_another_writer_waits_in_the_worker_not_the_loop(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    store = SQLiteMessageStore(path)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        await store.append("c", [Message("user", ["first"])])
+        other.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
+        append = asyncio.create_task(store.append("c", [Message("user", ["second"])]))
+        ticks = 0
+        async with asyncio.timeout(30):
+            while ticks < 20:  # the loop keeps running while the append waits for the lock
+                await asyncio.sleep(0.005)
+                ticks += 1
+        assert not append.done()
+        other.execute("COMMIT")
+        async with asyncio.timeout(30):
+            assert await append == [2]
+        assert [e.message.text for e in (await store.read("c", raw=True)).entries] == ["first", "second"]
+    finally:
+        other.close()
+        await store.aclose()
 
 
 # -- the history provider --------------------------------------------------------------------------

@@ -1,15 +1,27 @@
-"""The SQLite database layer: the file's schema and the worker thread that owns its connection.
+"""The SQLite database layer: the file's schema and the connection its jobs run on.
 
 :class:`SQLiteDatabase` (re-exported by :mod:`agentkeep.storage.sqlite`, where the tables and the
 concurrency design are described) opens the file in its one worker thread, sets WAL mode, applies
 the append-only :data:`MIGRATIONS` and maps database failures to agentkeep's errors. Both SQLite
 stores run their jobs through it: the message store (:mod:`agentkeep.storage.sqlite`) and the
 session store (:mod:`agentkeep.stores.sqlite`), which may share one file.
+
+**Quick jobs run on the caller's thread.** Handing a job to a thread and back costs about as much
+CPU as a whole turn's SQL (two context switches and a wake-up of the event loop), so a job its
+caller marks *quick* (bounded work: one conversation's new rows, one session) runs at once on the
+caller's thread when the connection is free, with SQLite's busy timeout at zero: if another
+connection holds the write lock it fails at once (``BEGIN IMMEDIATE``, before any change) and is
+handed to the worker thread instead, which waits for the lock without blocking the event loop.
+The connection is guarded by a lock, so a quick job never runs while the worker uses it. Commits
+of quick jobs never checkpoint the write-ahead log (that writes and syncs the database file);
+every :data:`CHECKPOINT_EVERY` of them the worker thread runs a passive checkpoint instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -36,7 +48,13 @@ __all__ = [
 
 T = TypeVar("T")
 
+log = logging.getLogger("agentkeep.storage.sqlite")
+
 BACKEND: Final = "sqlite"
+CHECKPOINT_EVERY: Final = 256
+"""Quick write jobs between two passive checkpoints run by the worker thread."""
+AUTO_CHECKPOINT_PAGES: Final = 1000
+"""SQLite's own checkpoint threshold, kept for jobs the worker thread runs."""
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -108,13 +126,18 @@ def now_us() -> int:
 
 
 class _JobState:
-    """What a job of :meth:`SQLiteDatabase.run` and its caller tell each other across threads."""
+    """What a job of :meth:`SQLiteDatabase.run` and its caller tell each other across threads
+    (plain attributes: each is written by one side and read by the other)."""
 
     __slots__ = ("cancelled", "committed")
 
     def __init__(self) -> None:
-        self.cancelled = threading.Event()  # set by the caller when it was cancelled
-        self.committed = False  # set by the worker once a write committed
+        self.cancelled = False  # set by the caller when it was cancelled
+        self.committed = False  # set by write_transaction once a write committed
+
+
+class _Locked(Exception):
+    """A quick job met another connection's lock (and changed nothing)."""
 
 
 class _Abandoned(Exception):
@@ -126,11 +149,12 @@ _current = threading.local()
 
 
 class SQLiteDatabase:
-    """A SQLite database file and the single worker thread that owns its connection.
+    """A SQLite database file, its connection, and the worker thread that runs the connection's
+    slow jobs (see the module docs for quick jobs).
 
     The connection is opened (the folder created, WAL mode set, migrations applied) by the first
-    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` hands one
-    to the worker and awaits its result, so the event loop never blocks on the database.
+    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` runs one and
+    returns its result, and the event loop never waits for a lock or a slow job.
 
     Args:
         path: The database file (default: :func:`default_database_path`).
@@ -145,7 +169,10 @@ class SQLiteDatabase:
         self.path = Path(path) if path is not None else default_database_path()
         self.timeout = timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-sqlite")
-        self._connection: sqlite3.Connection | None = None  # used only in the worker thread
+        self._connection: sqlite3.Connection | None = None
+        self._in_use = threading.Lock()  # held by whoever runs a job on the connection
+        self._quick_mode = False  # the connection's settings are the quick jobs' (see _settle)
+        self._quick_writes = 0  # quick writes since the last checkpoint
         self._closed = False
 
     def check_open(self) -> None:
@@ -153,8 +180,10 @@ class SQLiteDatabase:
         if self._closed:
             raise StorageClosedError(f"the store on {self.path} is closed", backend=BACKEND)
 
-    async def run(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``job(connection)`` in the worker thread and return its result.
+    async def run(self, job: Callable[[sqlite3.Connection], T], *, quick: bool = False) -> T:
+        """Run ``job(connection)`` and return its result: in the worker thread, or with ``quick``
+        (a job of bounded work, one transaction) on this thread when the connection is free and
+        no other connection holds the lock it needs.
 
         Raises:
             StorageClosedError: After :meth:`aclose`.
@@ -162,6 +191,13 @@ class SQLiteDatabase:
             SchemaVersionError: The database was written by a newer agentkeep.
         """
         self.check_open()
+        if quick and self._connection is not None and self._in_use.acquire(blocking=False):
+            try:
+                return self._run_quick(job)
+            except _Locked:
+                pass  # another connection's lock: wait for it in the worker thread
+            finally:
+                self._in_use.release()
         job_state = _JobState()
         future = asyncio.get_running_loop().run_in_executor(self._executor, self._call, job, job_state)
         try:
@@ -170,7 +206,7 @@ class SQLiteDatabase:
             # The caller gave up. A job still waiting (for the worker, or for another writer's
             # lock) must not commit behind its back: it is told to roll back before committing.
             # If it committed first, the caller is told it is done instead of cancelled.
-            job_state.cancelled.set()
+            job_state.cancelled = True
             try:
                 result = await future
             except BaseException:
@@ -197,32 +233,82 @@ class SQLiteDatabase:
         """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
         return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
 
-    # -- the worker thread ----------------------------------------------------------------------
-    def _call(self, job: Callable[[sqlite3.Connection], T], job_state: _JobState) -> T:
-        if job_state.cancelled.is_set():
-            raise _Abandoned  # cancelled while it waited for the worker: never started
-        _current.state = job_state
+    def _settle(self, connection: sqlite3.Connection, *, quick: bool) -> None:
+        """Quick jobs: no busy wait, no checkpoint on commit; the worker's: SQLite's defaults."""
+        if self._quick_mode != quick:
+            busy_ms, pages = (0, 0) if quick else (int(self.timeout * 1000), AUTO_CHECKPOINT_PAGES)
+            connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            connection.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            self._quick_mode = quick
+
+    def _run_quick(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        connection = self._connection
+        assert connection is not None
+        _current.state = _JobState()
+        changes = connection.total_changes
         try:
-            connection = self._connection or self._open()
+            self._settle(connection, quick=True)
             return job(connection)
         except sqlite3.OperationalError as exc:
-            text = str(exc)
-            if "locked" in text or "busy" in text:
-                raise self.unavailable(f"database still locked after {self.timeout:g} s ({text})") from exc
-            raise self.unavailable(text) from exc
+            if _is_lock_error(exc):
+                raise _Locked from exc
+            raise self._mapped(exc) from exc
         except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # our own mistakes: not the database's state
-        except sqlite3.DatabaseError as exc:  # "file is not a database", "disk image is malformed"
-            raise self.unavailable(str(exc)) from exc
+        except sqlite3.DatabaseError as exc:
+            raise self._mapped(exc) from exc
         finally:
             _current.state = None
+            if connection.total_changes != changes:
+                self._quick_writes += 1
+                if self._quick_writes >= CHECKPOINT_EVERY:
+                    self._quick_writes = 0
+                    with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to checkpoint
+                        self._executor.submit(self._checkpoint)
+
+    def _mapped(self, exc: sqlite3.DatabaseError) -> StorageUnavailableError:
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and _is_lock_error(exc):
+            return self.unavailable(f"database still locked after {self.timeout:g} s ({text})")
+        return self.unavailable(text)  # "file is not a database", "disk image is malformed", ...
+
+    # -- the worker thread ----------------------------------------------------------------------
+    def _call(self, job: Callable[[sqlite3.Connection], T], job_state: _JobState) -> T:
+        if job_state.cancelled:
+            raise _Abandoned  # cancelled while it waited for the worker: never started
+        with self._in_use:
+            _current.state = job_state
+            try:
+                connection = self._connection or self._open()
+                self._settle(connection, quick=False)
+                return job(connection)
+            except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+                raise  # our own mistakes: not the database's state
+            except sqlite3.DatabaseError as exc:
+                raise self._mapped(exc) from exc
+            finally:
+                _current.state = None
+
+    def _checkpoint(self) -> None:
+        """Copy the write-ahead log's committed pages into the database file, without waiting
+        for readers or writers (a failure is left to the next one)."""
+        with self._in_use:
+            if self._connection is None:
+                return
+            try:
+                self._settle(self._connection, quick=False)
+                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                log.debug("checkpoint of %s failed: %s", self.path, exc)
 
     def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise self.unavailable(f"cannot create the folder {self.path.parent}: {exc}") from exc
-        connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        connection = sqlite3.connect(
+            self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
         deadline = time.monotonic() + self.timeout
         try:
             while True:
@@ -275,9 +361,10 @@ class SQLiteDatabase:
                 )
 
     def _close_connection(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        with self._in_use:
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({str(self.path)!r})"
@@ -285,6 +372,11 @@ class SQLiteDatabase:
 
 def _nothing(connection: sqlite3.Connection) -> None:
     return None
+
+
+def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 @contextmanager
@@ -314,7 +406,7 @@ def write_transaction(
                     backend=BACKEND,
                 )
         yield
-        if job_state is not None and job_state.cancelled.is_set():
+        if job_state is not None and job_state.cancelled:
             raise _Abandoned
         connection.execute("COMMIT")
         if job_state is not None:

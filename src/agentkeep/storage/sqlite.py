@@ -2,7 +2,7 @@
 
 What lives here:
 
-* :class:`SQLiteDatabase`: a database file and the one worker thread that owns its connection.
+* :class:`SQLiteDatabase`: a database file, its connection and the worker thread that opens it.
   Both SQLite stores (:class:`SQLiteMessageStore` and
   :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
   connection settings, migrations and error mapping live in one place (the database layer,
@@ -11,10 +11,14 @@ What lives here:
 * :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider`
   that opens (and owns) a :class:`SQLiteMessageStore` on a path.
 
-**Off the event loop.** Every store has one dedicated worker thread (a single-thread executor)
-that opens the connection on first use and runs every statement; coroutines only hand it jobs and
-await the result. The loop thread never calls into :mod:`sqlite3`. One thread per store also means
-jobs of one store run one at a time, in the order they were awaited.
+**The event loop never waits.** Every store has one connection and one dedicated worker thread (a
+single-thread executor) that opens it on first use. A turn's jobs (an append, a read of what is new
+or of the newest ``last`` messages, a session's load and save) are *quick*: they run at once on the
+caller's thread when the connection is free, with no busy wait, because handing them to a thread
+and back would cost more than the SQL; one that meets another connection's write lock is handed to
+the worker instead, as every other job is (whole-history reads, compactions, deletes, expiry,
+migrations, checkpoints of the write-ahead log). The event loop never waits for a lock or a long
+job, and jobs of one store never overlap.
 
 **Concurrency.** The database is in WAL mode (readers never block the writer) with a busy timeout
 (``timeout``). Every write (append, compaction, delete, expiry) is one ``BEGIN IMMEDIATE``
@@ -207,7 +211,7 @@ class SQLiteMessageStore:
             return []
         check = check_batch_ids(self.backend, conversation_id, messages)
         rows = encode_records(conversation_id, messages, key_ring=self.key_ring)  # refuse before writing
-        return await self.database.run(partial(self._append, conversation_id, rows, check))
+        return await self.database.run(partial(self._append, conversation_id, rows, check), quick=True)
 
     def _retried(
         self,
@@ -401,7 +405,10 @@ class SQLiteMessageStore:
         """The compacted view in view order (only rows above the view floor are read), or with
         ``raw`` the raw log in sequence order."""
         job = _read_raw if raw else _read_view
-        return await self.database.run(partial(job, seal_key(conversation_id, self.key_ring), last, after))
+        bounded = last is not None or after is not None  # a turn's read: what is new, or the newest
+        return await self.database.run(
+            partial(job, seal_key(conversation_id, self.key_ring), last, after), quick=bounded
+        )
 
     async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
         """Live conversations, most recently active first (the newest message's time); at most

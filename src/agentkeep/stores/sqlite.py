@@ -107,7 +107,7 @@ class SQLiteSessionStore(AgentSessionStore):
         key = agent_key(agent)
         payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
         expected = session_version(session)
-        if not await self.database.run(partial(_save, key, conversation_id, expected, payload)):
+        if not await self.database.run(partial(_save, key, conversation_id, expected, payload), quick=True):
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
@@ -120,7 +120,7 @@ class SQLiteSessionStore(AgentSessionStore):
                 not decrypt with it (nothing is changed).
         """
         check_conversation_id(conversation_id)
-        row = await self.database.run(partial(_load, agent_key(agent), conversation_id))
+        row = await self.database.run(partial(_load, agent_key(agent), conversation_id), quick=True)
         if row is None:
             return agent.create_session(session_id=conversation_id)
         version, payload = row
