@@ -17,6 +17,7 @@ awaited calls (:meth:`Span.child`), so no context leaks across a ``yield``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Generator, Mapping
 from typing import Any, Final
 
@@ -32,14 +33,29 @@ except ImportError:  # pragma: no cover - depends on the installation
 _TRACER: Final = None if _trace is None else _trace.get_tracer("agentkeep")
 _Attributes = Mapping[str, str | int | float | bool]
 
+# Whether a tracer provider is set is asked on every span. The API's answer reads the environment
+# each time while none is set, so the global it keeps is looked at first, where it exists; once a
+# real provider is set it stays set (the API refuses to replace it), so that answer is kept.
+_GLOBAL_PROVIDER: Final = "_TRACER_PROVIDER"
+_PROVIDER_GLOBAL_KNOWN: Final = _trace is not None and hasattr(_trace, _GLOBAL_PROVIDER)
+_PROVIDER_FROM_ENVIRONMENT: Final = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+_configured = False
+
 
 def _tracer() -> Any:
     """The tracer, or ``None`` while no tracer provider is configured (spans would record
     nothing: skipping them keeps an unconfigured installation as cheap as one without the API)."""
+    global _configured
+    if _configured:
+        return _TRACER
     if _trace is None:
         return None
+    unset = _PROVIDER_GLOBAL_KNOWN and getattr(_trace, _GLOBAL_PROVIDER) is None
+    if unset and not _PROVIDER_FROM_ENVIRONMENT:
+        return None  # none set in code, none named in the environment
     if isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
         return None
+    _configured = True
     return _TRACER
 
 
