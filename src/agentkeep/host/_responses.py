@@ -276,8 +276,10 @@ class _Responses:
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
                     self._check_previous(turn, body.previous_response_id)
-                    history = await turn.history()
+                    history = await turn.history(keep_for_run=body.store)
                     branch = self._branch_point(turn, body.previous_response_id, history)
+                    if branch is not None:
+                        turn.discard_kept()  # the run is not on this session
                     if branch is not None:  # continuing an earlier response: a branch
                         prefix = await _history_until(hosted.agent, turn.session, branch)
                         if body.store:

@@ -160,10 +160,19 @@ class SessionTurn:
             session = cache[0].take(cache[1], session)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
 
-    async def history(self) -> list[Message]:
-        """The newest stored history of the session (what the agent's history provider loads)."""
+    async def history(self, *, keep_for_run: bool = False) -> list[Message]:
+        """The newest stored history of the session (what the agent's history provider loads);
+        with ``keep_for_run``, kept for the turn's run to load (see :meth:`discard_kept`)."""
         provider = self.agent.history_provider()
-        return [] if provider is None else list(await provider.get_session_messages(self.session))
+        if provider is None:
+            return []
+        return list(await provider.get_session_messages(self.session, keep_for_run=keep_for_run))
+
+    def discard_kept(self) -> None:
+        """Drop the history :meth:`history` kept if the run did not take it (it failed before)."""
+        provider = self.agent.history_provider()
+        if provider is not None:
+            provider.discard_kept(self.session)
 
     async def save(self) -> None:
         """Save the session (nothing to do if the turn changed nothing and it is stored).

@@ -18,6 +18,11 @@ The ``session_id`` both methods receive is the session's
 when it has one (``alice::chat-1``). A subclass that keys its storage by it keeps tenants apart
 without knowing about them.
 
+A caller that reads the history just before a run (a host telling which messages of a request
+are new) passes ``keep_for_run=True`` to :meth:`~HistoryProvider.get_session_messages`: the next
+run's load then takes those messages instead of reading them again. The caller drops them with
+:meth:`~HistoryProvider.discard_kept` when no run follows (they would be stale by a later run).
+
 ``load_messages=False`` makes an audit / evaluation sink: it records without changing what the
 model sees.
 
@@ -143,9 +148,30 @@ class HistoryProvider(ContextProvider):
         return None
 
     # -- the shared behaviour -------------------------------------------------------------------
-    async def get_session_messages(self, session: AgentSession) -> Sequence[Message]:
-        """The history stored for ``session`` (what the next run would load)."""
-        return await self.get_messages(session.storage_key, state=self.get_state(session), session=session)
+    async def get_session_messages(
+        self, session: AgentSession, *, keep_for_run: bool = False
+    ) -> Sequence[Message]:
+        """The history stored for ``session`` (what the next run would load).
+
+        Args:
+            session: The session.
+            keep_for_run: Hand these messages to the next run of ``session``, which then loads
+                them from here instead of from storage (for a caller about to run it; see
+                :meth:`discard_kept`).
+        """
+        state = self.get_state(session)
+        messages = await self.get_messages(session.storage_key, state=state, session=session)
+        if keep_for_run:
+            session.runtime[self._kept_key] = messages
+        return messages
+
+    def discard_kept(self, session: AgentSession) -> None:
+        """Drop what :meth:`get_session_messages` kept for a run that did not take it."""
+        session.runtime.pop(self._kept_key, None)
+
+    @property
+    def _kept_key(self) -> str:
+        return f"history-kept:{self.source_id}"
 
     async def before_run(
         self,
@@ -155,8 +181,11 @@ class HistoryProvider(ContextProvider):
         context: SessionContext,
         state: Any,
     ) -> AIContext | None:
-        """Load history into the request (the agent skips this when ``load_messages`` is off)."""
-        history = await self.get_messages(session.storage_key, state=state, session=session)
+        """Load history into the request (the agent skips this when ``load_messages`` is off),
+        or take what :meth:`get_session_messages` kept for this run."""
+        history: Sequence[Message] | None = session.runtime.pop(self._kept_key, None)
+        if history is None:
+            history = await self.get_messages(session.storage_key, state=state, session=session)
         if self.provide_output_message_filter is not None:
             history = self.provide_output_message_filter(history)
         context.extend_messages(self, history, source_type=MessageSourceType.CHAT_HISTORY)
