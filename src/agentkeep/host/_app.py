@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pydantic
-from ag_ui.core import RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
 from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from .. import telemetry
 from ..errors import (
@@ -24,7 +24,15 @@ from ..stores import AgentSessionStore, NoopSessionStore, session_version
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
-from ._http import AccessLog, HTTPProblem, error_response, is_loopback, run_error, spanned
+from ._http import (
+    AccessLog,
+    EventStreamResponse,
+    HTTPProblem,
+    error_response,
+    is_loopback,
+    run_error,
+    spanned,
+)
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache, SessionTurn
@@ -249,10 +257,9 @@ class AgentHost:
             return exc.response()
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
-        events = self._agui_events(hosted, tenant, run_input, sent, tools, parent)
-        return StreamingResponse(
-            (encoder.encode(event) async for event in events), media_type=encoder.get_content_type()
-        )
+        batches = self._agui_events(hosted, tenant, run_input, sent, tools, parent)
+        chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
+        return EventStreamResponse(chunks, media_type=encoder.get_content_type())
 
     async def _agui_events(
         self,
@@ -262,14 +269,18 @@ class AgentHost:
         sent: list[dict[str, Any]],
         tools: list[Any],
         parent: telemetry.Span,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[tuple[list[BaseEvent], bool]]:
+        """The run's events in batches, each sent as one chunk: what is ready together travels
+        together (``RUN_STARTED`` at once, then each update's events, then the closing events with
+        ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
         thread, run = run_input.thread_id, run_input.run_id
-        yield RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
+        yield [RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], True
         key = (tenant, hosted.name, thread)
         turn_span = parent.start_child(
             "agentkeep.host.turn",
             **{"agentkeep.agent": hosted.name, "agentkeep.conversation": thread, "agentkeep.tenant": tenant},
         )
+        closing: list[BaseEvent] = []
         try:
             async with asyncio.timeout(self.run_timeout), self.locks.hold(key), spanned(turn_span):
                 turn = await SessionTurn.load(
@@ -282,14 +293,14 @@ class AgentHost:
                 )
                 if session_version(turn.session) is None:
                     await turn.save()  # a new conversation is stored before its first run
-                new = checked_messages(new_messages(sent, await turn.history()))
+                new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
                 stream = EventStream()
                 async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
                     async for update in updates:
-                        for event in stream.update(update):
-                            yield event
-                for event in stream.finish():
-                    yield event
+                        if events := stream.update(update):
+                            yield events, True
+                closing = stream.finish()
+                turn.discard_kept()  # what the run's history provider did not take (it loads nothing)
                 await turn.save()
                 self.sessions.keep(key, turn.session)
         except Exception as exc:  # reported in the protocol: the stream has started
@@ -297,6 +308,6 @@ class AgentHost:
             code, message = run_error(exc)
             if code == "internal_error":
                 log.exception("run %s of thread %r failed", run, thread)
-            yield RunErrorEvent(message=message, code=code, timestamp=now_ms())
+            yield [*closing, RunErrorEvent(message=message, code=code, timestamp=now_ms())], False
             return
-        yield RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())
+        yield [*closing, RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], False

@@ -1,17 +1,20 @@
 """What the host's endpoints share about HTTP: the typed error body, which clients are loopback,
-and what ended a failed run, as a protocol error code and an HTTP status."""
+what ended a failed run (as a protocol error code and an HTTP status), the streamed response the
+event endpoints answer with, and the access log."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Final, TypeVar
 
+import anyio
 import pydantic
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import telemetry
@@ -32,6 +35,7 @@ M = TypeVar("M", bound=pydantic.BaseModel)
 __all__ = [
     "STATUS_OF",
     "AccessLog",
+    "EventStreamResponse",
     "HTTPProblem",
     "declared_tool",
     "error_response",
@@ -145,6 +149,52 @@ async def spanned(span: telemetry.Span) -> AsyncGenerator[None]:
             yield
     finally:
         span.end()
+
+
+class EventStreamResponse(Response):
+    """A ``text/event-stream`` response sent as ``chunks`` makes it: each ``(text, more)`` is one
+    body message, sent at once, and the first with ``more`` false ends the response (so the end
+    of the stream travels with its last events instead of in a message of its own).
+
+    A client that hangs up stops the stream: a task waits for the disconnect and cancels the
+    sending one, at whatever ``chunks`` awaits (a run then stores nothing); the response then ends
+    quietly, as nobody is left to read it. (Starlette's ``StreamingResponse`` does the same with a
+    task group around two tasks and an empty last message: this sends one message less per
+    response and starts one task less.)
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, chunks: AsyncIterator[tuple[str, bool]], *, media_type: str | None = None) -> None:
+        self.chunks = chunks
+        self.status_code = 200
+        if media_type is not None:
+            self.media_type = media_type
+        self.background = None
+        self.init_headers()  # no body: no content-length, the server sends it chunked
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        more = True
+        # anyio's scope, not a bare Task.cancel(): it cancels again at every await until the
+        # stream has stopped, so a library that swallows one CancelledError cannot keep it going.
+        with anyio.CancelScope() as stopped:
+            watcher = asyncio.create_task(_watch_for_disconnect(receive, stopped))
+            try:
+                async for text, more in self.chunks:
+                    await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
+                    if not more:
+                        break
+            finally:
+                watcher.cancel()
+        if more and not stopped.cancel_called:  # the chunks ran out without saying so
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _watch_for_disconnect(receive: Receive, stopped: anyio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    stopped.cancel()
 
 
 class AccessLog:
