@@ -411,3 +411,42 @@ async def test_failed_run_stores_nothing_in_any_history_provider() -> None:
 
     assert len(await main.get_session_messages(session)) == 0
     assert len(await audit.get_session_messages(session)) == 0
+
+
+class CountingHistoryProvider(DictHistoryProvider):
+    """Counts its loads from the backend."""
+
+    def __init__(self, db: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__(db)
+        self.loads = 0
+
+    async def get_messages(
+        self, session_id: str | None, *, state: Any = None, session: AgentSession | None = None, **kwargs: Any
+    ) -> Sequence[Message]:
+        self.loads += 1
+        return await super().get_messages(session_id, state=state, session=session, **kwargs)
+
+
+async def test_history_kept_for_the_run_is_loaded_once_and_only_by_the_next_run() -> None:
+    provider = CountingHistoryProvider({})
+    client = ScriptedChatClient(echo)
+    agent = Agent(client, context_providers=[provider])
+    session = agent.create_session()
+    await agent.run("q1", session=session)
+    provider.loads = 0
+
+    kept = await provider.get_session_messages(session, keep_for_run=True)
+    assert texts(kept) == ["q1", "re: q1"]
+    await agent.run("q2", session=session)
+    assert provider.loads == 1  # the run took what was kept instead of loading again
+    assert texts(client.calls[-1]) == ["q1", "re: q1", "q2"]
+
+    await agent.run("q3", session=session)  # what was kept was for one run only
+    assert provider.loads == 2
+    assert texts(client.calls[-1]) == ["q1", "re: q1", "q2", "re: q2", "q3"]
+
+    await provider.get_session_messages(session, keep_for_run=True)
+    provider.discard_kept(session)
+    await agent.run("q4", session=session)
+    assert provider.loads == 4  # discarded: the run loaded afresh
+    assert texts(client.calls[-1])[-2:] == ["re: q3", "q4"]
