@@ -97,6 +97,8 @@ async def test_requests_without_a_valid_key_or_with_bad_bodies_are_refused(hoste
         assert typed.status_code == 422
         huge = await client.post("/agents/chat", content=b"x" * (2 << 20), headers=auth)
         assert huge.status_code == 413
+        other_method = await client.get("/agents/chat", headers=auth)
+        assert (other_method.status_code, other_method.json()["error"]["type"]) == (405, "method_not_allowed")
         assert (await client.get("/healthz")).json() == {"status": "ok"}
         ready = await client.get("/readyz")
         assert ready.status_code == 200
@@ -135,3 +137,26 @@ async def test_a_new_message_of_the_wrong_form_ends_the_run_and_stores_nothing(h
     assert events[-1]["type"] == "RUN_ERROR"
     assert events[-1]["code"] == "invalid_request"
     assert await hosted.stored("alice::bad") == []
+
+
+async def test_the_host_mounted_under_a_prefix_of_another_app_serves_the_same_turns(tmp_path: Path) -> None:
+    from fastapi import FastAPI
+
+    from tests.clients.servers import ThreadedUvicorn
+    from tests.host.conftest import keys_of
+
+    hosted = Hosted(tmp_path, api_keys=keys_of(ALICE))
+    outer = FastAPI()
+    outer.mount("/assistant", hosted.host.app)
+    server = ThreadedUvicorn(outer, name="an app with the host mounted", lifespan="on")
+    server.start()
+    try:
+        events = await run(f"{server.url}/assistant", "mounted", [user("hi")], key=ALICE[0])
+        assert conversation(events)[0]["content"] == "heard 1: hi"
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            assert (await client.post("/agents/chat", json={})).status_code == 404  # not outside the prefix
+    finally:
+        server.stop()
+        hosted.server.stop()  # never started: its socket is released
+        await hosted.host.aclose()
+    assert [m.text for m in await hosted.stored("alice::mounted")] == ["hi", "heard 1: hi"]

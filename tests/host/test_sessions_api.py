@@ -125,6 +125,11 @@ async def test_the_openapi_document_describes_the_answers_the_endpoints_give(hos
         document = (await client.get("/openapi.json")).json()
         schemas = document["components"]["schemas"]
         assert {"SessionList", "MessagesPage", "GroupsPage", "CompactionResult", "ErrorBody"} <= set(schemas)
+        agui = document["paths"]["/agents/{name}"]["post"]
+        body = agui["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": "#/components/schemas/RunAgentInput"}
+        assert {"threadId", "runId", "messages"} <= set(schemas["RunAgentInput"]["properties"])
+        assert "text/event-stream" in agui["responses"]["200"]["content"]
         listed = document["paths"]["/api/agents/{name}/sessions"]["get"]["responses"]
         assert listed["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/SessionList")
         base = "/api/agents/chat/sessions"

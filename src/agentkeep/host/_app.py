@@ -6,36 +6,21 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pydantic
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
-from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
-from .. import telemetry
-from ..errors import (
-    ToolError,
-)
-from ..stores import AgentSessionStore, NoopSessionStore, session_version
-from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
+from ..stores import AgentSessionStore, NoopSessionStore
+from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
-from ._http import (
-    AccessLog,
-    EventStreamResponse,
-    HTTPProblem,
-    error_response,
-    is_loopback,
-    run_error,
-    spanned,
-)
+from ._http import AccessLog, HTTPProblem, is_loopback
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
-from ._turns import ConversationLocks, SessionCache, SessionTurn
+from ._turns import ConversationLocks, SessionCache
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -151,8 +136,14 @@ class AgentHost:
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
-        app.add_middleware(AccessLog)
-        app.post("/agents/{name}", response_model=None)(self._agui)
+        app.add_middleware(AGUIRoute, host=self)  # POST /agents/{name}, in front of the router
+        app.add_middleware(AccessLog)  # outermost of the two: AG-UI turns are logged too
+        documented = app.openapi
+
+        def openapi() -> dict[str, Any]:
+            return agui_openapi(documented())
+
+        app.openapi = openapi
         app.get("/healthz")(self._healthz)
         app.get("/readyz", response_model=None)(self._readyz)
         install_responses(self, app)
@@ -231,83 +222,3 @@ class AgentHost:
                 ready = False
                 report[hosted.name] = f"{type(exc).__name__}: {exc}"
         return JSONResponse({"ready": ready, "agents": report}, status_code=200 if ready else 503)
-
-    # -- AG-UI ----------------------------------------------------------------------------------------
-    async def _agui(self, name: str, request: Request) -> Response:
-        try:
-            tenant = self.tenant_of(request)
-            hosted = self.agents.get(name)
-            if hosted is None:
-                raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
-            body = await self.body_of(request)
-            try:
-                run_input, sent = parse_input(body)
-            except pydantic.ValidationError as exc:
-                details = exc.errors(include_url=False, include_input=False)
-                return error_response(422, "invalid_request", "not a RunAgentInput", details=details)
-            except ValueError as exc:
-                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
-            if len(sent) > self.max_messages:
-                raise HTTPProblem(413, "too_large", f"more than {self.max_messages} messages")
-            try:
-                tools = client_tools(run_input)
-            except ToolError as exc:
-                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
-        except HTTPProblem as exc:
-            return exc.response()
-        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
-        parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
-        batches = self._agui_events(hosted, tenant, run_input, sent, tools, parent)
-        chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
-        return EventStreamResponse(chunks, media_type=encoder.get_content_type())
-
-    async def _agui_events(
-        self,
-        hosted: HostedAgent,
-        tenant: str,
-        run_input: RunAgentInput,
-        sent: list[dict[str, Any]],
-        tools: list[Any],
-        parent: telemetry.Span,
-    ) -> AsyncIterator[tuple[list[BaseEvent], bool]]:
-        """The run's events in batches, each sent as one chunk: what is ready together travels
-        together (``RUN_STARTED`` at once, then each update's events, then the closing events with
-        ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
-        thread, run = run_input.thread_id, run_input.run_id
-        yield [RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], True
-        key = (tenant, hosted.name, thread)
-        turn_span = parent.start_child(
-            "agentkeep.host.turn",
-            **{"agentkeep.agent": hosted.name, "agentkeep.conversation": thread, "agentkeep.tenant": tenant},
-        )
-        closing: list[BaseEvent] = []
-        try:
-            async with asyncio.timeout(self.run_timeout), self.locks.hold(key), spanned(turn_span):
-                turn = await SessionTurn.load(
-                    hosted.agent,
-                    hosted.session_store,
-                    tenant,
-                    thread,
-                    cache=(self.sessions, key),
-                    attempts=self.save_attempts,
-                )
-                if session_version(turn.session) is None:
-                    await turn.save()  # a new conversation is stored before its first run
-                new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
-                stream = EventStream()
-                async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
-                    async for update in updates:
-                        if events := stream.update(update):
-                            yield events, True
-                closing = stream.finish()
-                turn.discard_kept()  # what the run's history provider did not take (it loads nothing)
-                await turn.save()
-                self.sessions.keep(key, turn.session)
-        except Exception as exc:  # reported in the protocol: the stream has started
-            turn_span.fail(exc)
-            code, message = run_error(exc)
-            if code == "internal_error":
-                log.exception("run %s of thread %r failed", run, thread)
-            yield [*closing, RunErrorEvent(message=message, code=code, timestamp=now_ms())], False
-            return
-        yield [*closing, RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], False

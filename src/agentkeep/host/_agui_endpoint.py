@@ -1,0 +1,186 @@
+"""The AG-UI endpoint, ``POST /agents/{name}``: a request's turn, streamed as AG-UI events.
+
+It is served by a plain ASGI middleware (:class:`AGUIRoute`) in front of the FastAPI app rather
+than by a FastAPI route: the one endpoint every chat turn goes through skips the router, the
+dependency solving and the request/response wrappers, which cost about a third of what a turn
+costs the host (the app's outer middleware, such as the access log and the server-error handler,
+still wrap it). Everything the route does is done here: authentication, limits, typed errors.
+The app's OpenAPI document describes the endpoint (:func:`agui_openapi`).
+
+A turn: the tenant's session loaded through the agent's store scoped to the tenant, what is new in
+the request found against the stored history (read once: the run takes it), the run streamed, the
+session saved (see :mod:`agentkeep.host._turns`); ``RUN_ERROR`` with a code when anything fails,
+and then nothing of the run is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
+from ag_ui.encoder import EventEncoder
+from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .. import telemetry
+from ..errors import ToolError
+from ..stores import session_version
+from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
+from ._http import EventStreamResponse, HTTPProblem, error_response, run_error, spanned
+from ._turns import SessionTurn
+
+if TYPE_CHECKING:
+    from ._app import AgentHost, HostedAgent
+
+__all__ = ["AGUIRoute", "agui_openapi"]
+
+log = logging.getLogger("agentkeep.host")
+
+PATH = "/agents/{name}"
+
+
+async def _unreachable(scope: Scope, receive: Receive, send: Send) -> None:  # pragma: no cover
+    raise AssertionError("AGUIRoute answers the requests its route matches itself")
+
+
+class AGUIRoute:
+    """ASGI middleware: ``POST /agents/{name}`` answered by ``host`` (see the module docs), every
+    other request passed on to ``app``."""
+
+    def __init__(self, app: ASGIApp, *, host: AgentHost) -> None:
+        self.app = app
+        self.host = host
+        self._route = Route(PATH, _unreachable, methods=["POST"])  # matching only (root path aware)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            match, child = self._route.matches(scope)
+            if match is Match.FULL:
+                await self._turn(child["path_params"]["name"], Request(scope, receive), send)
+                return
+            if match is Match.PARTIAL:  # the path, another method
+                await error_response(405, "method_not_allowed", "use POST")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _turn(self, name: str, request: Request, send: Send) -> None:
+        host = self.host
+        try:
+            tenant = host.tenant_of(request)
+            hosted = host.agents.get(name)
+            if hosted is None:
+                raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
+            body = await host.body_of(request)
+            try:
+                run_input, sent = parse_input(body)
+            except pydantic.ValidationError as exc:
+                details = exc.errors(include_url=False, include_input=False)
+                raise HTTPProblem(422, "invalid_request", "not a RunAgentInput", details=details) from exc
+            except ValueError as exc:
+                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+            if len(sent) > host.max_messages:
+                raise HTTPProblem(413, "too_large", f"more than {host.max_messages} messages")
+            try:
+                tools = client_tools(run_input)
+            except ToolError as exc:
+                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+        except HTTPProblem as exc:
+            await exc.response()(request.scope, request.receive, send)
+            return
+        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
+        parent: telemetry.Span = request.scope.get("state", {}).get("span") or telemetry.Span()
+        batches = self._events(hosted, tenant, run_input, sent, tools, parent)
+        chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
+        response = EventStreamResponse(chunks, media_type=encoder.get_content_type())
+        await response(request.scope, request.receive, send)
+
+    async def _events(
+        self,
+        hosted: HostedAgent,
+        tenant: str,
+        run_input: RunAgentInput,
+        sent: list[dict[str, Any]],
+        tools: list[Any],
+        parent: telemetry.Span,
+    ) -> AsyncIterator[tuple[list[BaseEvent], bool]]:
+        """The run's events in batches, each sent as one chunk: what is ready together travels
+        together (``RUN_STARTED`` at once, then each update's events, then the closing events with
+        ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
+        host = self.host
+        thread, run = run_input.thread_id, run_input.run_id
+        yield [RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], True
+        key = (tenant, hosted.name, thread)
+        turn_span = parent.start_child(
+            "agentkeep.host.turn",
+            **{"agentkeep.agent": hosted.name, "agentkeep.conversation": thread, "agentkeep.tenant": tenant},
+        )
+        closing: list[BaseEvent] = []
+        try:
+            async with asyncio.timeout(host.run_timeout), host.locks.hold(key), spanned(turn_span):
+                turn = await SessionTurn.load(
+                    hosted.agent,
+                    hosted.session_store,
+                    tenant,
+                    thread,
+                    cache=(host.sessions, key),
+                    attempts=host.save_attempts,
+                )
+                if session_version(turn.session) is None:
+                    await turn.save()  # a new conversation is stored before its first run
+                new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
+                stream = EventStream()
+                async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
+                    async for update in updates:
+                        if events := stream.update(update):
+                            yield events, True
+                closing = stream.finish()
+                turn.discard_kept()  # what the run's history provider did not take (it loads nothing)
+                await turn.save()
+                host.sessions.keep(key, turn.session)
+        except Exception as exc:  # reported in the protocol: the stream has started
+            turn_span.fail(exc)
+            code, message = run_error(exc)
+            if code == "internal_error":
+                log.exception("run %s of thread %r failed", run, thread)
+            yield [*closing, RunErrorEvent(message=message, code=code, timestamp=now_ms())], False
+            return
+        yield [*closing, RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], False
+
+
+def agui_openapi(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (the app's OpenAPI document) with the AG-UI endpoint described: its body a
+    ``RunAgentInput``, its answer an event stream, its errors the host's typed error body."""
+    schema = RunAgentInput.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+    schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(schema.pop("$defs", {}))
+    schemas["RunAgentInput"] = schema
+    problem = {"description": 'A typed error: {"error": {"type": ..., "message": ...}}'}
+    document.setdefault("paths", {})[PATH] = {
+        "post": {
+            "summary": "Run a turn of the agent over AG-UI",
+            "description": (
+                "The AG-UI protocol: the body is a RunAgentInput (threadId = the conversation), the "
+                "answer a stream of AG-UI events (RUN_STARTED, TEXT_MESSAGE_*, TOOL_CALL_*, "
+                "TOOL_CALL_RESULT, then RUN_FINISHED or RUN_ERROR with a code)."
+            ),
+            "operationId": "run_agent_agui",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunAgentInput"}}},
+            },
+            "responses": {
+                "200": {
+                    "description": "AG-UI events as server-sent events",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **dict.fromkeys(("401", "403", "404", "413", "422"), problem),
+            },
+        }
+    }
+    return document
