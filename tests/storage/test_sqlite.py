@@ -515,6 +515,31 @@ async def test_the_event_loop_thread_runs_only_quick_jobs_and_never_waits_for_a_
     assert violations == []
 
 
+async def test_an_append_that_must_first_delete_an_expired_log_does_it_in_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loop_thread = threading.current_thread()
+    deletes: list[bool] = []  # per DELETE of messages: whether the loop's thread ran it
+
+    class Watched(sqlite3.Connection):
+        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+            if sql.startswith("DELETE FROM agentkeep_messages"):
+                deletes.append(threading.current_thread() is loop_thread)
+            return super().execute(sql, parameters)
+
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Watched, **k))  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
+    store = SQLiteMessageStore(tmp_path / "ttl.db", ttl=0.05)
+    try:
+        await store.append("c", [Message("user", [f"old {i}"]) for i in range(3)])
+        await asyncio.sleep(0.1)  # expired now
+        assert await store.append("c", [Message("user", ["new"])]) == [1]  # a new conversation
+        assert [m.text for m in (await store.read("c", raw=True)).messages] == ["new"]
+    finally:
+        await store.aclose()
+    assert deletes == [False]  # the old log went in the worker thread
+
+
 async def test_a_quick_job_that_meets_another_writer_waits_in_the_worker_not_the_loop(
     tmp_path: Path,
 ) -> None:

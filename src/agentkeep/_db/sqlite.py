@@ -12,7 +12,9 @@ caller marks *quick* (bounded work: one conversation's new rows, one session) ru
 caller's thread when the connection is free, with SQLite's busy timeout at zero: if another
 connection holds the write lock it fails at once (``BEGIN IMMEDIATE``, before any change) and is
 handed to the worker thread instead, which waits for the lock without blocking the event loop.
-The connection is guarded by a lock, so a quick job never runs while the worker uses it. Commits
+A quick job that finds unbounded work ahead (an expired conversation's whole log to delete) calls
+:func:`not_quick` before changing anything and is run again in the worker thread. The connection
+is guarded by a lock, so a quick job never runs while the worker uses it. Commits
 of quick jobs never checkpoint the write-ahead log (that writes and syncs the database file);
 every :data:`CHECKPOINT_EVERY` of them the worker thread runs a passive checkpoint instead.
 """
@@ -41,6 +43,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SQLiteDatabase",
     "default_database_path",
+    "not_quick",
     "now_us",
     "read_transaction",
     "write_transaction",
@@ -129,15 +132,29 @@ class _JobState:
     """What a job of :meth:`SQLiteDatabase.run` and its caller tell each other across threads
     (plain attributes: each is written by one side and read by the other)."""
 
-    __slots__ = ("cancelled", "committed")
+    __slots__ = ("cancelled", "committed", "quick")
 
-    def __init__(self) -> None:
+    def __init__(self, *, quick: bool = False) -> None:
         self.cancelled = False  # set by the caller when it was cancelled
         self.committed = False  # set by write_transaction once a write committed
+        self.quick = quick  # run on the caller's thread
 
 
 class _Locked(Exception):
     """A quick job met another connection's lock (and changed nothing)."""
+
+
+class _TooMuchForQuick(Exception):
+    """A quick job found more work than it may do on the caller's thread (see :func:`not_quick`)."""
+
+
+def not_quick() -> None:
+    """Called by a job that found unbounded work ahead (say, deleting an expired conversation's
+    whole log) before changing anything: if it runs as a quick job, it stops (its transaction
+    rolls back) and runs again in the worker thread; otherwise nothing happens."""
+    job_state: _JobState | None = getattr(_current, "state", None)
+    if job_state is not None and job_state.quick:
+        raise _TooMuchForQuick
 
 
 class _Abandoned(Exception):
@@ -194,8 +211,8 @@ class SQLiteDatabase:
         if quick and self._connection is not None and self._in_use.acquire(blocking=False):
             try:
                 return self._run_quick(job)
-            except _Locked:
-                pass  # another connection's lock: wait for it in the worker thread
+            except (_Locked, _TooMuchForQuick):
+                pass  # another connection's lock, or a long job: in the worker thread
             finally:
                 self._in_use.release()
         job_state = _JobState()
@@ -244,7 +261,7 @@ class SQLiteDatabase:
     def _run_quick(self, job: Callable[[sqlite3.Connection], T]) -> T:
         connection = self._connection
         assert connection is not None
-        _current.state = _JobState()
+        _current.state = _JobState(quick=True)
         changes = connection.total_changes
         try:
             self._settle(connection, quick=True)

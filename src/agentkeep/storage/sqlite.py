@@ -76,6 +76,7 @@ from .._db.sqlite import (
     SCHEMA_VERSION,
     SQLiteDatabase,
     default_database_path,
+    not_quick,
     now_us,
     read_transaction,
     write_transaction,
@@ -520,6 +521,7 @@ def _find(
     found = _Conversation(*row)
     if found.expires_at is not None and found.expires_at <= now:
         if purge:
+            not_quick()  # removing a whole log: not on the caller's thread
             _remove(db, found.key)
         return None
     return found
