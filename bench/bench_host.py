@@ -3,10 +3,10 @@
 Each server runs in its own subprocess on a loopback port under uvicorn (``loop="asyncio"``,
 ``http="h11"``, no access log, for all), with the same instant fake model (answers "ok"):
 
-* ours: ``AgentHost`` (no API keys: loopback, tenant ``local``) serving ``Agent(ScriptedChatClient)``
-  with a ``StorageHistoryProvider`` on ``SQLiteMessageStore`` (``load_limit=50``) and a
-  ``SQLiteSessionStore``, both in one SQLite file, as ``tests/host/conftest.py`` builds it (the
-  scripted client's record of calls is cleared on every call, so the server keeps no garbage);
+* ours: ``AgentHost`` (no API keys: loopback, tenant ``local``) serving an ``Agent`` on a minimal
+  ``BaseChatClient`` subclass with a ``StorageHistoryProvider`` on ``SQLiteMessageStore``
+  (``load_limit=50``) and a ``SQLiteSessionStore``, both in one SQLite file, as
+  ``tests/host/conftest.py`` builds it;
 * reference: ``agent-framework-ag-ui`` (``add_agent_framework_fastapi_endpoint``) on
   ``agent-framework-core``: an ``Agent`` on a minimal ``BaseChatClient`` subclass, its threads in
   the package's ``InMemoryAGUIThreadSnapshotStore`` under one stable scope (the documented
@@ -173,21 +173,32 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None
 
     import uvicorn
 
-    from agentkeep import Agent
+    from agentkeep import Agent, BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, Message
+    from agentkeep.contents import TextContent
     from agentkeep.host import AgentHost
     from agentkeep.providers import StorageHistoryProvider
     from agentkeep.storage.sqlite import SQLiteMessageStore
     from agentkeep.stores.sqlite import SQLiteSessionStore
-    from agentkeep.testing import ScriptedChatClient
 
-    async def model(messages: Sequence[Message]) -> str:
-        client.calls.clear()  # the test double records every call; a bench server keeps none
-        client.call_options.clear()
-        if messages and messages[-1].text.startswith(SLOW):
-            await asyncio.sleep(SLOW_SECONDS)
-        return "ok"
+    class InstantChatClient(BaseChatClient):
+        """Answers "ok" at once (one streamed text update), as the reference's fake does."""
 
-    client = ScriptedChatClient(model)
+        async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+            if messages and messages[-1].text.startswith(SLOW):
+                await asyncio.sleep(SLOW_SECONDS)
+            return ChatResponse([Message("assistant", [TextContent("ok")])], finish_reason="stop")
+
+        async def get_streaming_response(
+            self, messages: Sequence[Message], *, options: ChatOptions
+        ) -> AsyncIterator[ChatResponseUpdate]:
+            if messages and messages[-1].text.startswith(SLOW):
+                await asyncio.sleep(SLOW_SECONDS)
+            message_id = uuid.uuid4().hex
+            yield ChatResponseUpdate(
+                [TextContent("ok")], message_id=message_id, response_id=message_id, finish_reason="stop"
+            )
+
+    client = InstantChatClient()
     history = StorageHistoryProvider(SQLiteMessageStore(db), "history", load_limit=50, owns_store=True)
     agent = Agent(client, name="chat", context_providers=[history])
     host = AgentHost()
