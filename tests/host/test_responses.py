@@ -5,10 +5,13 @@ every ``resp_`` / ``conv_`` id."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import openai
 import pytest
 
 from agentkeep.clients.openai import OpenAIResponsesClient
+from agentkeep.storage import HistoryView
 from tests.host.conftest import ALICE, BOB, Hosted
 
 WEATHER = {
@@ -133,3 +136,28 @@ async def test_agentkeeps_responses_client_runs_an_agent_whose_history_the_host_
         assert second.text == "heard 2: My name is Ada. | What is my name?"
     finally:
         await client.aclose()
+
+
+async def test_items_page_newest_first_and_a_page_reads_only_what_lies_before_it(hosted: Hosted) -> None:
+    store = hosted.history.store
+    reads: list[int | None] = []
+    real_read = store.read
+
+    async def read(conversation_id: str, **options: Any) -> HistoryView:
+        reads.append(options.get("last"))
+        return await real_read(conversation_id, **options)
+
+    store.read = read  # type: ignore[method-assign]
+    seeded = [{"type": "message", "role": "user", "content": f"note {i}"} for i in range(60)]
+    async with sdk(hosted, ALICE[0]) as client:
+        conversation = await client.conversations.create(items=seeded)  # type: ignore[arg-type]
+        reads.clear()
+        first = await client.conversations.items.list(conversation.id, limit=7)
+        assert [item.content[0].text for item in first.data] == [f"note {i}" for i in range(59, 52, -1)]  # type: ignore[union-attr]
+        assert first.has_more
+        assert reads
+        assert all(last is not None and last <= 16 for last in reads)  # not the whole view
+        paged = [item.id async for item in client.conversations.items.list(conversation.id, limit=7)]
+        everything = await client.conversations.items.list(conversation.id, order="asc", limit=100)
+    assert paged == [item.id for item in reversed(everything.data)]
+    assert len(paged) == len(set(paged)) == 60

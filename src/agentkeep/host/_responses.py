@@ -10,7 +10,9 @@
 * ``GET /v1/responses/{id}``: a stored response (the newest :data:`KEPT_RESPONSES` of each
   conversation are kept).
 * ``POST /v1/conversations``, ``GET /v1/conversations/{id}``, ``GET /v1/conversations/{id}/items``
-  (``limit``, ``order``, ``after``): conversations of the host's first agent.
+  (``limit``, ``order``, ``after``): conversations of the host's first agent. Newest first (the
+  default order) a page reads only the messages between it and the newest one; ``order=asc``
+  reads the whole view.
 
 A conversation is a session of the agent's store (its history in the agent's history provider),
 under the caller's tenant; responses are recorded in its state. Continuing from a response that is
@@ -124,6 +126,44 @@ async def _all_messages(agent: Any, session: AgentSession) -> list[Message]:
     if provider is None:
         return []
     return list(await provider.get_session_messages(session))
+
+
+def _after(items: list[dict[str, Any]], after: str | None) -> list[dict[str, Any]]:
+    """The items after the one with id ``after`` (all without one; none if it is not there)."""
+    if after is None:
+        return items
+    for index, item in enumerate(items):
+        if item["id"] == after:
+            return items[index + 1 :]
+    return []
+
+
+async def _newest_items(
+    agent: Any, session: AgentSession, limit: int, after: str | None
+) -> list[dict[str, Any]]:
+    """The conversation's items newest first, from after the item ``after``, at least ``limit + 1``
+    of them when there are (so the caller can tell whether more follow). From a message store the
+    newest messages are read in windows that double until they hold the page: a page costs what
+    lies between it and the newest message, not the whole history."""
+    provider = agent.history_provider()
+    if not isinstance(provider, StorageHistoryProvider):
+        items = conversation_items(await _all_messages(agent, session))
+        items.reverse()
+        return _after(items, after)
+    conversation = provider.conversation_id(session)
+    window = limit + 1
+    while True:
+        messages = (await provider.store.read(conversation, last=window)).messages
+        items = conversation_items(messages)
+        items.reverse()
+        whole = len(messages) < window  # the view holds no older message
+        if whole:
+            return _after(items, after)
+        ids = [item["id"] for item in items]
+        start = 0 if after is None else (ids.index(after) + 1 if after in ids else None)
+        if start is not None and len(items) - start > limit:
+            return items[start:]
+        window *= 2
 
 
 def _newest_id(messages: list[Message]) -> str | None:
@@ -450,12 +490,11 @@ class _Responses:
             if not 1 <= limit <= 100:
                 raise HTTPProblem(400, "invalid_request", "limit is 1 to 100")
             hosted, turn = await self._conversation(request, conversation_id)
-            items = conversation_items(await _all_messages(hosted.agent, turn.session))
             if order == "desc":
-                items.reverse()
-            if after is not None:
-                ids = [item["id"] for item in items]
-                items = items[ids.index(after) + 1 :] if after in ids else []
+                items = await _newest_items(hosted.agent, turn.session, limit, after)
+            else:
+                items = conversation_items(await _all_messages(hosted.agent, turn.session))
+                items = _after(items, after)
             page = items[:limit]
             return JSONResponse(
                 {
