@@ -17,9 +17,11 @@ provider stores nothing of it.
 
 **Warm sessions.** A :class:`SessionCache` keeps the session objects of recent conversations
 (with their providers' caches in ``session.runtime``, such as the loaded history): when the store
-still holds the version a cached object was saved as, the next turn runs on that object, so a
-durable history provider reads only what was appended since, by any process. Any other version,
-or a failed turn, and the cached object is dropped.
+still holds the version a cached object was saved as (asked with
+:meth:`~agentkeep.stores.AgentSessionStore.get_session_if_changed`, which reads only the version
+where the store can), the next turn runs on that object, so a durable history provider reads only
+what was appended since, by any process. Any other version, or a failed turn, and the cached
+object is dropped.
 """
 
 from __future__ import annotations
@@ -89,13 +91,9 @@ class SessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def take(self, key: tuple[str, ...], stored: AgentSession) -> AgentSession:
-        """The cached object for ``key`` if it is at ``stored``'s version, else ``stored``."""
-        cached = self._sessions.pop(key, None)
-        version = session_version(stored)
-        if cached is not None and version is not None and session_version(cached) == version:
-            return cached
-        return stored
+    def pop(self, key: tuple[str, ...]) -> AgentSession | None:
+        """The cached object for ``key`` (removed: a turn runs on it and keeps it again)."""
+        return self._sessions.pop(key, None)
 
     def drop(self, key: tuple[str, ...]) -> None:
         """Forget the object of ``key`` (its conversation was deleted)."""
@@ -154,10 +152,14 @@ class SessionTurn:
             StorageError: The store failed.
         """
         scoped = IsolationKeyScopedSessionStore(store, isolation_key=tenant)
+        cached = None if cache is None else cache[0].pop(cache[1])
+        version = None if cached is None else session_version(cached)
         with telemetry.span("agentkeep.session_store.get", **{"agentkeep.backend": store.backend}):
-            session = await scoped.get_session(agent, conversation_id)
-        if cache is not None:
-            session = cache[0].take(cache[1], session)
+            if cached is not None and version is not None:
+                fresh = await scoped.get_session_if_changed(agent, conversation_id, version=version)
+                session = cached if fresh is None else fresh
+            else:
+                session = await scoped.get_session(agent, conversation_id)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
 
     async def history(self, *, keep_for_run: bool = False) -> list[Message]:

@@ -264,6 +264,23 @@ class AgentSessionStore(ABC):
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         """Forget the session; ``False`` if none was stored."""
 
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if version ``version`` of the session is still the stored one (the caller's
+        copy at that version is current), else what :meth:`get_session` returns.
+
+        For a caller that keeps session objects between turns (a host): the stores that can ask
+        for the version alone do, and read and restore the payload only when it changed; this
+        default reads the session.
+
+        Raises:
+            SessionFormatError: The stored payload is corrupt or of an unknown version.
+            ValueError: ``conversation_id`` is empty.
+        """
+        session = await self.get_session(agent, conversation_id)
+        return None if version is not None and session_version(session) == version else session
+
     def get_service(self, service_type: type[S]) -> S | None:
         """This store if it is a ``service_type``, else ``None`` (decorators search their chain)."""
         return self if isinstance(self, service_type) else None
@@ -291,6 +308,11 @@ class DelegatingSessionStore(AgentSessionStore):
 
     async def delete_session(self, agent: Agent, conversation_id: str) -> bool:
         return await self.inner_store.delete_session(agent, conversation_id)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        return await self.inner_store.get_session_if_changed(agent, conversation_id, version=version)
 
     def get_service(self, service_type: type[S]) -> S | None:
         found = super().get_service(service_type)

@@ -134,7 +134,20 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         """This tenant's session under ``conversation_id``, or a new one with that ``session_id``."""
         scoped = self.scoped_id(conversation_id)
         self._check_open()
-        session = await self.inner_store.get_session(agent, scoped)
+        return self._seen(await self.inner_store.get_session(agent, scoped), conversation_id, scoped)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if this tenant's session under ``conversation_id`` is still at ``version``,
+        else what :meth:`get_session` returns."""
+        scoped = self.scoped_id(conversation_id)
+        self._check_open()
+        found = await self.inner_store.get_session_if_changed(agent, scoped, version=version)
+        return None if found is None else self._seen(found, conversation_id, scoped)
+
+    def _seen(self, session: AgentSession, conversation_id: str, scoped: str) -> AgentSession:
+        """``session`` as the inner store gave it for ``scoped``, as this tenant's view shows it."""
         if session.session_id != scoped:
             self._claim(session, conversation_id)
             return session

@@ -122,6 +122,23 @@ class InMemorySessionStore(AgentSessionStore):
         key = (agent_key(agent), conversation_id)
         with self._lock:
             stored = self._sessions.get(key)
+        return self._restored(agent, key, stored)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if ``version`` is still the stored one, else what :meth:`get_session` returns."""
+        check_conversation_id(conversation_id)
+        self._check_open()
+        key = (agent_key(agent), conversation_id)
+        with self._lock:
+            stored = self._sessions.get(key)
+        if version is not None and stored is not None and stored[0] == version:
+            return None
+        return self._restored(agent, key, stored)
+
+    def _restored(self, agent: Agent, key: tuple[str, str], stored: tuple[int, bytes] | None) -> AgentSession:
+        conversation_id = key[1]
         if stored is None:
             return agent.create_session(session_id=conversation_id)
         version, payload = stored

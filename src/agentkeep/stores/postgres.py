@@ -22,7 +22,7 @@ them in place.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._db.postgres import DEFAULT_SCHEMA, PostgresDatabase, PostgresPool
 from ..sessions import AgentSession
@@ -49,6 +49,10 @@ _INSERT: Final = """INSERT INTO {sessions} (agent, conversation_id, version, pay
 _UPDATE: Final = """UPDATE {sessions} SET version = version + 1, payload = %s, updated_at = now()
     WHERE agent = %s AND conversation_id = %s AND version = %s RETURNING version"""
 _SELECT: Final = "SELECT version, payload FROM {sessions} WHERE agent = %s AND conversation_id = %s"
+_SELECT_IF_CHANGED: Final = (
+    "SELECT version, CASE WHEN version = %s THEN NULL ELSE payload END FROM {sessions} "
+    "WHERE agent = %s AND conversation_id = %s"
+)
 _DELETE: Final = "DELETE FROM {sessions} WHERE agent = %s AND conversation_id = %s RETURNING version"
 # Keyset pages in the primary key's order (the database's collation of text), so each page is an
 # index range scan of ``limit`` rows.
@@ -98,6 +102,7 @@ class PostgresSessionStore(AgentSessionStore):
         self._insert = self.database.query(_INSERT)
         self._update = self.database.query(_UPDATE)
         self._select = self.database.query(_SELECT)
+        self._select_if_changed = self.database.query(_SELECT_IF_CHANGED)
         self._delete = self.database.query(_DELETE)
         self._list_first = self.database.query(_LIST_FIRST)
         self._list_after = self.database.query(_LIST_AFTER)
@@ -159,6 +164,24 @@ class PostgresSessionStore(AgentSessionStore):
         self.database.check_open()
         check_conversation_id(conversation_id)
         rows = await self.database.fetch_rows(self._select, (agent_key(agent), conversation_id), retry=True)
+        return self._restored(agent, conversation_id, rows)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if ``version`` is still the stored one (only the version is read), else what
+        :meth:`get_session` returns."""
+        self.database.check_open()
+        check_conversation_id(conversation_id)
+        if version is None:
+            return await self.get_session(agent, conversation_id)
+        params = (version, agent_key(agent), conversation_id)
+        rows = await self.database.fetch_rows(self._select_if_changed, params, retry=True)
+        if rows and int(rows[0][0]) == version:
+            return None
+        return self._restored(agent, conversation_id, rows)
+
+    def _restored(self, agent: Agent, conversation_id: str, rows: list[Any]) -> AgentSession:
         if not rows:
             return agent.create_session(session_id=conversation_id)
         version, payload = rows[0]

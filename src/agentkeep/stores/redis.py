@@ -237,7 +237,29 @@ class RedisSessionStore(AgentSessionStore):
         """
         key = self._key(agent, conversation_id)
         stored: list[bytes | None] = await self.connection.execute("HMGET", key, "v", "p", "f")
-        version, payload, layout = stored
+        return self._restored(agent, conversation_id, *stored)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if ``version`` is still the stored one (only the version is fetched), else what
+        :meth:`get_session` returns."""
+        if version is None:
+            return await self.get_session(agent, conversation_id)
+        key = self._key(agent, conversation_id)
+        stored_version, layout = await self.connection.execute("HMGET", key, "v", "f")
+        if stored_version == str(version).encode() and not _newer_layout(layout):
+            return None
+        return await self.get_session(agent, conversation_id)
+
+    def _restored(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        version: bytes | None,
+        payload: bytes | None,
+        layout: bytes | None,
+    ) -> AgentSession:
         if version is None and payload is None:
             return agent.create_session(session_id=conversation_id)
         if _newer_layout(layout):

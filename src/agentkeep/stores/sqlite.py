@@ -121,6 +121,23 @@ class SQLiteSessionStore(AgentSessionStore):
         """
         check_conversation_id(conversation_id)
         row = await self.database.run(partial(_load, agent_key(agent), conversation_id), quick=True)
+        return self._restored(agent, conversation_id, row)
+
+    async def get_session_if_changed(
+        self, agent: Agent, conversation_id: str, *, version: int | None
+    ) -> AgentSession | None:
+        """``None`` if ``version`` is still the stored one (only the version is read), else what
+        :meth:`get_session` returns."""
+        check_conversation_id(conversation_id)
+        if version is None:
+            return await self.get_session(agent, conversation_id)
+        job = partial(_load_if_changed, agent_key(agent), conversation_id, version)
+        row = await self.database.run(job, quick=True)
+        if row is not None and row[0] == version:
+            return None
+        return self._restored(agent, conversation_id, row)
+
+    def _restored(self, agent: Agent, conversation_id: str, row: tuple[int, object] | None) -> AgentSession:
         if row is None:
             return agent.create_session(session_id=conversation_id)
         version, payload = row
@@ -198,6 +215,16 @@ def _load(agent: str, conversation_id: str, db: sqlite3.Connection) -> tuple[int
     return db.execute(
         "SELECT version, payload FROM agentkeep_sessions WHERE agent = ? AND conversation_id = ?",
         (agent, conversation_id),
+    ).fetchone()
+
+
+def _load_if_changed(
+    agent: str, conversation_id: str, version: int, db: sqlite3.Connection
+) -> tuple[int, object] | None:
+    return db.execute(
+        "SELECT version, CASE WHEN version = ? THEN NULL ELSE payload END FROM agentkeep_sessions "
+        "WHERE agent = ? AND conversation_id = ?",
+        (version, agent, conversation_id),
     ).fetchone()
 
 

@@ -3,8 +3,8 @@
 Describe your store with a :class:`SessionStoreBackend` and run
 :func:`~agentkeep.testing.conformance.session_store_checks` against it. Covered: new sessions for
 unknown ids, round trips (history and state), optimistic versions and conflicts (sequential and
-concurrent), deletion, keys scoped by agent, odd conversation ids, corrupt payloads and closed
-stores.
+concurrent), asking whether a session changed since a version, deletion, keys scoped by agent,
+odd conversation ids, corrupt payloads and closed stores.
 """
 
 from __future__ import annotations
@@ -167,6 +167,41 @@ async def versions_count_saves(backend: SessionStoreBackend) -> None:
         expect_equal(session_version(restored), 2, "a fresh read")
         await store.save_session(agent, "v", restored)
         expect_equal(session_version(restored), 3, "after saving the fresh read")
+
+
+@_check
+async def get_session_if_changed_reads_only_a_changed_session(backend: SessionStoreBackend) -> None:
+    """``get_session_if_changed`` gives ``None`` while the stored version is the one named, the
+    stored session once another save moved it on, and a new session once it is deleted."""
+    agent = _agent()
+    async with backend.open() as store:
+        mine = await _saved(store, agent, "probe", step=1)
+        expect_equal(
+            await store.get_session_if_changed(agent, "probe", version=session_version(mine)),
+            None,
+            "at the stored version",
+        )
+        unversioned = await store.get_session_if_changed(agent, "probe", version=None)
+        expect(unversioned is not None, "with no version: the stored session")
+        assert unversioned is not None
+        expect_equal(session_version(unversioned), session_version(mine), "its version")
+        await _saved(store, agent, "probe", step=2)  # another writer
+        moved = await store.get_session_if_changed(agent, "probe", version=session_version(mine))
+        expect(moved is not None, "after another save: the stored session")
+        assert moved is not None
+        expect_equal((moved.state["step"], session_version(moved)), (2, 2), "its state and version")
+        await store.delete_session(agent, "probe")
+        gone = await store.get_session_if_changed(agent, "probe", version=2)
+        expect(gone is not None, "after a delete: a new session")
+        assert gone is not None
+        expect_equal(
+            (session_version(gone), len(gone.state)), (None, 0), "the new session's version and state"
+        )
+        expect_equal(
+            await store.get_session_if_changed(agent, "never-saved", version=None) is not None,
+            True,
+            "an unknown id with no version: a new session",
+        )
 
 
 @_check
