@@ -264,16 +264,7 @@ class SQLiteDatabase:
         _current.state = _JobState(quick=True)
         changes = connection.total_changes
         try:
-            self._settle(connection, quick=True)
-            return job(connection)
-        except sqlite3.OperationalError as exc:
-            if _is_lock_error(exc):
-                raise _Locked from exc
-            raise self._mapped(exc) from exc
-        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
-            raise  # our own mistakes: not the database's state
-        except sqlite3.DatabaseError as exc:
-            raise self._mapped(exc) from exc
+            return self._checked(job, quick=True)
         finally:
             _current.state = None
             if connection.total_changes != changes:
@@ -282,6 +273,22 @@ class SQLiteDatabase:
                     self._quick_writes = 0
                     with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to checkpoint
                         self._executor.submit(self._checkpoint)
+
+    def _checked(self, job: Callable[[sqlite3.Connection], T], *, quick: bool) -> T:
+        """``job`` on the connection (opened first if need be) in ``quick`` or worker settings,
+        the database's failures as agentkeep's (a quick job's lock error as :class:`_Locked`)."""
+        try:
+            connection = self._connection or self._open()
+            self._settle(connection, quick=quick)
+            return job(connection)
+        except sqlite3.OperationalError as exc:
+            if quick and _is_lock_error(exc):
+                raise _Locked from exc
+            raise self._mapped(exc) from exc
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our own mistakes: not the database's state
+        except sqlite3.DatabaseError as exc:
+            raise self._mapped(exc) from exc
 
     def _mapped(self, exc: sqlite3.DatabaseError) -> StorageUnavailableError:
         text = str(exc)
@@ -296,13 +303,7 @@ class SQLiteDatabase:
         with self._in_use:
             _current.state = job_state
             try:
-                connection = self._connection or self._open()
-                self._settle(connection, quick=False)
-                return job(connection)
-            except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
-                raise  # our own mistakes: not the database's state
-            except sqlite3.DatabaseError as exc:
-                raise self._mapped(exc) from exc
+                return self._checked(job, quick=False)
             finally:
                 _current.state = None
 
