@@ -51,7 +51,7 @@ from ._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, Ses
 if TYPE_CHECKING:
     from ._app import AgentHost, HostedAgent
 
-__all__ = ["install_sessions_api"]
+__all__ = ["SessionsAPI", "install_sessions_api"]
 
 
 def _entry(entry: StoredMessage) -> dict[str, Any]:
@@ -120,7 +120,9 @@ def _report(session_id: str, report: CompactionReport) -> dict[str, Any]:
     }
 
 
-class _SessionsAPI:
+class SessionsAPI:
+    """The sessions API's endpoints, and the queries behind them (the inspector's too)."""
+
     def __init__(self, host: AgentHost) -> None:
         self.host = host
 
@@ -138,44 +140,69 @@ class _SessionsAPI:
             raise HTTPProblem(404, "not_found", "no such session")
         return f"{tenant}{ISOLATION_SEPARATOR}{conversation_id}"
 
+    async def sessions_page(
+        self, tenant: str, name: str, *, limit: int, offset: int, q: str
+    ) -> dict[str, Any]:
+        """A page of the tenant's conversations of agent ``name``, most recently active first
+        (``q``: a part of the id), as the list endpoint answers it."""
+        if not 1 <= limit <= 500 or offset < 0:
+            raise HTTPProblem(400, "invalid_request", "limit is 1 to 500, offset at least 0")
+        _, history = self._history(name)
+        store = history.store
+        if not isinstance(store, SupportsListing):
+            raise HTTPProblem(404, "not_found", f"the {store.backend} store cannot list its conversations")
+        prefix = f"{tenant}{ISOLATION_SEPARATOR}"
+        mine = [
+            info
+            for info in await store.list_conversations()
+            if info.conversation_id.startswith(prefix) and q in info.conversation_id[len(prefix) :]
+        ]
+        page = mine[offset : offset + limit]
+        return {
+            "sessions": [
+                {
+                    "id": info.conversation_id[len(prefix) :],
+                    "messages": info.message_count,
+                    "last_seq": info.last_seq,
+                    "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
+                }
+                for info in page
+            ],
+            "total": len(mine),
+            "offset": offset,
+            "limit": limit,
+        }
+
     async def list_sessions(
         self, name: str, request: Request, limit: int = 50, offset: int = 0, q: str = ""
     ) -> Response:
         try:
             tenant = self.host.tenant_of(request)
-            if not 1 <= limit <= 500 or offset < 0:
-                raise HTTPProblem(400, "invalid_request", "limit is 1 to 500, offset at least 0")
-            _, history = self._history(name)
-            store = history.store
-            if not isinstance(store, SupportsListing):
-                raise HTTPProblem(
-                    404, "not_found", f"the {store.backend} store cannot list its conversations"
-                )
-            prefix = f"{tenant}{ISOLATION_SEPARATOR}"
-            mine = [
-                info
-                for info in await store.list_conversations()
-                if info.conversation_id.startswith(prefix) and q in info.conversation_id[len(prefix) :]
-            ]
-            page = mine[offset : offset + limit]
-            return JSONResponse(
-                {
-                    "sessions": [
-                        {
-                            "id": info.conversation_id[len(prefix) :],
-                            "messages": info.message_count,
-                            "last_seq": info.last_seq,
-                            "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
-                        }
-                        for info in page
-                    ],
-                    "total": len(mine),
-                    "offset": offset,
-                    "limit": limit,
-                }
-            )
+            return JSONResponse(await self.sessions_page(tenant, name, limit=limit, offset=offset, q=q))
         except HTTPProblem as exc:
             return exc.response()
+
+    async def messages_page(
+        self, tenant: str, name: str, session_id: str, *, raw: bool, limit: int, offset: int
+    ) -> dict[str, Any]:
+        """``limit`` messages of the view (or with ``raw`` the raw log) ending ``offset`` messages
+        before the newest, oldest first, as the messages endpoint answers them."""
+        if not 1 <= limit <= 1000 or offset < 0:
+            raise HTTPProblem(400, "invalid_request", "limit is 1 to 1000, offset at least 0")
+        _, history = self._history(name)
+        view = await history.store.read(self._key(tenant, session_id), raw=raw, last=offset + limit)
+        if not view.entries and view.last_seq == 0:
+            raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+        window = view.entries[: max(len(view.entries) - offset, 0)]
+        return {
+            "session": session_id,
+            "raw": raw,
+            "epoch": view.epoch,
+            "last_seq": view.last_seq,
+            "offset": offset,
+            "messages": [_entry(entry) for entry in window],
+            "more": len(view.entries) == offset + limit,
+        }
 
     async def messages(
         self,
@@ -188,24 +215,8 @@ class _SessionsAPI:
     ) -> Response:
         try:
             tenant = self.host.tenant_of(request)
-            if not 1 <= limit <= 1000 or offset < 0:
-                raise HTTPProblem(400, "invalid_request", "limit is 1 to 1000, offset at least 0")
-            _, history = self._history(name)
-            view = await history.store.read(self._key(tenant, session_id), raw=raw, last=offset + limit)
-            if not view.entries and view.last_seq == 0:
-                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-            window = view.entries[: max(len(view.entries) - offset, 0)]
-            return JSONResponse(
-                {
-                    "session": session_id,
-                    "raw": raw,
-                    "epoch": view.epoch,
-                    "last_seq": view.last_seq,
-                    "offset": offset,
-                    "messages": [_entry(entry) for entry in window],
-                    "more": len(view.entries) == offset + limit,
-                }
-            )
+            page = await self.messages_page(tenant, name, session_id, raw=raw, limit=limit, offset=offset)
+            return JSONResponse(page)
         except HTTPProblem as exc:
             return exc.response()
 
@@ -318,7 +329,7 @@ class _SessionsAPI:
 
 def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
     """Add the sessions API of ``host`` to ``app``."""
-    api = _SessionsAPI(host)
+    api = SessionsAPI(host)
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": ErrorBody} for code in (400, 401, 404, 409, 422)
     }
