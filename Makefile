@@ -82,6 +82,12 @@ $(JS_CLIENT): tests/host/js/package.json tests/host/js/package-lock.json
 	npm ci --prefix tests/host/js --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Debian's chromium: the browser the inspector's tests drive through Playwright (whose own browser
+# download is not reachable here).
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }
+
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -89,7 +95,7 @@ lint: $(VENV)/.stamp-dev
 typecheck: $(VENV)/.stamp-dev
 	$(BIN)/pyright
 
-unit: $(VENV)/.stamp-dev services $(JS_CLIENT)
+unit: $(VENV)/.stamp-dev services $(JS_CLIENT) $(CHROMIUM)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

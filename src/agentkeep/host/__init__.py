@@ -1,6 +1,8 @@
 """Serve agents over HTTP (extra ``[host]``): :class:`AgentHost`.
 
 * ``POST /agents/{name}``: the AG-UI protocol (server-sent events), ``threadId`` = conversation id.
+* ``/v1/responses``, ``/v1/conversations``, ``/v1/chat/completions``: the OpenAI-compatible APIs.
+* ``/api/agents/{name}/sessions``: the tenant's sessions; ``/inspector/``: a web page over them.
 * ``GET /healthz`` (the process answers) and ``GET /readyz`` (every agent's session store answers).
 
 Each agent has its own session store; every request runs as the tenant its API key names, through
@@ -14,15 +16,16 @@ from __future__ import annotations
 try:
     import ag_ui.core as _ag_ui_core
     import fastapi as _fastapi
+    import jinja2 as _jinja2
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "agentkeep.host needs FastAPI, uvicorn and ag-ui-protocol: pip install 'agentkeep[host]'"
+        "agentkeep.host needs FastAPI, uvicorn, ag-ui-protocol and Jinja2: pip install 'agentkeep[host]'"
     ) from exc
 
 from ._app import AgentHost, HostedAgent
 from ._auth import LOCAL_TENANT, ApiKeyFileError, ApiKeys
 from ._turns import TurnConflictError
 
-del _ag_ui_core, _fastapi
+del _ag_ui_core, _fastapi, _jinja2
 
 __all__ = ["LOCAL_TENANT", "AgentHost", "ApiKeyFileError", "ApiKeys", "HostedAgent", "TurnConflictError"]

@@ -21,6 +21,7 @@ from ._http import AccessLog, HTTPProblem, is_loopback
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache
+from .inspector import install_inspector
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -149,6 +150,7 @@ class AgentHost:
         install_responses(self, app)
         install_sessions_api(self, app)
         install_chat_completions(self, app)
+        install_inspector(self, app)
         return app
 
     @contextlib.asynccontextmanager

@@ -1,0 +1,123 @@
+"""The session inspector: a web page, served by the host at ``/inspector/``, to look at what an
+agent remembers (the tenant's own sessions only).
+
+Server-rendered HTML (Jinja2 templates, every value escaped) with htmx for the parts that load
+into the page; all assets ship in ``static/`` (htmx with its licence), nothing is fetched from
+elsewhere. The page itself holds no data; what it loads comes from fragment endpoints that
+authenticate like the rest of the host: the API key the person types is kept in the tab's
+``sessionStorage`` and sent as an ``Authorization`` header by ``static/inspector.js`` (never a
+cookie, so another site cannot make a browser send it). With no keys configured, the host serves
+loopback clients as the local tenant, the page included.
+
+* ``GET /inspector/``: the page (agents to pick from, the key, a search box, two panels).
+* ``GET /inspector/sessions?agent=&q=&offset=``: the sessions list, newest first, paged.
+* ``GET /inspector/session?agent=&id=&raw=``: one session: the compacted view (what the next
+  run loads) or the raw log (excluded originals marked), its newest messages.
+* ``GET /inspector/messages?agent=&id=&raw=&offset=``: the page of messages before those shown.
+
+The data comes from the sessions API's queries (:class:`~agentkeep.host._sessions_api.SessionsAPI`).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from .._http import HTTPProblem
+from .._sessions_api import SessionsAPI
+
+if TYPE_CHECKING:
+    from .._app import AgentHost
+
+__all__ = ["install_inspector"]
+
+SESSIONS_PER_PAGE = 50
+MESSAGES_PER_PAGE = 50
+
+mimetypes.init()  # Starlette names static files' types with it; its first use reads system files
+_PACKAGE = resources.files("agentkeep.host.inspector")
+_TEMPLATES = jinja2.Environment(
+    # read once, at import: rendering in the event loop never touches the disk
+    loader=jinja2.DictLoader(
+        {item.name: item.read_text("utf-8") for item in (_PACKAGE / "templates").iterdir() if item.is_file()}
+    ),
+    autoescape=True,  # message text is untrusted: everything is escaped
+    undefined=jinja2.StrictUndefined,
+)
+
+
+def _render(name: str, **values: Any) -> HTMLResponse:
+    return HTMLResponse(_TEMPLATES.get_template(name).render(**values))
+
+
+def _results(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Tool results by call id, to fold them into their calls."""
+    found: dict[str, str] = {}
+    for message in messages:
+        for content in message["contents"]:
+            if content.get("type") == "function_result":
+                value = content.get("exception") or content.get("result")
+                found[str(content.get("call_id"))] = value if isinstance(value, str) else repr(value)
+    return found
+
+
+class _Inspector:
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+        self.api = SessionsAPI(host)
+
+    async def page(self) -> HTMLResponse:
+        return _render("page.html", agents=list(self.host.agents))
+
+    async def sessions(self, request: Request, agent: str = "", q: str = "", offset: int = 0) -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
+            return _render("sessions.html", page=page, agent=agent, q=q)
+        except HTTPProblem as exc:
+            return exc.response()
+
+    async def _messages(
+        self, request: Request, agent: str, session_id: str, raw: bool, offset: int
+    ) -> dict[str, Any]:
+        tenant = self.host.tenant_of(request)
+        page = await self.api.messages_page(
+            tenant, agent, session_id, raw=raw, limit=MESSAGES_PER_PAGE, offset=offset
+        )
+        results = _results(page["messages"])
+        return {"page": page, "agent": agent, "limit": MESSAGES_PER_PAGE, "results": results}
+
+    async def session(self, request: Request, agent: str = "", id: str = "", raw: bool = False) -> Response:
+        try:
+            return _render("session.html", **await self._messages(request, agent, id, raw, 0))
+        except HTTPProblem as exc:
+            return exc.response()
+
+    async def messages(
+        self, request: Request, agent: str = "", id: str = "", raw: bool = False, offset: int = 0
+    ) -> Response:
+        try:
+            return _render("messages.html", **await self._messages(request, agent, id, raw, offset))
+        except HTTPProblem as exc:
+            return exc.response()
+
+
+def install_inspector(host: AgentHost, app: FastAPI) -> None:
+    """Add the inspector's page, fragments and static files to ``app``."""
+    inspector = _Inspector(host)
+
+    async def to_page() -> RedirectResponse:
+        return RedirectResponse("inspector/", status_code=307)
+
+    app.get("/inspector", include_in_schema=False)(to_page)
+    app.get("/inspector/", response_class=HTMLResponse, include_in_schema=False)(inspector.page)
+    app.get("/inspector/sessions", response_model=None, include_in_schema=False)(inspector.sessions)
+    app.get("/inspector/session", response_model=None, include_in_schema=False)(inspector.session)
+    app.get("/inspector/messages", response_model=None, include_in_schema=False)(inspector.messages)
+    app.mount("/inspector/static", StaticFiles(directory=str(_PACKAGE / "static")), name="inspector-static")

@@ -1,0 +1,92 @@
+"""The session inspector in a real headless browser: Debian's chromium driven by Playwright (its
+own browser download is not reachable here), against the host served by uvicorn. Screenshots of
+each step go to ``tests/.artifacts/inspector/`` (ignored by git)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright
+
+from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = Path(__file__).resolve().parents[1] / ".artifacts" / "inspector"
+PAYLOAD = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (make test installs it)")
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    assert CHROMIUM is not None
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+async def opened(browser: Browser, url: str, key: str) -> Page:
+    """The inspector page with ``key`` entered, its sessions list loaded."""
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    await page.goto(f"{url}/inspector/")
+    await page.fill("#key", key)
+    await page.click("#key-form button")
+    await page.wait_for_selector("#session-list")
+    return page
+
+
+async def shot(page: Page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def test_a_person_opens_the_list_a_session_and_its_raw_log(hosted: Hosted, browser: Browser) -> None:
+    first = [user("hello")]
+    answer = conversation(await run(hosted.server.url, "plain", first, key=ALICE[0]))
+    await run(hosted.server.url, "plain", [*first, *answer, user("again")], key=ALICE[0])
+    await run(hosted.server.url, "hostile", [user(PAYLOAD)], key=ALICE[0])
+    await run(hosted.server.url, "bobs-own", [user("bob's secret")], key=BOB[0])
+
+    page = await opened(browser, hosted.server.url, ALICE[0])
+    await shot(page, "1-sessions")
+    ids = await page.eval_on_selector_all("tr.session", "rows => rows.map(r => r.dataset.id)")
+    assert sorted(ids) == ["hostile", "plain"]  # bob's session is not alice's to see
+
+    await page.click("tr.session[data-id=plain]")
+    await page.wait_for_selector("#messages .message")
+    roles = await page.eval_on_selector_all("#messages .message", "ms => ms.map(m => m.dataset.role)")
+    assert roles == ["user", "assistant", "user", "assistant"]
+    texts = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
+    assert texts[-1] == "heard 2: hello | again"
+    await shot(page, "2-session-view")
+
+    await page.click("#tab-raw")
+    await page.wait_for_selector("#tab-raw.current")
+    assert await page.locator("#messages .message").count() == 4
+    await shot(page, "3-session-raw")
+
+    await page.click("tr.session[data-id=hostile]")
+    await page.wait_for_function("document.querySelector('#session h2')?.textContent === 'hostile'")
+    shown = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
+    assert shown[0] == PAYLOAD  # shown literally
+    assert await page.evaluate("window.__pwned") is None  # and nothing of it ran
+    assert await page.locator("#messages img, #messages script").count() == 0
+    await shot(page, "4-hostile-text")
+
+
+async def test_without_a_valid_key_the_page_shows_the_refusal_and_no_sessions(
+    hosted: Hosted, browser: Browser
+) -> None:
+    await run(hosted.server.url, "private", [user("mine")], key=ALICE[0])
+    page = await browser.new_page()
+    await page.goto(f"{hosted.server.url}/inspector/")
+    await page.fill("#key", "ak_not-a-key")
+    await page.click("#key-form button")
+    await page.wait_for_function("document.getElementById('status').textContent.includes('401')")
+    assert await page.locator("tr.session").count() == 0
