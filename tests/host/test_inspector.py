@@ -4,6 +4,7 @@ each step go to ``tests/.artifacts/inspector/`` (ignored by git)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from agentkeep import Message
+from agentkeep.storage.sqlite import SQLiteMessageStore
 from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -90,3 +93,42 @@ async def test_without_a_valid_key_the_page_shows_the_refusal_and_no_sessions(
     await page.click("#key-form button")
     await page.wait_for_function("document.getElementById('status').textContent.includes('401')")
     assert await page.locator("tr.session").count() == 0
+
+
+async def test_a_10000_message_session_opens_on_its_newest_page_and_pages_back(
+    hosted: Hosted, browser: Browser
+) -> None:
+    store = SQLiteMessageStore(hosted.path)
+    try:
+        for start in range(0, 10_000, 1_000):
+            await store.append(
+                "alice::long",
+                [
+                    Message("user" if i % 2 == 0 else "assistant", [f"m{i}"])
+                    for i in range(start, start + 1_000)
+                ],
+            )
+        await store.append("alice::short", [Message("user", [f"s{i}"]) for i in range(100)])
+    finally:
+        await store.aclose()
+    page = await opened(browser, hosted.server.url, ALICE[0])
+    timings: dict[str, float] = {}
+    for session, count in (("short", 100), ("long", 10_000)):
+        started = await page.evaluate("performance.now()")
+        await page.click(f"tr.session[data-id={session}]")
+        await page.wait_for_function(
+            f"document.querySelector('#session h2')?.textContent === {session!r} "
+            "&& document.querySelectorAll('#messages .message').length > 0"
+        )
+        timings[f"{count} messages"] = round(await page.evaluate("performance.now()") - started, 1)
+    assert await page.locator("#messages .message").count() == 50  # never all rows at once
+    texts = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
+    assert (texts[0], texts[-1]) == ("m9950", "m9999")  # the newest page, oldest first
+    await shot(page, "5-long-session")
+    await page.click("button.older")
+    await page.wait_for_function("document.querySelectorAll('#messages .message').length === 100")
+    texts = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
+    assert (texts[0], texts[49], texts[50]) == ("m9900", "m9949", "m9950")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "first-render-ms.json").write_text(json.dumps(timings, indent=2))
+    print(f"inspector first render (click to rows shown): {timings}")
