@@ -141,3 +141,20 @@ async def test_the_openapi_document_describes_the_answers_the_endpoints_give(hos
             (await client.post(f"{base}/doc/compaction/preview", json=plan, headers=alice)).json()
         )
         ErrorBody.model_validate((await client.get(f"{base}/nope/messages", headers=alice)).json())
+
+
+async def test_a_compaction_posted_as_a_form_or_text_is_refused(hosted: Hosted) -> None:
+    """A page of another site can post a form or text without asking the host first (CORS), never
+    JSON: the compaction endpoints take JSON only, so such a post changes nothing."""
+    await two_turns(hosted, "csrf", ALICE[0])
+    alice = {"Authorization": f"Bearer {ALICE[0]}"}
+    base = "/api/agents/chat/sessions/csrf"
+    async with httpx.AsyncClient(base_url=hosted.server.url, timeout=30) as client:
+        plan = '{"strategies": ["turns"], "keep": 1}'
+        for kind in ("text/plain", "application/x-www-form-urlencoded"):
+            refused = await client.post(
+                f"{base}/compaction", content=plan, headers={**alice, "Content-Type": kind}
+            )
+            assert (refused.status_code, refused.json()["error"]["type"]) == (415, "unsupported_media_type")
+        view = (await client.get(f"{base}/messages", headers=alice)).json()
+    assert len(view["messages"]) == 4  # nothing was compacted

@@ -220,70 +220,74 @@ class SessionsAPI:
         except HTTPProblem as exc:
             return exc.response()
 
+    async def groups_page(self, tenant: str, name: str, session_id: str, *, tokenizer: str) -> dict[str, Any]:
+        """The view's message groups, as the groups endpoint answers them."""
+        counter, label = _tokenizer(tokenizer)
+        _, history = self._history(name)
+        view = await history.store.read(self._key(tenant, session_id))
+        if not view.entries and view.last_seq == 0:
+            raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+        index = MessageIndex(view.messages, tokenizer=counter)
+        groups = [
+            {
+                "kind": group.kind.value,
+                "turn": group.turn,
+                "messages": [message.message_id for message in group.messages],
+                "tokens": group.token_count,
+            }
+            for group in index.groups
+        ]
+        return {
+            "session": session_id,
+            "tokenizer": label,
+            "messages": index.message_count,
+            "turns": index.turn_count,
+            "tokens": index.token_count,
+            "groups": groups,
+        }
+
     async def groups(
         self, name: str, session_id: str, request: Request, tokenizer: str = "estimate"
     ) -> Response:
         try:
             tenant = self.host.tenant_of(request)
-            counter, label = _tokenizer(tokenizer)
-            _, history = self._history(name)
-            view = await history.store.read(self._key(tenant, session_id))
-            if not view.entries and view.last_seq == 0:
-                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-            messages = view.messages
-            index = MessageIndex(messages, tokenizer=counter)
-            groups = [
-                {
-                    "kind": group.kind.value,
-                    "turn": group.turn,
-                    "messages": [message.message_id for message in group.messages],
-                    "tokens": group.token_count,
-                }
-                for group in index.groups
-            ]
-            return JSONResponse(
-                {
-                    "session": session_id,
-                    "tokenizer": label,
-                    "messages": index.message_count,
-                    "turns": index.turn_count,
-                    "tokens": index.token_count,
-                    "groups": groups,
-                }
-            )
+            return JSONResponse(await self.groups_page(tenant, name, session_id, tokenizer=tokenizer))
         except HTTPProblem as exc:
             return exc.response()
+
+    async def compaction(
+        self, tenant: str, name: str, session_id: str, body: CompactionRequest, *, dry_run: bool
+    ) -> dict[str, Any]:
+        """The compaction ``body`` plans, run on the view (recorded unless ``dry_run``), as the
+        compaction endpoints answer it."""
+        counter, _ = _tokenizer(body.tokenizer)
+        try:
+            plan = plan_compaction(
+                body.strategies, keep=body.keep, max_tokens=body.max_tokens, target_tokens=body.target_tokens
+            )
+        except CompactionPlanError as exc:
+            raise HTTPProblem(422, "invalid_request", f"{exc.option}: {exc}") from exc
+        hosted, history = self._history(name)
+        key = self._key(tenant, session_id)
+        try:
+            report = await compact_conversation(history.store, key, plan, tokenizer=counter, dry_run=dry_run)
+        except LookupError as exc:
+            raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
+        except ConflictError as exc:
+            raise HTTPProblem(
+                409, "conflict", "another compaction was recorded meanwhile; try again"
+            ) from exc
+        if report.epoch is not None:
+            self.host.sessions.drop((tenant, hosted.name, session_id))  # its loaded view is stale
+        return _report(session_id, report)
 
     async def _compact(self, name: str, session_id: str, request: Request, *, dry_run: bool) -> Response:
         try:
             tenant = self.host.tenant_of(request)
+            _json_body(request)
             raw = await self.host.body_of(request)
             body = parsed(CompactionRequest, raw, what="a compaction request", status=422)
-            counter, _ = _tokenizer(body.tokenizer)
-            try:
-                plan = plan_compaction(
-                    body.strategies,
-                    keep=body.keep,
-                    max_tokens=body.max_tokens,
-                    target_tokens=body.target_tokens,
-                )
-            except CompactionPlanError as exc:
-                raise HTTPProblem(422, "invalid_request", f"{exc.option}: {exc}") from exc
-            hosted, history = self._history(name)
-            key = self._key(tenant, session_id)
-            try:
-                report = await compact_conversation(
-                    history.store, key, plan, tokenizer=counter, dry_run=dry_run
-                )
-            except LookupError as exc:
-                raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
-            except ConflictError as exc:
-                raise HTTPProblem(
-                    409, "conflict", "another compaction was recorded meanwhile; try again"
-                ) from exc
-            if report.epoch is not None:
-                self.host.sessions.drop((tenant, hosted.name, session_id))  # its loaded view is stale
-            return JSONResponse(_report(session_id, report))
+            return JSONResponse(await self.compaction(tenant, name, session_id, body, dry_run=dry_run))
         except HTTPProblem as exc:
             return exc.response()
 
@@ -312,19 +316,33 @@ class SessionsAPI:
         except HTTPProblem as exc:
             return exc.response()
 
+    async def delete_session(self, tenant: str, name: str, session_id: str) -> None:
+        """Delete the tenant's conversation ``session_id``: its history and its session."""
+        hosted, history = self._history(name)
+        removed = await history.store.delete(self._key(tenant, session_id))
+        scoped = IsolationKeyScopedSessionStore(hosted.session_store, isolation_key=tenant)
+        removed = await scoped.delete_session(hosted.agent, session_id) or removed
+        if not removed:
+            raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+        self.host.sessions.drop((tenant, hosted.name, session_id))
+
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
         try:
-            tenant = self.host.tenant_of(request)
-            hosted, history = self._history(name)
-            removed = await history.store.delete(self._key(tenant, session_id))
-            scoped = IsolationKeyScopedSessionStore(hosted.session_store, isolation_key=tenant)
-            removed = await scoped.delete_session(hosted.agent, session_id) or removed
-            if not removed:
-                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-            self.host.sessions.drop((tenant, hosted.name, session_id))
+            await self.delete_session(self.host.tenant_of(request), name, session_id)
             return Response(status_code=204)
         except HTTPProblem as exc:
             return exc.response()
+
+
+def _json_body(request: Request) -> None:
+    """Refuse a body not declared JSON: a page of another site can post a form (or text) to a host
+    without keys on loopback, never JSON without the browser asking the host first (CORS).
+
+    Raises:
+        HTTPProblem: 415.
+    """
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        raise HTTPProblem(415, "unsupported_media_type", "send the body as application/json")
 
 
 def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
