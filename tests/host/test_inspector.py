@@ -4,15 +4,19 @@ each step go to ``tests/.artifacts/inspector/`` (ignored by git)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
 from agentkeep import Message
+from agentkeep.compaction import CharacterEstimatorTokenizer, MessageIndex, apply_compaction
+from agentkeep.compaction.plans import StrategyName, plan_compaction
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
 
@@ -132,3 +136,62 @@ async def test_a_10000_message_session_opens_on_its_newest_page_and_pages_back(
     SHOTS.mkdir(parents=True, exist_ok=True)
     (SHOTS / "first-render-ms.json").write_text(json.dumps(timings, indent=2))
     print(f"inspector first render (click to rows shown): {timings}")
+
+
+async def test_groups_a_compaction_preview_and_apply_export_and_delete(
+    hosted: Hosted, browser: Browser
+) -> None:
+    sent: list[dict[str, Any]] = []
+    for number in range(6):
+        sent.append(user(f"question {number}"))
+        sent += conversation(await run(hosted.server.url, "work", sent, key=ALICE[0]))
+    page = await opened(browser, hosted.server.url, ALICE[0])
+    page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # hx-confirm asks
+    await page.click("tr.session[data-id=work]")
+    await page.wait_for_selector("#show-groups")
+    await page.click("#show-groups")
+    await page.wait_for_selector("#group-list tr.group")
+    kinds = await page.eval_on_selector_all("#group-list tr.group", "rows => rows.map(r => r.dataset.kind)")
+    assert kinds == ["user", "assistant_text"] * 6
+    await shot(page, "6-groups")
+
+    await page.select_option("#compaction-form select[name=strategy]", "turns")
+    await page.fill("#compaction-form input[name=keep]", "2")
+    await page.click("#preview")
+    await page.wait_for_selector("#compaction-report")
+    shown = await page.eval_on_selector_all(
+        "#after td", "cells => cells.slice(1).map(c => Number(c.textContent))"
+    )
+    stored = await hosted.stored("alice::work")
+    expected = await apply_compaction(
+        stored, strategy=plan_compaction([StrategyName.TURNS], keep=2).build(CharacterEstimatorTokenizer())
+    )
+    index = MessageIndex(expected, tokenizer=CharacterEstimatorTokenizer())
+    assert shown == [len(index.groups), len(expected), index.token_count]  # the library's own count
+    assert await page.locator("#group-list tr.goes").count() == 8  # the four oldest turns, marked in place
+    await shot(page, "7-preview")
+
+    await page.click("#apply")
+    await page.wait_for_selector("#compaction-report[data-recorded=true]")
+    await page.click("#tab-view")
+    await page.wait_for_function(
+        f"document.querySelectorAll('#messages .message').length === {len(expected)}"
+    )
+    await shot(page, "8-view-after-compaction")
+    await page.click("#tab-raw")
+    await page.wait_for_selector("#tab-raw.current")
+    assert await page.locator("#messages .message").count() == 12  # every original kept
+    assert await page.locator("#messages .message.excluded").count() == 12 - len(expected)
+    await shot(page, "9-raw-after-compaction")
+
+    async with page.expect_download() as downloading:
+        await page.click("button.export[data-format=json]")
+    saved = Path(await (await downloading.value).path())
+    exported = json.loads(await asyncio.to_thread(saved.read_text))
+    assert exported["conversation_id"] == "work"
+
+    await page.click("#delete")
+    await page.wait_for_selector("#deleted")
+    await page.wait_for_function("!document.querySelector('tr.session[data-id=work]')")
+    await shot(page, "10-deleted")
+    assert await hosted.stored("alice::work") == []

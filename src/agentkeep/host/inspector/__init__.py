@@ -14,6 +14,16 @@ loopback clients as the local tenant, the page included.
 * ``GET /inspector/session?agent=&id=&raw=``: one session: the compacted view (what the next
   run loads) or the raw log (excluded originals marked), its newest messages.
 * ``GET /inspector/messages?agent=&id=&raw=&offset=``: the page of messages before those shown.
+* ``GET /inspector/groups?agent=&id=``: the view's message groups and a compaction form.
+* ``POST /inspector/compaction?agent=&id=[&apply=true]`` (form: ``strategy``, ``keep``,
+  ``max_tokens``, ``target_tokens``): the preview (before/after counts, the groups that would go),
+  or with ``apply`` the same recorded non-destructively.
+* ``DELETE /inspector/session?agent=&id=``: the session's history and session.
+
+What changes data (compaction, delete) also needs the ``HX-Request`` header htmx sends: a page of
+another site cannot send it without the browser asking the host first (CORS), so with no keys on
+loopback it still cannot make a person's browser compact or delete. Exports are fetched by the
+script from the sessions API (with the key) and saved as files.
 
 The data comes from the sessions API's queries (:class:`~agentkeep.host._sessions_api.SessionsAPI`).
 """
@@ -23,14 +33,16 @@ from __future__ import annotations
 import mimetypes
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from ...compaction.plans import StrategyName
 from .._http import HTTPProblem
-from .._sessions_api import SessionsAPI
+from .._sessions_api import CompactionRequest, SessionsAPI
 
 if TYPE_CHECKING:
     from .._app import AgentHost
@@ -99,11 +111,102 @@ class _Inspector:
         except HTTPProblem as exc:
             return exc.response()
 
+    async def groups(self, request: Request, agent: str = "", id: str = "") -> Response:
+        try:
+            tenant = self.host.tenant_of(request)
+            groups = await self.api.groups_page(tenant, agent, id, tokenizer="estimate")
+            return _render(
+                "groups.html",
+                groups=groups,
+                agent=agent,
+                going=[],
+                strategies=[s.value for s in StrategyName],
+            )
+        except HTTPProblem as exc:
+            return exc.response()
+
     async def messages(
         self, request: Request, agent: str = "", id: str = "", raw: bool = False, offset: int = 0
     ) -> Response:
         try:
             return _render("messages.html", **await self._messages(request, agent, id, raw, offset))
+        except HTTPProblem as exc:
+            return exc.response()
+
+
+def _from_this_page(request: Request) -> None:
+    """Refuse a change not made by the page's own script (see the module docs).
+
+    Raises:
+        HTTPProblem: 403.
+    """
+    if request.headers.get("hx-request") != "true":
+        raise HTTPProblem(403, "forbidden", "changes are made from the inspector page")
+
+
+def _form_number(form: dict[str, list[str]], name: str) -> int | None:
+    value = (form.get(name) or [""])[0].strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise HTTPProblem(422, "invalid_request", f"{name} is a whole number")
+    return int(value)
+
+
+def _going(groups: dict[str, Any], excluded: list[str]) -> list[int]:
+    """The indexes of the groups a compaction takes out of the view whole."""
+    out = set(excluded)
+    return [
+        index
+        for index, group in enumerate(groups["groups"])
+        if group["messages"] and all(message_id in out for message_id in group["messages"])
+    ]
+
+
+class _Changes:
+    """The inspector's endpoints that change data."""
+
+    def __init__(self, inspector: _Inspector) -> None:
+        self.inspector = inspector
+
+    async def compaction(
+        self, request: Request, agent: str = "", id: str = "", apply: bool = False
+    ) -> Response:
+        host, api = self.inspector.host, self.inspector.api
+        try:
+            tenant = host.tenant_of(request)
+            _from_this_page(request)
+            form = parse_qs((await host.body_of(request)).decode("utf-8", "replace"))
+            strategy = (form.get("strategy") or [""])[0]
+            if strategy not in set(StrategyName):
+                raise HTTPProblem(422, "invalid_request", f"no strategy {strategy!r}")
+            body = CompactionRequest(
+                strategies=[StrategyName(strategy)],
+                keep=_form_number(form, "keep"),
+                max_tokens=_form_number(form, "max_tokens"),
+                target_tokens=_form_number(form, "target_tokens"),
+            )
+            groups = await api.groups_page(tenant, agent, id, tokenizer="estimate")
+            report = await api.compaction(tenant, agent, id, body, dry_run=not apply)
+            return _render(
+                "compaction.html",
+                report=report,
+                groups=groups,
+                going=_going(groups, report["excluded"]),
+                query={"agent": agent, "id": id},
+            )
+        except HTTPProblem as exc:
+            return exc.response()
+
+    async def delete(self, request: Request, agent: str = "", id: str = "") -> Response:
+        host, api = self.inspector.host, self.inspector.api
+        try:
+            tenant = host.tenant_of(request)
+            _from_this_page(request)
+            await api.delete_session(tenant, agent, id)
+            response = _render("deleted.html", session=id)
+            response.headers["HX-Trigger"] = "reload"  # the sessions list loads again
+            return response
         except HTTPProblem as exc:
             return exc.response()
 
@@ -120,4 +223,8 @@ def install_inspector(host: AgentHost, app: FastAPI) -> None:
     app.get("/inspector/sessions", response_model=None, include_in_schema=False)(inspector.sessions)
     app.get("/inspector/session", response_model=None, include_in_schema=False)(inspector.session)
     app.get("/inspector/messages", response_model=None, include_in_schema=False)(inspector.messages)
+    app.get("/inspector/groups", response_model=None, include_in_schema=False)(inspector.groups)
+    changes = _Changes(inspector)
+    app.post("/inspector/compaction", response_model=None, include_in_schema=False)(changes.compaction)
+    app.delete("/inspector/session", response_model=None, include_in_schema=False)(changes.delete)
     app.mount("/inspector/static", StaticFiles(directory=str(_PACKAGE / "static")), name="inspector-static")

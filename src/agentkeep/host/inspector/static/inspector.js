@@ -16,6 +16,34 @@
       status.textContent = "The host answered " + event.detail.xhr.status + ": " + event.detail.xhr.responseText;
     }
   });
+  // Exports come from the sessions API, which wants the key in a header: fetched, then saved.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button.export") : null;
+    if (!button) {
+      return;
+    }
+    var url = "../api/agents/" + encodeURIComponent(button.dataset.agent) + "/sessions/" +
+      encodeURIComponent(button.dataset.id) + "/export?format=" + encodeURIComponent(button.dataset.format);
+    var key = window.sessionStorage.getItem(KEY);
+    window.fetch(url, { headers: key ? { Authorization: "Bearer " + key } : {} })
+      .then(function (response) {
+        if (!response.ok) {
+          throw new Error("the host answered " + response.status);
+        }
+        return response.blob();
+      })
+      .then(function (blob) {
+        var link = document.createElement("a");
+        link.href = URL.createObjectURL(blob);
+        link.download = button.dataset.id + (button.dataset.format === "json" ? ".json" : ".md");
+        document.body.appendChild(link);
+        link.click();
+        link.remove();
+      })
+      .catch(function (error) {
+        document.getElementById("status").textContent = "Export failed: " + error.message;
+      });
+  });
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("key-form");
     if (!form) {
