@@ -153,6 +153,12 @@ async def test_groups_a_compaction_preview_and_apply_export_and_delete(
     await page.wait_for_selector("#group-list tr.group")
     kinds = await page.eval_on_selector_all("#group-list tr.group", "rows => rows.map(r => r.dataset.kind)")
     assert kinds == ["user", "assistant_text"] * 6
+    bars = await page.eval_on_selector_all(
+        "#tokens-per-turn g.bar", "gs => gs.map(g => Number(g.dataset.tokens))"
+    )
+    stored = await hosted.stored("alice::work")
+    assert len(bars) == 6  # one bar per turn
+    assert sum(bars) == MessageIndex(stored, tokenizer=CharacterEstimatorTokenizer()).token_count
     await shot(page, "6-groups")
 
     await page.select_option("#compaction-form select[name=strategy]", "turns")
@@ -162,7 +168,6 @@ async def test_groups_a_compaction_preview_and_apply_export_and_delete(
     shown = await page.eval_on_selector_all(
         "#after td", "cells => cells.slice(1).map(c => Number(c.textContent))"
     )
-    stored = await hosted.stored("alice::work")
     expected = await apply_compaction(
         stored, strategy=plan_compaction([StrategyName.TURNS], keep=2).build(CharacterEstimatorTokenizer())
     )

@@ -91,7 +91,8 @@ class _Inspector:
         try:
             tenant = self.host.tenant_of(request)
             page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
-            return _render("sessions.html", page=page, agent=agent, q=q)
+            store = self.host.agents[agent].session_store.backend
+            return _render("sessions.html", page=page, agent=agent, q=q, store=store)
         except HTTPProblem as exc:
             return exc.response()
 
@@ -120,7 +121,8 @@ class _Inspector:
                 groups=groups,
                 agent=agent,
                 going=[],
-                strategies=[s.value for s in StrategyName],
+                strategies=[strategy.value for strategy in StrategyName],
+                turns=_tokens_per_turn(groups),
             )
         except HTTPProblem as exc:
             return exc.response()
@@ -151,6 +153,17 @@ def _form_number(form: dict[str, list[str]], name: str) -> int | None:
     if not value.isdigit():
         raise HTTPProblem(422, "invalid_request", f"{name} is a whole number")
     return int(value)
+
+
+def _tokens_per_turn(groups: dict[str, Any]) -> list[tuple[str, int, float]]:
+    """The chart's bars: each turn (``system`` for what precedes the first) with its tokens and its
+    share of the largest turn's."""
+    totals: dict[str, int] = {}
+    for group in groups["groups"]:
+        turn = "system" if group["turn"] is None else str(group["turn"] + 1)
+        totals[turn] = totals.get(turn, 0) + group["tokens"]
+    largest = max(totals.values(), default=0) or 1
+    return [(turn, tokens, tokens / largest) for turn, tokens in totals.items()]
 
 
 def _going(groups: dict[str, Any], excluded: list[str]) -> list[int]:
