@@ -240,4 +240,8 @@ def install_inspector(host: AgentHost, app: FastAPI) -> None:
     changes = _Changes(inspector)
     app.post("/inspector/compaction", response_model=None, include_in_schema=False)(changes.compaction)
     app.delete("/inspector/session", response_model=None, include_in_schema=False)(changes.delete)
-    app.mount("/inspector/static", StaticFiles(directory=str(_PACKAGE / "static")), name="inspector-static")
+    app.mount(
+        "/inspector/static",
+        StaticFiles(directory=str(_PACKAGE / "static"), check_dir=False),
+        name="inspector-static",
+    )
