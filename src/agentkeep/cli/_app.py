@@ -447,6 +447,29 @@ def serve(
             raise CLIError(str(exc)) from exc
 
 
+@app.command()
+def inspect(
+    store: StoreOption = None,
+    host: Annotated[
+        str, typer.Option("--host", metavar="ADDRESS", help="The address to listen on.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, metavar="N", help="The port.")] = 8000,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option("--api-key-file", metavar="FILE", help="API keys by tenant (agentkeep api-keys add)."),
+    ] = None,
+) -> None:
+    """Serve the session inspector over the store (a web page at /inspector/; no model runs)."""
+    with _reported():
+        from ..host._inspect import inspect as run_inspector
+
+        print(f"the inspector: http://{host}:{port}/inspector/", flush=True)
+        try:
+            run_inspector(store, host=host, port=port, api_key_file=api_key_file)
+        except ValueError as exc:
+            raise CLIError(str(exc)) from exc
+
+
 @api_keys_app.command("add")
 def add_api_key(
     tenant: Annotated[str, typer.Argument(metavar="TENANT", help="Whose key it is (one word, no '::').")],

@@ -78,6 +78,9 @@ class AgentHost:
         ```
     """
 
+    local_tenant: str = LOCAL_TENANT
+    """The tenant of every request when the host has no API keys."""
+
     def __init__(
         self,
         *,
@@ -137,21 +140,25 @@ class AgentHost:
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
+        self._install(app)
+        app.add_middleware(AccessLog)  # outermost of the middleware: AG-UI turns are logged too
+        app.get("/healthz")(self._healthz)
+        app.get("/readyz", response_model=None)(self._readyz)
+        return app
+
+    def _install(self, app: FastAPI) -> None:
+        """The endpoints: the agents' protocols, the sessions API, the inspector."""
         app.add_middleware(AGUIRoute, host=self)  # POST /agents/{name}, in front of the router
-        app.add_middleware(AccessLog)  # outermost of the two: AG-UI turns are logged too
         documented = app.openapi
 
         def openapi() -> dict[str, Any]:
             return agui_openapi(documented())
 
         app.openapi = openapi
-        app.get("/healthz")(self._healthz)
-        app.get("/readyz", response_model=None)(self._readyz)
         install_responses(self, app)
         install_sessions_api(self, app)
         install_chat_completions(self, app)
         install_inspector(self, app)
-        return app
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncGenerator[None]:
@@ -184,7 +191,7 @@ class AgentHost:
                 raise HTTPProblem(
                     403, "forbidden", "this host serves loopback clients only (it has no API keys)"
                 )
-            tenant = LOCAL_TENANT
+            tenant = self.local_tenant
         else:
             found = self.api_keys.tenant_of(request.headers.get("authorization"))
             if found is None:

@@ -19,10 +19,14 @@ from typing import Final
 from ..errors import AgentkeepError
 from ..sessions import check_isolation_key
 
-__all__ = ["LOCAL_TENANT", "ApiKeyFileError", "ApiKeys"]
+__all__ = ["LOCAL_TENANT", "WHOLE_STORE", "ApiKeyFileError", "ApiKeys"]
 
 LOCAL_TENANT: Final = "local"
 """The tenant of every request to a host without API keys (which serves loopback only)."""
+WHOLE_STORE: Final = ""
+"""The "tenant" of an inspector host without keys (``agentkeep inspect``): the store's operator, who
+sees every conversation under its stored id (``alice::chat-1``, or ``demo-1`` as ``agentkeep chat``
+stores it). No request of an :class:`~agentkeep.host.AgentHost` ever runs as it."""
 
 _LINE: Final = re.compile(r"(?P<tenant>\S+)\s+sha256:(?P<digest>[0-9a-f]{64})")
 

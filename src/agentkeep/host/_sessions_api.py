@@ -45,6 +45,7 @@ from ..sessions import ISOLATION_SEPARATOR
 from ..storage.base import StoredMessage, SupportsListing
 from ..stores import IsolationKeyScopedSessionStore
 from ..transfer import export_conversation, render_markdown
+from ._auth import WHOLE_STORE
 from ._http import HTTPProblem, parsed
 from ._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, SessionList
 
@@ -138,7 +139,7 @@ class SessionsAPI:
     def _key(self, tenant: str, conversation_id: str) -> str:
         if not conversation_id:
             raise HTTPProblem(404, "not_found", "no such session")
-        return f"{tenant}{ISOLATION_SEPARATOR}{conversation_id}"
+        return conversation_id if tenant == WHOLE_STORE else f"{tenant}{ISOLATION_SEPARATOR}{conversation_id}"
 
     async def sessions_page(
         self, tenant: str, name: str, *, limit: int, offset: int, q: str
@@ -151,7 +152,7 @@ class SessionsAPI:
         store = history.store
         if not isinstance(store, SupportsListing):
             raise HTTPProblem(404, "not_found", f"the {store.backend} store cannot list its conversations")
-        prefix = f"{tenant}{ISOLATION_SEPARATOR}"
+        prefix = "" if tenant == WHOLE_STORE else f"{tenant}{ISOLATION_SEPARATOR}"
         mine = [
             info
             for info in await store.list_conversations()
@@ -320,8 +321,12 @@ class SessionsAPI:
         """Delete the tenant's conversation ``session_id``: its history and its session."""
         hosted, history = self._history(name)
         removed = await history.store.delete(self._key(tenant, session_id))
-        scoped = IsolationKeyScopedSessionStore(hosted.session_store, isolation_key=tenant)
-        removed = await scoped.delete_session(hosted.agent, session_id) or removed
+        sessions = (
+            hosted.session_store
+            if tenant == WHOLE_STORE
+            else IsolationKeyScopedSessionStore(hosted.session_store, isolation_key=tenant)
+        )
+        removed = await sessions.delete_session(hosted.agent, session_id) or removed
         if not removed:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
         self.host.sessions.drop((tenant, hosted.name, session_id))
