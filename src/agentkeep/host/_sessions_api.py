@@ -127,7 +127,8 @@ class SessionsAPI:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
 
-    def _history(self, name: str) -> tuple[HostedAgent, StorageHistoryProvider]:
+    def history(self, name: str) -> tuple[HostedAgent, StorageHistoryProvider]:
+        """The agent ``name`` and its durable history provider (404 if either is missing)."""
         hosted = self.host.agents.get(name)
         if hosted is None:
             raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
@@ -148,7 +149,7 @@ class SessionsAPI:
         (``q``: a part of the id), as the list endpoint answers it."""
         if not 1 <= limit <= 500 or offset < 0:
             raise HTTPProblem(400, "invalid_request", "limit is 1 to 500, offset at least 0")
-        _, history = self._history(name)
+        _, history = self.history(name)
         store = history.store
         if not isinstance(store, SupportsListing):
             raise HTTPProblem(404, "not_found", f"the {store.backend} store cannot list its conversations")
@@ -190,7 +191,7 @@ class SessionsAPI:
         before the newest, oldest first, as the messages endpoint answers them."""
         if not 1 <= limit <= 1000 or offset < 0:
             raise HTTPProblem(400, "invalid_request", "limit is 1 to 1000, offset at least 0")
-        _, history = self._history(name)
+        _, history = self.history(name)
         view = await history.store.read(self._key(tenant, session_id), raw=raw, last=offset + limit)
         if not view.entries and view.last_seq == 0:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
@@ -224,7 +225,7 @@ class SessionsAPI:
     async def groups_page(self, tenant: str, name: str, session_id: str, *, tokenizer: str) -> dict[str, Any]:
         """The view's message groups, as the groups endpoint answers them."""
         counter, label = _tokenizer(tokenizer)
-        _, history = self._history(name)
+        _, history = self.history(name)
         view = await history.store.read(self._key(tenant, session_id))
         if not view.entries and view.last_seq == 0:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
@@ -268,7 +269,7 @@ class SessionsAPI:
             )
         except CompactionPlanError as exc:
             raise HTTPProblem(422, "invalid_request", f"{exc.option}: {exc}") from exc
-        hosted, history = self._history(name)
+        hosted, history = self.history(name)
         key = self._key(tenant, session_id)
         try:
             report = await compact_conversation(history.store, key, plan, tokenizer=counter, dry_run=dry_run)
@@ -303,7 +304,7 @@ class SessionsAPI:
     ) -> Response:
         try:
             tenant = self.host.tenant_of(request)
-            _, history = self._history(name)
+            _, history = self.history(name)
             key = self._key(tenant, session_id)
             try:
                 exported = await export_conversation(history.store, key)
@@ -319,7 +320,7 @@ class SessionsAPI:
 
     async def delete_session(self, tenant: str, name: str, session_id: str) -> None:
         """Delete the tenant's conversation ``session_id``: its history and its session."""
-        hosted, history = self._history(name)
+        hosted, history = self.history(name)
         removed = await history.store.delete(self._key(tenant, session_id))
         sessions = (
             hosted.session_store

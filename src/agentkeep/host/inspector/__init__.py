@@ -104,7 +104,14 @@ class _Inspector:
             tenant, agent, session_id, raw=raw, limit=MESSAGES_PER_PAGE, offset=offset
         )
         results = _results(page["messages"])
-        return {"page": page, "agent": agent, "limit": MESSAGES_PER_PAGE, "results": results}
+        _, history = self.api.history(agent)
+        return {
+            "page": page,
+            "agent": agent,
+            "limit": MESSAGES_PER_PAGE,
+            "results": results,
+            "source": history.source_id,
+        }
 
     async def session(self, request: Request, agent: str = "", id: str = "", raw: bool = False) -> Response:
         try:
