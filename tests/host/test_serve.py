@@ -5,9 +5,6 @@ store serve one conversation in turns (how the server scales out)."""
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,48 +18,18 @@ from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.storage.sqlite import SQLiteMessageStore
 from tests.clients.servers import free_port
 from tests.host.conftest import conversation, run, user
+from tests.host.processes import running
 from tests.storage.backend_postgres import URL as POSTGRES_URL
 from tests.storage.backend_postgres import drop_schema, new_schema
-from tests.test_cli import CLI, ok, one_line_error
+from tests.test_cli import ok, one_line_error
 from tests.test_cli import run as run_cli
 
 
 @contextmanager
 def serving(env: dict[str, str], *arguments: str) -> Iterator[str]:
     """``agentkeep serve`` on a free port until the block ends; yields its URL."""
-    port = free_port()
-    log = Path(env["XDG_DATA_HOME"]).parent / f"serve-{port}.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [*CLI, "serve", "--port", str(port), "--max-tokens", "8", *arguments],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"agentkeep serve exited {process.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"agentkeep serve did not get ready:\n{log.read_text()}")
-            time.sleep(0.2)
+    with running(env, "serve", "--max-tokens", "8", *arguments, ready="/readyz", wait=120) as url:
         yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()
 
 
 def add_key(env: dict[str, str], tenant: str, file: Path) -> str:

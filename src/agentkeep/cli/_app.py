@@ -72,6 +72,12 @@ keys_app = typer.Typer(
 )
 app.add_typer(keys_app, name="keys")
 
+HostOption = Annotated[str, typer.Option("--host", metavar="ADDRESS", help="The address to listen on.")]
+PortOption = Annotated[int, typer.Option("--port", min=1, max=65535, metavar="N", help="The port.")]
+ApiKeyFileOption = Annotated[
+    Path | None,
+    typer.Option("--api-key-file", metavar="FILE", help="API keys by tenant (agentkeep api-keys add)."),
+]
 StoreOption = Annotated[
     str | None,
     typer.Option(
@@ -407,14 +413,9 @@ def serve(
     api_model: Annotated[
         str | None, typer.Option("--api-model", metavar="NAME", help="The model to ask the server for.")
     ] = None,
-    host: Annotated[
-        str, typer.Option("--host", metavar="ADDRESS", help="The address to listen on.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, metavar="N", help="The port.")] = 8000,
-    api_key_file: Annotated[
-        Path | None,
-        typer.Option("--api-key-file", metavar="FILE", help="API keys by tenant (agentkeep api-keys add)."),
-    ] = None,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    api_key_file: ApiKeyFileOption = None,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, metavar="N", help="Processes.")] = 1,
     instructions: Annotated[
         str, typer.Option("--instructions", metavar="TEXT", help="System instructions for the model.")
@@ -450,14 +451,9 @@ def serve(
 @app.command()
 def inspect(
     store: StoreOption = None,
-    host: Annotated[
-        str, typer.Option("--host", metavar="ADDRESS", help="The address to listen on.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, metavar="N", help="The port.")] = 8000,
-    api_key_file: Annotated[
-        Path | None,
-        typer.Option("--api-key-file", metavar="FILE", help="API keys by tenant (agentkeep api-keys add)."),
-    ] = None,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    api_key_file: ApiKeyFileOption = None,
 ) -> None:
     """Serve the session inspector over the store (a web page at /inspector/; no model runs)."""
     with _reported():
