@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, async_playwright, expect
 
 from agentkeep import Message
 from agentkeep.compaction import CharacterEstimatorTokenizer, MessageIndex, apply_compaction
@@ -60,7 +60,15 @@ async def test_a_person_opens_the_list_a_session_and_its_raw_log(hosted: Hosted,
     await run(hosted.server.url, "hostile", [user(PAYLOAD)], key=ALICE[0])
     await run(hosted.server.url, "bobs-own", [user("bob's secret")], key=BOB[0])
 
-    page = await opened(browser, hosted.server.url, ALICE[0])
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    blocked: list[str] = []  # what the Content-Security-Policy refused
+    page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+    response = await page.goto(f"{hosted.server.url}/inspector/")
+    assert response is not None
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    await page.fill("#key", ALICE[0])
+    await page.click("#key-form button")
+    await page.wait_for_selector("#session-list")
     await shot(page, "1-sessions")
     ids = await page.eval_on_selector_all("tr.session", "rows => rows.map(r => r.dataset.id)")
     assert sorted(ids) == ["hostile", "plain"]  # bob's session is not alice's to see
@@ -79,11 +87,12 @@ async def test_a_person_opens_the_list_a_session_and_its_raw_log(hosted: Hosted,
     await shot(page, "3-session-raw")
 
     await page.click("tr.session[data-id=hostile]")
-    await page.wait_for_function("document.querySelector('#session h2')?.textContent === 'hostile'")
+    await expect(page.locator("#session h2")).to_have_text("hostile")
     shown = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
     assert shown[0] == PAYLOAD  # shown literally
     assert await page.evaluate("window.__pwned") is None  # and nothing of it ran
     assert await page.locator("#messages img, #messages script").count() == 0
+    assert blocked == []  # the policy blocked nothing the page itself needs
     await shot(page, "4-hostile-text")
 
 
@@ -95,7 +104,7 @@ async def test_without_a_valid_key_the_page_shows_the_refusal_and_no_sessions(
     await page.goto(f"{hosted.server.url}/inspector/")
     await page.fill("#key", "ak_not-a-key")
     await page.click("#key-form button")
-    await page.wait_for_function("document.getElementById('status').textContent.includes('401')")
+    await expect(page.locator("#status")).to_contain_text("401")
     assert await page.locator("tr.session").count() == 0
 
 
@@ -120,17 +129,15 @@ async def test_a_10000_message_session_opens_on_its_newest_page_and_pages_back(
     for session, count in (("short", 100), ("long", 10_000)):
         started = await page.evaluate("performance.now()")
         await page.click(f"tr.session[data-id={session}]")
-        await page.wait_for_function(
-            f"document.querySelector('#session h2')?.textContent === {session!r} "
-            "&& document.querySelectorAll('#messages .message').length > 0"
-        )
+        await expect(page.locator("#session h2")).to_have_text(session)
+        await page.locator("#messages .message").first.wait_for()
         timings[f"{count} messages"] = round(await page.evaluate("performance.now()") - started, 1)
     assert await page.locator("#messages .message").count() == 50  # never all rows at once
     texts = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
     assert (texts[0], texts[-1]) == ("m9950", "m9999")  # the newest page, oldest first
     await shot(page, "5-long-session")
     await page.click("button.older")
-    await page.wait_for_function("document.querySelectorAll('#messages .message').length === 100")
+    await expect(page.locator("#messages .message")).to_have_count(100)
     texts = await page.eval_on_selector_all("#messages pre.text", "ps => ps.map(p => p.textContent)")
     assert (texts[0], texts[49], texts[50]) == ("m9900", "m9949", "m9950")
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -179,9 +186,7 @@ async def test_groups_a_compaction_preview_and_apply_export_and_delete(
     await page.click("#apply")
     await page.wait_for_selector("#compaction-report[data-recorded=true]")
     await page.click("#tab-view")
-    await page.wait_for_function(
-        f"document.querySelectorAll('#messages .message').length === {len(expected)}"
-    )
+    await expect(page.locator("#messages .message")).to_have_count(len(expected))
     await shot(page, "8-view-after-compaction")
     await page.click("#tab-raw")
     await page.wait_for_selector("#tab-raw.current")
@@ -197,6 +202,6 @@ async def test_groups_a_compaction_preview_and_apply_export_and_delete(
 
     await page.click("#delete")
     await page.wait_for_selector("#deleted")
-    await page.wait_for_function("!document.querySelector('tr.session[data-id=work]')")
+    await expect(page.locator("tr.session[data-id=work]")).to_have_count(0)
     await shot(page, "10-deleted")
     assert await hosted.stored("alice::work") == []

@@ -20,7 +20,9 @@ loopback clients as the local tenant, the page included.
   or with ``apply`` the same recorded non-destructively.
 * ``DELETE /inspector/session?agent=&id=``: the session's history and session.
 
-What changes data (compaction, delete) also needs the ``HX-Request`` header htmx sends: a page of
+Every answer carries a Content-Security-Policy that lets only the page's own files run (no inline
+script, nothing from another origin, no framing), and htmx is configured not to evaluate code from
+attributes. What changes data (compaction, delete) also needs the ``HX-Request`` header htmx sends: a page of
 another site cannot send it without the browser asking the host first (CORS), so with no keys on
 loopback it still cannot make a person's browser compact or delete. Exports are fetched by the
 script from the sessions API (with the key) and saved as files.
@@ -64,8 +66,19 @@ _TEMPLATES = jinja2.Environment(
 )
 
 
+_HEADERS: dict[str, str] = {
+    # Only the page's own files run or load: no inline script, no other origin, no framing.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
 def _render(name: str, **values: Any) -> HTMLResponse:
-    return HTMLResponse(_TEMPLATES.get_template(name).render(**values))
+    return HTMLResponse(_TEMPLATES.get_template(name).render(**values), headers=_HEADERS)
 
 
 def _results(messages: list[dict[str, Any]]) -> dict[str, str]:
