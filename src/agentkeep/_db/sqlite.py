@@ -208,9 +208,10 @@ class SQLiteDatabase:
             SchemaVersionError: The database was written by a newer agentkeep.
         """
         self.check_open()
-        if quick and self._connection is not None and self._in_use.acquire(blocking=False):
+        if quick and self._in_use.acquire(blocking=False):
             try:
-                return self._run_quick(job)
+                if self._connection is not None:  # else the worker opens it first
+                    return self._run_quick(self._connection, job)
             except (_Locked, _TooMuchForQuick):
                 pass  # another connection's lock, or a long job: in the worker thread
             finally:
@@ -258,9 +259,7 @@ class SQLiteDatabase:
             connection.execute(f"PRAGMA wal_autocheckpoint = {pages}")
             self._quick_mode = quick
 
-    def _run_quick(self, job: Callable[[sqlite3.Connection], T]) -> T:
-        connection = self._connection
-        assert connection is not None
+    def _run_quick(self, connection: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
         _current.state = _JobState(quick=True)
         changes = connection.total_changes
         try:
@@ -313,8 +312,7 @@ class SQLiteDatabase:
         with self._in_use:
             if self._connection is None:
                 return
-            try:
-                self._settle(self._connection, quick=False)
+            try:  # a passive checkpoint waits for nobody: the busy timeout does not matter
                 self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlite3.Error as exc:
                 log.debug("checkpoint of %s failed: %s", self.path, exc)

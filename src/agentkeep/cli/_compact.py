@@ -50,7 +50,7 @@ from ..compaction.plans import (
 )
 from ..errors import ConflictError
 from ..storage.base import MessageStore
-from ._stores import CLIError, describe_store
+from ._stores import CLIError, describe_store, missing_session
 
 __all__ = [
     "TOKENIZER_HELP",
@@ -132,7 +132,7 @@ async def compact_conversation(
             store, conversation_id, plan, tokenizer=tokenizer, dry_run=dry_run, where=describe_store(store)
         )
     except LookupError as exc:
-        raise CLIError(f"no session {conversation_id!r} in {describe_store(store)}") from exc
+        raise missing_session(store, conversation_id) from exc
     except ConflictError as exc:
         raise CLIError(str(exc)) from exc
 
@@ -198,9 +198,6 @@ TokenizerOption = Annotated[
     str, typer.Option("--tokenizer", metavar="SPEC", callback=parse_tokenizer, help=f"{TOKENIZER_HELP}.")
 ]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Show what would change; store nothing.")]
-
-
-# -- running ------------------------------------------------------------------------------------------
 
 
 # -- output -------------------------------------------------------------------------------------------

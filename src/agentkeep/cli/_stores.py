@@ -17,6 +17,7 @@ __all__ = [
     "StoreLocation",
     "describe_store",
     "key_ring_from_env",
+    "missing_session",
     "open_store",
     "parse_store_url",
     "redact_url",
@@ -57,3 +58,8 @@ def key_ring_from_env() -> KeyRing | None:
         KeyRingError: The variable or the file is malformed.
     """
     return KeyRing.from_env()
+
+
+def missing_session(store: MessageStore, conversation_id: str) -> CLIError:
+    """The error for a session ``store`` does not hold."""
+    return CLIError(f"no session {conversation_id!r} in {describe_store(store)}")

@@ -17,7 +17,7 @@ from ..errors import MessageFormatError
 from ..messages import Message
 from ..storage.base import HistoryView, MessageStore, StoredMessage, Summary
 from ..transfer import EXPORT_FORMAT, EXPORT_VERSION, ConversationExport, content_lines, render_markdown
-from ._stores import CLIError, describe_store
+from ._stores import CLIError, describe_store, missing_session
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -45,7 +45,7 @@ async def read_conversation(store: MessageStore, conversation_id: str) -> Histor
     """
     view = await store.read(conversation_id)
     if not view.entries and view.last_seq == 0:
-        raise _missing(store, conversation_id)
+        raise missing_session(store, conversation_id)
     return view
 
 
@@ -59,7 +59,7 @@ async def read_entries(
     """
     entries = (await store.read(conversation_id, raw=raw, last=last)).entries
     if not entries and not await conversation_exists(store, conversation_id):
-        raise _missing(store, conversation_id)
+        raise missing_session(store, conversation_id)
     return entries
 
 
@@ -67,10 +67,6 @@ async def conversation_exists(store: MessageStore, conversation_id: str) -> bool
     """Whether ``store`` holds anything under ``conversation_id``."""
     view = await store.read(conversation_id, last=1)
     return bool(view.entries) or view.last_seq > 0
-
-
-def _missing(store: MessageStore, conversation_id: str) -> CLIError:
-    return CLIError(f"no session {conversation_id!r} in {describe_store(store)}")
 
 
 # -- export -----------------------------------------------------------------------------------------
@@ -85,7 +81,7 @@ async def export_conversation(store: MessageStore, conversation_id: str) -> Conv
     try:
         return await transfer.export_conversation(store, conversation_id)
     except LookupError as exc:
-        raise _missing(store, conversation_id) from exc
+        raise missing_session(store, conversation_id) from exc
 
 
 # -- import -----------------------------------------------------------------------------------------

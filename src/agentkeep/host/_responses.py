@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
@@ -109,6 +109,12 @@ def _records(session: AgentSession) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _record(session: AgentSession, response_id: str) -> dict[str, Any] | None:
+    """The stored record of response ``response_id`` in its conversation's session."""
+    record = session.state.get(_RECORD + response_id)
+    return record if isinstance(record, dict) else None  # pyright: ignore[reportUnknownVariableType]
+
+
 def _keep_record(session: AgentSession, response: dict[str, Any], last_message_id: str | None) -> None:
     session.state[_RECORD + response["id"]] = {"response": response, "last_message_id": last_message_id}
     records = _records(session)
@@ -166,7 +172,7 @@ async def _newest_items(
         window *= 2
 
 
-def _newest_id(messages: list[Message]) -> str | None:
+def _newest_id(messages: Sequence[Message]) -> str | None:
     return messages[-1].message_id if messages else None
 
 
@@ -197,7 +203,8 @@ def _shell(
 
 
 async def _history_until(agent: Any, session: AgentSession, last_message_id: str) -> list[Message]:
-    """The stored history up to and including ``last_message_id`` (where a branch starts)."""
+    """The stored history up to and including ``last_message_id`` (where a branch starts; the
+    history a turn loads may be only the newest window of it, so the whole view is read)."""
     messages = await _all_messages(agent, session)
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].message_id == last_message_id:
@@ -312,32 +319,24 @@ class _Responses:
         try:
             async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(held), spanned(turn_span):
                 turn: SessionTurn | None = None
-                prior: list[Message] = []
+                prior: Sequence[Message] = []
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
                     self._check_previous(turn, body.previous_response_id)
                     history = await turn.history(keep_for_run=body.store)
                     branch = self._branch_point(turn, body.previous_response_id, history)
-                    if branch is not None:
-                        turn.discard_kept()  # the run is not on this session
                     if branch is not None:  # continuing an earlier response: a branch
+                        turn.discard_kept()  # the run is not on this session
                         prefix = await _history_until(hosted.agent, turn.session, branch)
                         if body.store:
                             conversation = new_conversation_id()
-                            turn = await self._branched(hosted, tenant, conversation, prefix)
+                            turn = await self._new_conversation(hosted, tenant, conversation, prefix)
                         else:
                             prior = prefix
                     elif not body.store:
                         prior = history
-                elif body.store:
-                    turn = await SessionTurn.load(
-                        hosted.agent,
-                        hosted.session_store,
-                        tenant,
-                        conversation,
-                        attempts=self.host.save_attempts,
-                    )
-                    await turn.save()  # the new conversation exists before its first run
+                elif body.store:  # the new conversation exists before its first run
+                    turn = await self._new_conversation(hosted, tenant, conversation, [])
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
@@ -380,29 +379,44 @@ class _Responses:
         yield {"type": "response.completed", "response": response}
 
     def _check_previous(self, turn: SessionTurn, previous: str | None) -> None:
-        if previous is not None and previous not in _records(turn.session):
+        if previous is not None and _record(turn.session, previous) is None:
             raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
 
-    def _branch_point(self, turn: SessionTurn, previous: str | None, history: list[Message]) -> str | None:
+    def _branch_point(
+        self, turn: SessionTurn, previous: str | None, history: Sequence[Message]
+    ) -> str | None:
         """The id of the last message of ``previous`` if it is not the newest of its
         conversation (continuing it branches), else ``None``."""
-        if previous is None:
+        record = None if previous is None else _record(turn.session, previous)
+        if record is None:
             return None
-        last = _records(turn.session)[previous].get("last_message_id")
+        last = record.get("last_message_id")
         return None if last in (None, _newest_id(history)) else str(last)
 
-    async def _branched(
-        self, hosted: HostedAgent, tenant: str, conversation: str, prefix: list[Message]
+    async def _new_conversation(
+        self,
+        hosted: HostedAgent,
+        tenant: str,
+        conversation: str,
+        messages: Sequence[Message],
+        *,
+        state: dict[str, Any] | None = None,
     ) -> SessionTurn:
-        """A new conversation holding ``prefix`` (the history a branch starts from)."""
+        """A new stored conversation with ``state`` in its session and ``messages`` in its
+        history (a branch's prefix, a created conversation's items)."""
         turn = await SessionTurn.load(
             hosted.agent, hosted.session_store, tenant, conversation, attempts=self.host.save_attempts
         )
+        for key, value in (state or {}).items():
+            turn.session.state[key] = value
         await turn.save()
         provider = hosted.agent.history_provider()
-        if provider is not None and prefix:
+        if provider is not None and messages:
             await provider.save_messages(
-                turn.session.storage_key, prefix, state=provider.get_state(turn.session), session=turn.session
+                turn.session.storage_key,
+                messages,
+                state=provider.get_state(turn.session),
+                session=turn.session,
             )
         return turn
 
@@ -414,7 +428,7 @@ class _Responses:
             if conversation is not None:
                 for hosted in self.host.agents.values():
                     turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
-                    record = _records(turn.session).get(response_id)
+                    record = _record(turn.session, response_id)
                     if record is not None:
                         return JSONResponse(record["response"])
             raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
@@ -438,23 +452,13 @@ class _Responses:
             metadata, items = body.metadata or {}, to_messages(body.items)
             hosted = self._first_agent()
             conversation = new_conversation_id()
-            turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
             created: dict[str, Any] = {
                 "id": conversation,
                 "object": "conversation",
                 "created_at": int(time.time()),
                 "metadata": metadata,
             }
-            turn.session.state[_CONVERSATION] = created
-            await turn.save()
-            provider = hosted.agent.history_provider()
-            if items and provider is not None:
-                await provider.save_messages(
-                    turn.session.storage_key,
-                    items,
-                    state=provider.get_state(turn.session),
-                    session=turn.session,
-                )
+            await self._new_conversation(hosted, tenant, conversation, items, state={_CONVERSATION: created})
             return JSONResponse(created)
         except MessageFormatError as exc:
             return error_response(400, "invalid_request", str(exc))

@@ -14,9 +14,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, Final
 
-import msgspec
-
-from ..clients._openai_wire import arguments_text, parse_arguments, result_text
+from ..clients._openai_wire import arguments_text, json_text, parse_arguments, result_text
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, UsageDetails
 from ..errors import MessageFormatError
 from ..messages import Message
@@ -107,7 +105,7 @@ def to_messages(raw: Any) -> list[Message]:
                 messages.append(Message("assistant", [call]))
             elif kind == "function_call_output":
                 output = fields.get("output", "")
-                text = output if isinstance(output, str) else msgspec.json.encode(output).decode()
+                text = json_text(output)
                 messages.append(
                     Message("tool", [Content.from_function_result(str(fields["call_id"]), result=text)])
                 )
@@ -148,7 +146,7 @@ def output_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     for message in messages:
         if message.role != "assistant":
             continue
-        text = "".join(c.text for c in message.contents if isinstance(c, TextContent))
+        text = message.text
         if text:
             items.append(_message_item(message.message_id or "", text))
         items.extend(_call_item(c) for c in message.contents if isinstance(c, FunctionCallContent))
@@ -244,7 +242,7 @@ def conversation_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for message in messages:
         message_id = message.message_id or ""
-        text = "".join(c.text for c in message.contents if isinstance(c, TextContent))
+        text = message.text
         if message.role in ("user", "system") and text:
             kind = "input_text"
             items.append(

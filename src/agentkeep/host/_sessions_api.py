@@ -280,7 +280,7 @@ class SessionsAPI:
                 409, "conflict", "another compaction was recorded meanwhile; try again"
             ) from exc
         if report.epoch is not None:
-            self.host.sessions.drop((tenant, hosted.name, session_id))  # its loaded view is stale
+            self.host.sessions.pop((tenant, hosted.name, session_id))  # its loaded view is stale
         return _report(session_id, report)
 
     async def _compact(self, name: str, session_id: str, request: Request, *, dry_run: bool) -> Response:
@@ -306,15 +306,18 @@ class SessionsAPI:
             tenant = self.host.tenant_of(request)
             _, history = self.history(name)
             key = self._key(tenant, session_id)
+            if format == "markdown":  # the view alone: one read
+                view = await history.store.read(key)
+                if not view.entries and view.last_seq == 0:
+                    raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+                text = render_markdown(session_id, view.entries)
+                return PlainTextResponse(text, media_type="text/markdown")
             try:
                 exported = await export_conversation(history.store, key)
             except LookupError as exc:
                 raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
             exported.conversation_id = session_id  # the tenant's name for it
-            if format == "json":
-                return Response(exported.to_json(), media_type="application/json")
-            view = await history.store.read(key)
-            return PlainTextResponse(render_markdown(session_id, view.entries), media_type="text/markdown")
+            return Response(exported.to_json(), media_type="application/json")
         except HTTPProblem as exc:
             return exc.response()
 
@@ -330,7 +333,7 @@ class SessionsAPI:
         removed = await sessions.delete_session(hosted.agent, session_id) or removed
         if not removed:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-        self.host.sessions.drop((tenant, hosted.name, session_id))
+        self.host.sessions.pop((tenant, hosted.name, session_id))
 
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
         try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -92,12 +92,9 @@ class SessionCache:
         return len(self._sessions)
 
     def pop(self, key: tuple[str, ...]) -> AgentSession | None:
-        """The cached object for ``key`` (removed: a turn runs on it and keeps it again)."""
+        """The cached object for ``key``, forgotten (a turn runs on it and keeps it again; a
+        deleted or compacted conversation's is dropped)."""
         return self._sessions.pop(key, None)
-
-    def drop(self, key: tuple[str, ...]) -> None:
-        """Forget the object of ``key`` (its conversation was deleted)."""
-        self._sessions.pop(key, None)
 
     def keep(self, key: tuple[str, ...], session: AgentSession) -> None:
         """Remember ``session`` (saved, at its version) for the next turn of ``key``."""
@@ -162,13 +159,14 @@ class SessionTurn:
                 session = await scoped.get_session(agent, conversation_id)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
 
-    async def history(self, *, keep_for_run: bool = False) -> list[Message]:
-        """The newest stored history of the session (what the agent's history provider loads);
-        with ``keep_for_run``, kept for the turn's run to load (see :meth:`discard_kept`)."""
+    async def history(self, *, keep_for_run: bool = False) -> Sequence[Message]:
+        """The newest stored history of the session (what the agent's history provider loads, as
+        it gives it: not copied); with ``keep_for_run``, kept for the turn's run to load (see
+        :meth:`discard_kept`)."""
         provider = self.agent.history_provider()
         if provider is None:
             return []
-        return list(await provider.get_session_messages(self.session, keep_for_run=keep_for_run))
+        return await provider.get_session_messages(self.session, keep_for_run=keep_for_run)
 
     def discard_kept(self) -> None:
         """Drop the history :meth:`history` kept if the run did not take it (it failed before)."""

@@ -161,23 +161,25 @@ class StorageHistoryProvider(HistoryProvider):
         conversation_id = self._state(session, state).conversation_id
         cached = self._cached(session, conversation_id)
         if cached is not None:
-            with telemetry.span(
-                "agentkeep.store.read", **{"agentkeep.backend": self.store.backend, "agentkeep.cached": True}
-            ) as read:
-                update = await self.store.read(conversation_id, after=cached.last_seq)
-                read.set(**{"agentkeep.messages": len(update.messages)})
+            update = await self._read(conversation_id, cached=True, after=cached.last_seq)
             if update.epoch == cached.epoch and update.last_seq >= cached.last_seq:
                 cached.log.extend(update.messages)
                 cached.last_seq = update.last_seq
                 return self._window(cached.log)
-        with telemetry.span(
-            "agentkeep.store.read", **{"agentkeep.backend": self.store.backend, "agentkeep.cached": False}
-        ) as read:
-            view = await self.store.read(conversation_id, last=self.load_limit)
-            read.set(**{"agentkeep.messages": len(view.messages)})
+        view = await self._read(conversation_id, cached=False, last=self.load_limit)
         loaded = self._load(conversation_id, view)
         self._remember(session, loaded)
         return self._window(loaded.log)
+
+    async def _read(
+        self, conversation_id: str, *, cached: bool, after: int | None = None, last: int | None = None
+    ) -> HistoryView:
+        """What is new since ``after`` (for the cached view) or the newest ``last``, in a span."""
+        attributes = {"agentkeep.backend": self.store.backend, "agentkeep.cached": cached}
+        with telemetry.span("agentkeep.store.read", **attributes) as read:
+            view = await self.store.read(conversation_id, after=after, last=last)
+            read.set(**{"agentkeep.messages": len(view.messages)})
+        return view
 
     def _load(self, conversation_id: str, view: HistoryView) -> _LoadedView:
         log = MessageLog.from_owned(view.messages, self.source_id)

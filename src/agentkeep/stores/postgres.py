@@ -173,11 +173,9 @@ class PostgresSessionStore(AgentSessionStore):
         :meth:`get_session` returns."""
         self.database.check_open()
         check_conversation_id(conversation_id)
-        if version is None:
-            return await self.get_session(agent, conversation_id)
-        params = (version, agent_key(agent), conversation_id)
+        params = (version, agent_key(agent), conversation_id)  # NULL matches no version: payload read
         rows = await self.database.fetch_rows(self._select_if_changed, params, retry=True)
-        if rows and int(rows[0][0]) == version:
+        if rows and version is not None and int(rows[0][0]) == version:
             return None
         return self._restored(agent, conversation_id, rows)
 

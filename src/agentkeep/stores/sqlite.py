@@ -129,11 +129,9 @@ class SQLiteSessionStore(AgentSessionStore):
         """``None`` if ``version`` is still the stored one (only the version is read), else what
         :meth:`get_session` returns."""
         check_conversation_id(conversation_id)
-        if version is None:
-            return await self.get_session(agent, conversation_id)
         job = partial(_load_if_changed, agent_key(agent), conversation_id, version)
         row = await self.database.run(job, quick=True)
-        if row is not None and row[0] == version:
+        if row is not None and version is not None and row[0] == version:
             return None
         return self._restored(agent, conversation_id, row)
 
@@ -219,8 +217,9 @@ def _load(agent: str, conversation_id: str, db: sqlite3.Connection) -> tuple[int
 
 
 def _load_if_changed(
-    agent: str, conversation_id: str, version: int, db: sqlite3.Connection
+    agent: str, conversation_id: str, version: int | None, db: sqlite3.Connection
 ) -> tuple[int, object] | None:
+    # With no version, ``version = NULL`` is never true: the payload comes along.
     return db.execute(
         "SELECT version, CASE WHEN version = ? THEN NULL ELSE payload END FROM agentkeep_sessions "
         "WHERE agent = ? AND conversation_id = ?",
