@@ -42,12 +42,15 @@ def no_blocking_calls_in_the_event_loop() -> Iterator[None]:
     The conformance suite (``agentkeep.testing``) is not scanned itself: it calls the tests'
     backend openers, which make temporary folders and files; what it calls in agentkeep is. The
     SQLite layer's quick jobs may use the connection in the loop's thread (they never wait for a
-    lock: see ``agentkeep._db.sqlite``).
+    lock: see ``agentkeep._db.sqlite``). redis-py reads its version from the package metadata
+    (files) when a client that a user's code made (seed 003's message store) opens a connection;
+    agentkeep's own clients pass the version so it never does.
     """
     with blockbuster_ctx("agentkeep", excluded_modules=["agentkeep.testing"]) as guard:
         for name, function in guard.functions.items():
             if name.startswith("sqlite3."):  # quick jobs run on the caller's thread, by design
                 function.can_block_in("agentkeep/_db/sqlite.py", "_run_quick")
+            function.can_block_in("redis/utils.py", "get_lib_version")
         yield
 
 

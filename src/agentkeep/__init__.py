@@ -2,12 +2,20 @@
 
 The public names are re-exported here; each lives in one module (the map is in
 ``docs/architecture.md``): messages and contents, sessions and state, providers and history, the
-agent, tools, chat clients, compaction (strategies, tokenizers, triggers, the harness agent),
+agent, tools, chat clients, the earlier thread API (``ChatAgent``, ``AgentThread``, ``ChatMessage``,
+``ChatMessageStore``), compaction (strategies, tokenizers, triggers, the harness agent),
 session stores, storage-backed history, errors.
 """
 
 from .agent import Agent, AgentResponse, AgentResponseUpdate, AgentRunStream
-from .clients.base import BaseChatClient, ChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+from .clients.base import (
+    BaseChatClient,
+    ChatClient,
+    ChatClientProtocol,
+    ChatOptions,
+    ChatResponse,
+    ChatResponseUpdate,
+)
 from .compaction import (
     CharacterEstimatorTokenizer,
     CompactionProvider,
@@ -88,12 +96,15 @@ from .messages import (
 from .providers import (
     AIContext,
     ChatReducer,
+    Context,
     ContextProvider,
     ConversationState,
     HistoryOptions,
     HistoryProvider,
     InMemoryHistoryProvider,
     InMemoryHistoryState,
+    InvokedContext,
+    InvokingContext,
     MessageAIContextProvider,
     MessageCountingChatReducer,
     MessageFilter,
@@ -116,6 +127,16 @@ from .stores import (
     IsolationKeyScopedSessionStore,
     NoopSessionStore,
 )
+from .threads import (
+    AgentThread,
+    AggregateContextProvider,
+    ChatAgent,
+    ChatMessage,
+    ChatMessageStore,
+    ChatMessageStoreProtocol,
+    ChatRole,
+    MessageStoreHistoryProvider,
+)
 from .tools import FunctionTool, tool
 
 __version__ = "0.1.0"
@@ -130,17 +151,25 @@ __all__ = [
     "AgentRunStream",
     "AgentSession",
     "AgentSessionStore",
+    "AgentThread",
     "AgentkeepError",
+    "AggregateContextProvider",
     "BaseChatClient",
     "CLIError",
     "CharacterEstimatorTokenizer",
+    "ChatAgent",
     "ChatClient",
     "ChatClientError",
+    "ChatClientProtocol",
+    "ChatMessage",
+    "ChatMessageStore",
+    "ChatMessageStoreProtocol",
     "ChatOptions",
     "ChatReducer",
     "ChatRequestError",
     "ChatResponse",
     "ChatResponseUpdate",
+    "ChatRole",
     "CompactionError",
     "CompactionProvider",
     "CompactionStrategy",
@@ -148,6 +177,7 @@ __all__ = [
     "CompactionTriggers",
     "ConflictError",
     "Content",
+    "Context",
     "ContextProvider",
     "ContextWindowCompactionStrategy",
     "ConversationState",
@@ -164,6 +194,8 @@ __all__ = [
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",
     "InMemorySessionStore",
+    "InvokedContext",
+    "InvokingContext",
     "IsolationError",
     "IsolationKeyScopedSessionStore",
     "KeyRing",
@@ -181,6 +213,7 @@ __all__ = [
     "MessageInput",
     "MessageLog",
     "MessageSourceType",
+    "MessageStoreHistoryProvider",
     "MessageView",
     "ModelUnavailableError",
     "NoopSessionStore",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import chain, repeat
-from typing import Any, Final, Literal, TypeAlias, cast, get_args
+from typing import Any, Final, Literal, Self, TypeAlias, cast, get_args
 
 import msgspec
 
@@ -156,7 +156,9 @@ class Message:
         created_at: datetime | None = None,
         additional_properties: dict[str, Any] | None = None,
     ) -> None:
-        if type(role) is not str or role not in _ROLES:
+        if type(role) is not str:
+            role = _plain_role(role)
+        if role not in _ROLES:
             raise MessageFormatError(f"unknown role {role!r}; expected one of {sorted(_ROLES)}", path="role")
         self.role = role
         if contents is None:
@@ -211,8 +213,8 @@ class Message:
 
     # -- identity and stamps -----------------------------------------------------------------
     def copy(self) -> Message:
-        """A shallow copy (contents are shared; they are treated as immutable)."""
-        clone = Message.__new__(Message)
+        """A shallow copy of the same class (contents are shared; they are treated as immutable)."""
+        clone = object.__new__(type(self))
         clone.role = self.role
         clone.contents = self.contents
         clone.author_name = self.author_name
@@ -271,7 +273,7 @@ class Message:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> Message:
+    def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> Self:
         """Build a message from its wire form.
 
         Args:
@@ -295,7 +297,7 @@ class Message:
         raw_contents: Any = data.get("contents", [])
         if not isinstance(raw_contents, list):
             raise MessageFormatError("'contents' must be a list", path=f"{at}contents")
-        message = Message.__new__(Message)
+        message = object.__new__(cls)
         message.role = role  # pyright: ignore[reportAttributeAccessIssue]
         try:
             message.contents = [content_from_dict(item, checked=checked) for item in raw_contents]  # pyright: ignore[reportUnknownVariableType]
@@ -348,7 +350,7 @@ class Message:
             raise MessageFormatError(f"the message cannot be written as JSON: {exc}") from exc
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Message:
+    def from_json(cls, text: str | bytes) -> Self:
         """Parse JSON text in wire form.
 
         Raises:
@@ -384,6 +386,15 @@ class Message:
             f"Message(role={self.role!r}, text={body!r}, contents={len(self.contents)}, "
             f"id={self.message_id!r})"
         )
+
+
+def _plain_role(role: object) -> Any:
+    """A role given as a ``str`` subclass or an enum member (the earlier API's ``role.value``)
+    as plain text, so what a message stores is always an exact ``str``."""
+    value = getattr(role, "value", role)
+    if isinstance(value, str):
+        return str.__str__(value)
+    raise MessageFormatError(f"unknown role {role!r}; expected one of {sorted(_ROLES)}", path="role")
 
 
 def _check_free_form(value: Any, path: str) -> None:

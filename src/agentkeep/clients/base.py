@@ -8,6 +8,14 @@ protocol the agent relies on; :class:`BaseChatClient` is an optional base class 
 Messages arrive as a ``Sequence[Message]`` that may be a zero-copy view over a long history
 (see :mod:`agentkeep.sequences`): iterate or index it, don't assume it is a ``list``.
 
+**The earlier call shape.** Code written for the earlier API (seed 004) calls
+``client.get_response(messages=..., chat_options=ChatOptions(...))``, passes options as keywords
+(``response_format=UserInfo``) and messages as text. Every :class:`BaseChatClient` accepts that
+too: its subclasses' ``get_response`` / ``get_streaming_response`` are wrapped, once, when the
+class is made, so ``chat_options`` and option keywords merge into ``options`` and text becomes a
+user message. A call in today's shape passes straight through. :data:`ChatClientProtocol` is the
+earlier name of :class:`ChatClient`.
+
 A client that keeps conversations itself (a service-managed history, e.g. the OpenAI Responses
 API) sets ``stores_by_default = True`` and returns the conversation id in
 :attr:`ChatResponse.conversation_id`; it receives that id back in ``options["conversation_id"]``
@@ -16,12 +24,13 @@ together with only the new messages.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast, runtime_checkable
 
 from ..contents import Content, TextContent, UsageContent, UsageDetails
-from ..messages import Message, Role
+from ..messages import Message, MessageInput, Role, normalize_messages
 from ..tools import FunctionTool
 
 if TYPE_CHECKING:
@@ -34,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BaseChatClient",
     "ChatClient",
+    "ChatClientProtocol",
     "ChatOptions",
     "ChatResponse",
     "ChatResponseUpdate",
@@ -198,14 +208,27 @@ class ChatClient(Protocol):
         ...
 
 
+ChatClientProtocol = ChatClient
+"""The earlier name of :class:`ChatClient` (seed 004)."""
+
+
 class BaseChatClient:
     """Convenience base for chat clients: ``as_agent()`` and streaming built on ``get_response``.
 
     Subclasses implement :meth:`get_response`, and override :meth:`get_streaming_response` when
-    the model can really stream.
+    the model can really stream. Both also accept the earlier call shape (module docstring).
     """
 
     stores_by_default: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("get_response")
+        if own is not None:
+            cls.get_response = _earlier_call_shape(own)  # pyright: ignore[reportAttributeAccessIssue]
+        own_stream = cls.__dict__.get("get_streaming_response")
+        if own_stream is not None:
+            cls.get_streaming_response = _earlier_stream_call_shape(own_stream)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
         """Answer ``messages`` with one response."""
@@ -285,3 +308,63 @@ class BaseChatClient:
             compaction_strategy=compaction_strategy,
             tokenizer=tokenizer,
         )
+
+
+_OPTION_NAMES: Final[frozenset[str]] = frozenset(ChatOptions.__annotations__)
+
+
+def _today_call(
+    given: Any, options: Any, chat_options: Any, loose: dict[str, Any]
+) -> tuple[Sequence[Message], ChatOptions]:
+    """An earlier-shape call's messages and options in today's shape."""
+    messages: Sequence[Message] = given
+    if isinstance(given, str | Message) or (
+        isinstance(given, list) and any(isinstance(m, str) for m in cast("list[Any]", given))
+    ):
+        messages = normalize_messages(cast("MessageInput", given))
+    unknown = sorted(set(loose) - _OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"get_response() got unknown option(s) {unknown}")
+    merged: dict[str, Any] = {}
+    for part in (options, chat_options, loose):
+        if part:
+            merged.update(cast("Mapping[str, Any]", part))
+    return messages, cast(ChatOptions, merged)
+
+
+def _earlier_call_shape(
+    method: Callable[..., Coroutine[Any, Any, ChatResponse]],
+) -> Callable[..., Coroutine[Any, Any, ChatResponse]]:
+    if getattr(method, "_accepts_earlier_call_shape", False):
+        return method
+
+    @functools.wraps(method)
+    async def get_response(
+        self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
+    ) -> ChatResponse:
+        if options is not None and chat_options is None and not loose:
+            return await method(self, messages, options=options)
+        messages, merged = _today_call(messages, options, chat_options, loose)
+        return await method(self, messages, options=merged)
+
+    setattr(get_response, "_accepts_earlier_call_shape", True)  # noqa: B010 - a marker on a function
+    return get_response
+
+
+def _earlier_stream_call_shape(
+    method: Callable[..., AsyncIterator[ChatResponseUpdate]],
+) -> Callable[..., AsyncIterator[ChatResponseUpdate]]:
+    if getattr(method, "_accepts_earlier_call_shape", False):
+        return method
+
+    @functools.wraps(method)
+    def get_streaming_response(
+        self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        if options is not None and chat_options is None and not loose:
+            return method(self, messages, options=options)
+        messages, merged = _today_call(messages, options, chat_options, loose)
+        return method(self, messages, options=merged)
+
+    setattr(get_streaming_response, "_accepts_earlier_call_shape", True)  # noqa: B010
+    return get_streaming_response

@@ -3,7 +3,9 @@
 What lives where:
 
 * :mod:`.context`: :class:`ContextProvider` (hooks around every run), :class:`AIContext` (what a
-  provider adds), :class:`SessionContext` (one run as it passes through the providers) and
+  provider adds; :data:`Context` is its earlier name, with :class:`InvokingContext` and
+  :class:`InvokedContext` for the earlier hooks), :class:`SessionContext` (one run as it passes
+  through the providers) and
   :class:`MessageAIContextProvider` (a provider that only adds messages).
 * :mod:`.history`: :class:`HistoryProvider`, the base of every history provider (load before the
   run, store the new messages after it), and its options (:class:`HistoryOptions`).
@@ -14,7 +16,15 @@ What lives where:
   modules (:mod:`agentkeep.storage.sqlite`, ...) subclass it with convenient constructors.
 """
 
-from .context import AIContext, ContextProvider, MessageAIContextProvider, SessionContext
+from .context import (
+    AIContext,
+    Context,
+    ContextProvider,
+    InvokedContext,
+    InvokingContext,
+    MessageAIContextProvider,
+    SessionContext,
+)
 from .history import HistoryOptions, HistoryProvider, MessageFilter
 from .in_memory import ChatReducer, InMemoryHistoryProvider, InMemoryHistoryState, MessageCountingChatReducer
 from .storage import ConversationState, StorageHistoryProvider
@@ -22,12 +32,15 @@ from .storage import ConversationState, StorageHistoryProvider
 __all__ = [
     "AIContext",
     "ChatReducer",
+    "Context",
     "ContextProvider",
     "ConversationState",
     "HistoryOptions",
     "HistoryProvider",
     "InMemoryHistoryProvider",
     "InMemoryHistoryState",
+    "InvokedContext",
+    "InvokingContext",
     "MessageAIContextProvider",
     "MessageCountingChatReducer",
     "MessageFilter",
