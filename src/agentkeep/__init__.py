@@ -80,6 +80,7 @@ from .errors import (
     SummarizationError,
     ToolArgumentError,
     ToolError,
+    TransferError,
 )
 from .message_log import MessageChain, MessageLog, MessageView
 from .messages import (
@@ -246,6 +247,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolError",
     "ToolResultCompactionStrategy",
+    "TransferError",
     "TruncationStrategy",
     "UnknownContent",
     "UriContent",

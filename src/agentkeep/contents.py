@@ -342,6 +342,11 @@ class ErrorContent(Content):
 class UnknownContent(Content):
     """A content of a kind agentkeep does not know, kept whole and written back unchanged.
 
+    Also what keeps a content of a kind agentkeep knows but that its type cannot hold exactly
+    (another framework's reasoning with only encrypted data, usage with provider-specific
+    counts); such a content is stored wrapped, ``{"type": "opaque", "content": {...}}``, so that
+    reading it back does not take it for the known kind (see :mod:`agentkeep.maf`).
+
     Attributes:
         raw: The content exactly as read (it has a string ``"type"``).
     """
@@ -354,6 +359,8 @@ class UnknownContent(Content):
         return cast(str, self.raw["type"])
 
     def to_dict(self) -> dict[str, Any]:
+        if self.raw["type"] in _DECODERS:  # a known kind (or "opaque" itself) must not be read as one
+            return {"type": _OPAQUE, "content": dict(self.raw)}
         return dict(self.raw)
 
 
@@ -464,6 +471,16 @@ def _error(data: Mapping[str, Any], path: str) -> Content:
     )
 
 
+def _opaque(data: Mapping[str, Any], path: str) -> Content:
+    inner = data.get("content")
+    if not isinstance(inner, dict) or not isinstance(cast("dict[str, Any]", inner).get("type"), str):
+        raise MessageFormatError(
+            "an opaque content holds an object with a string 'type'", path=f"{path}.content"
+        )
+    return UnknownContent(dict(cast("dict[str, Any]", inner)))
+
+
+_OPAQUE = "opaque"
 _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
     "text": _text,
     "text_reasoning": _reasoning,
@@ -473,6 +490,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
     "uri": _uri,
     "usage": _usage,
     "error": _error,
+    _OPAQUE: _opaque,
 }
 
 

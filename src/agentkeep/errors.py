@@ -15,6 +15,8 @@ the whole family in one clause and the specific kinds where they can act on them
     │                               malformed URL, a store of the wrong kind)
     ├── CLIError                    a command-line request that cannot be done (bad store URL,
     │                               missing session, unreadable file): one "error:" line, exit 1
+    ├── TransferError               an import that cannot be done as asked (two source
+    │                               conversations for one id, data of an unknown layout)
     ├── ToolError                   a tool definition or invocation that cannot work
     │   └── ToolArgumentError       arguments that do not match the tool's parameters
     ├── ChatClientError             a chat client that failed or answered nonsense
@@ -69,6 +71,7 @@ __all__ = [
     "SummarizationError",
     "ToolArgumentError",
     "ToolError",
+    "TransferError",
 ]
 
 
@@ -160,6 +163,10 @@ class KeyRingError(AgentkeepError, ValueError):
 class StoreURLError(AgentkeepError, ValueError):
     """A store URL names no store agentkeep can open: an unknown scheme, a malformed URL, or a
     store of the wrong kind (see :mod:`agentkeep.store_urls`)."""
+
+
+class TransferError(AgentkeepError, ValueError):
+    """An import of conversations from elsewhere cannot be done as asked (see :mod:`agentkeep.maf`)."""
 
 
 class CLIError(AgentkeepError):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable, Generator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
@@ -24,6 +24,7 @@ from rich.text import Text
 
 from ..errors import AgentkeepError
 from ..storage.base import MessageStore, StoredMessage, SupportsListing, close_store, setup_store
+from ..store_urls import redact_url
 from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
 from ._compact import (
     CompactionReport,
@@ -39,6 +40,7 @@ from ._compact import (
     render_report,
 )
 from ._keys import generate_key_entry, rotate, summary
+from ._maf import export_maf_session, import_maf_session, import_redis_history, not_imported, read_maf_file
 from ._stores import STORE_URL_HELP, CLIError, describe_store, open_store
 from ._transfer import (
     content_lines,
@@ -49,6 +51,9 @@ from ._transfer import (
     read_export_file,
     render_markdown,
 )
+
+if TYPE_CHECKING:  # the Redis import needs the [redis] extra only when it is used
+    from ..maf.redis_history import RedisImportProgress
 
 __all__ = ["app", "main"]
 
@@ -95,6 +100,14 @@ class ExportFormat(StrEnum):
 
     JSON = "json"
     MARKDOWN = "markdown"
+    MAF = "maf"
+
+
+class ImportFormat(StrEnum):
+    """The formats of ``sessions import FILE``."""
+
+    JSON = "json"
+    MAF = "maf"
 
 
 _ROLE_STYLES = {
@@ -310,7 +323,11 @@ def export_session(
     store: StoreOption = None,
     export_format: Annotated[
         ExportFormat,
-        typer.Option("--format", "-f", help="json: lossless, re-importable; markdown: readable."),
+        typer.Option(
+            "--format",
+            "-f",
+            help="json: lossless, re-importable; markdown: readable; maf: an Agent Framework session.",
+        ),
     ] = ExportFormat.JSON,
     output: Annotated[
         Path | None,
@@ -324,6 +341,8 @@ def export_session(
             if export_format is ExportFormat.MARKDOWN:
                 view = await read_conversation(message_store, session_id)
                 return render_markdown(session_id, view.entries)
+            if export_format is ExportFormat.MAF:
+                return await export_maf_session(message_store, session_id)
             return (await export_conversation(message_store, session_id)).to_json()
 
         document = _with_store(store, job)
@@ -337,16 +356,83 @@ def export_session(
 
 @sessions_app.command("import")
 def import_session(
-    file: Annotated[Path, typer.Argument(metavar="FILE", help="A JSON export ('-': standard input).")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="FILE", help="A JSON export or (--format maf) a session file ('-': standard input)."
+        ),
+    ] = None,
     store: StoreOption = None,
+    import_format: Annotated[
+        ImportFormat,
+        typer.Option("--format", "-f", help="json: an agentkeep export; maf: an Agent Framework session."),
+    ] = ImportFormat.JSON,
     session: Annotated[
         str | None,
         typer.Option("--session", "-s", metavar="ID", help="Import under this id (default: the file's)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing session of that id.")] = False,
+    from_redis: Annotated[
+        str | None,
+        typer.Option(
+            "--from-redis",
+            metavar="URL",
+            help="Copy the history Agent Framework's RedisHistoryProvider keeps at URL (instead of FILE).",
+        ),
+    ] = None,
+    maf_key_prefix: Annotated[
+        str, typer.Option("--maf-key-prefix", metavar="P", help="The provider's key_prefix.")
+    ] = "chat_messages",
+    maf_tenant: Annotated[
+        str | None, typer.Option("--maf-tenant", metavar="ID", help="Only this tenant's conversations.")
+    ] = None,
+    maf_application: Annotated[
+        str | None, typer.Option("--maf-application", metavar="ID", help="Only this application's.")
+    ] = None,
+    maf_agent: Annotated[
+        str | None, typer.Option("--maf-agent", metavar="ID", help="Only this agent's.")
+    ] = None,
+    maf_source: Annotated[
+        str | None, typer.Option("--maf-source-id", metavar="ID", help="Only this history provider's.")
+    ] = None,
 ) -> None:
-    """Import a JSON export as a new session (refuses an existing one unless --force)."""
+    """Import a session from a file (refuses an existing one unless --force), or copy Agent
+    Framework's Redis history (--from-redis; a re-run copies only what is new)."""
     with _reported():
+        if from_redis is not None:
+            if file is not None:
+                raise CLIError("give either FILE or --from-redis URL, not both")
+            _import_from_redis(
+                from_redis,
+                store,
+                maf_key_prefix,
+                {
+                    "tenant_id": maf_tenant,
+                    "application_id": maf_application,
+                    "agent_id": maf_agent,
+                    "source_id": maf_source,
+                },
+            )
+            return
+        if file is None:
+            raise CLIError("give a FILE to import (or --from-redis URL)")
+        if import_format is ImportFormat.MAF:
+            imported = read_maf_file(file)
+
+            async def maf_job(message_store: MessageStore) -> str:
+                return await import_maf_session(message_store, imported, conversation_id=session, force=force)
+
+            target = _with_store(store, maf_job)
+            _stdout().print(Text(f"imported {len(imported.messages)} messages as session {target}"))
+            left = not_imported(imported)
+            if left:
+                _stderr().print(
+                    Text(
+                        f"note: {', '.join(left)} of the Agent Framework session are not kept by the "
+                        "sessions commands (history only); agentkeep.maf.session_from_maf keeps them"
+                    )
+                )
+            return
         export = read_export_file(file)
 
         async def job(message_store: MessageStore) -> str:
@@ -354,6 +440,42 @@ def import_session(
 
         target = _with_store(store, job)
         _stdout().print(Text(f"imported {len(export.messages)} messages as session {target}"))
+
+
+def _import_from_redis(url: str, store: str | None, key_prefix: str, filters: dict[str, str | None]) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("copying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[messages]} messages"),
+        console=(console := _stderr()),
+        transient=True,
+        disable=not console.is_terminal,  # a bar only on a terminal; the count line says it all
+    ) as bar:
+        task = bar.add_task("copy", total=None, messages=0)
+
+        def advance(step: RedisImportProgress) -> None:
+            bar.update(
+                task,
+                total=step.conversations,
+                completed=step.conversations_done,
+                messages=step.messages_copied,
+            )
+
+        async def job(message_store: MessageStore) -> tuple[int, int, int, int]:
+            return await import_redis_history(
+                url, message_store, key_prefix=key_prefix, filters=filters, progress=advance
+            )
+
+        found, updated, copied, present = _with_store(store, job)
+    _stdout().print(
+        Text(
+            f"copied {copied} messages into {updated} sessions from {found} Agent Framework "
+            f"conversations at {redact_url(url)} ({present} already present)"
+        )
+    )
 
 
 @sessions_app.command("compact")
