@@ -1,4 +1,5 @@
-"""Seeds 003 and 004's Python examples, run with only their import lines changed.
+"""Seeds 003 and 004's Python examples, run with only their import lines changed (seed 004's
+memory also with the real local model, whose structured output is grammar-constrained).
 
 The examples are committed under ``seed_examples/`` (the parts below a "seed code" marker are the
 seeds' text, checked here when the seeds are present). Seed 003's ``RedisChatMessageStore`` runs
@@ -11,15 +12,17 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as redis
 
-from agentkeep import AgentThread, ChatAgent, ChatMessage
+from agentkeep import AgentThread, ChatAgent, ChatMessage, ChatOptions, ChatResponse, Message
+from agentkeep.clients.local import LocalChatClient
 from tests.threads import seeds
-from tests.threads.seed_examples import cloud, seed_004_agent
+from tests.threads.seed_examples import cloud, seed_004_agent, seed_004_user_info_memory
 
 EXAMPLES = Path(__file__).parent / "seed_examples"
 FIXTURES = {
@@ -125,3 +128,37 @@ async def test_seed_004_user_info_memory_runs_with_a_structured_output_client() 
     assert [
         str(e.get("instructions")).startswith("Extract the user's name and age") for e in extractions
     ] == [True] * 3
+
+
+class RecordingLocalClient(LocalChatClient):
+    """The local model, keeping every response (to see the structured-output calls' values)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, n_ctx=2048, max_tokens=48)
+        self.responses: list[tuple[ChatOptions, ChatResponse]] = []
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        response = await super().get_response(messages, options=options)
+        self.responses.append((options, response))
+        return response
+
+
+async def test_seed_004_user_info_memory_with_the_local_model(local_model_path: Path) -> None:
+    client = RecordingLocalClient(local_model_path)
+    try:
+        memory = seed_004_user_info_memory.UserInfoMemory(client)
+        async with ChatAgent(chat_client=client, instructions="Be brief.", context_providers=memory) as agent:
+            thread = agent.get_new_thread()
+            answer = await agent.run("My name is Ruaidhrí and I am 20 years old.", thread=thread)
+        assert isinstance(answer.text, str)
+        structured = [(o, r) for o, r in client.responses if o.get("response_format") is not None]
+        assert len(structured) == 1  # the provider's extraction call, grammar-constrained
+        value = structured[0][1].value
+        assert isinstance(value, seed_004_user_info_memory.UserInfo)
+        assert value.name is None or isinstance(value.name, str)
+        assert value.age is None or isinstance(value.age, int)
+        info = memory.user_info
+        assert info.name is None or isinstance(info.name, str)
+        assert info.age is None or isinstance(info.age, int)
+    finally:
+        await client.aclose()
