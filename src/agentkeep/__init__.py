@@ -40,6 +40,7 @@ from .compaction import (
 )
 from .compaction.harness import create_harness_agent
 from .contents import (
+    OPAQUE_CONTENT_TYPE,
     Content,
     DataContent,
     ErrorContent,
@@ -144,6 +145,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ISOLATION_SEPARATOR",
+    "OPAQUE_CONTENT_TYPE",
     "SESSION_FORMAT_VERSION",
     "AIContext",
     "Agent",

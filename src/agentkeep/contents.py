@@ -17,12 +17,13 @@ import base64
 import binascii
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Final, cast
 
 from ._json_values import check_text, json_problem
 from .errors import MessageFormatError
 
 __all__ = [
+    "OPAQUE_CONTENT_TYPE",
     "Content",
     "DataContent",
     "ErrorContent",
@@ -344,7 +345,7 @@ class UnknownContent(Content):
 
     Also what keeps a content of a kind agentkeep knows but that its type cannot hold exactly
     (another framework's reasoning with only encrypted data, usage with provider-specific
-    counts); such a content is stored wrapped, ``{"type": "opaque", "content": {...}}``, so that
+    counts); such a content is stored wrapped, ``{"type": "agentkeep.opaque", "content": {...}}``, so that
     reading it back does not take it for the known kind (see :mod:`agentkeep.maf`).
 
     Attributes:
@@ -473,14 +474,18 @@ def _error(data: Mapping[str, Any], path: str) -> Content:
 
 def _opaque(data: Mapping[str, Any], path: str) -> Content:
     inner = data.get("content")
-    if not isinstance(inner, dict) or not isinstance(cast("dict[str, Any]", inner).get("type"), str):
-        raise MessageFormatError(
-            "an opaque content holds an object with a string 'type'", path=f"{path}.content"
-        )
-    return UnknownContent(dict(cast("dict[str, Any]", inner)))
+    if (
+        len(data) == 2
+        and isinstance(inner, dict)
+        and isinstance(cast("dict[str, Any]", inner).get("type"), str)
+    ):
+        return UnknownContent(dict(cast("dict[str, Any]", inner)))
+    return UnknownContent(dict(data))  # not agentkeep's wrapper: a foreign kind of that name
 
 
-_OPAQUE = "opaque"
+OPAQUE_CONTENT_TYPE: Final = "agentkeep.opaque"
+"""The wire type of a content kept whole whose own type agentkeep knows (see UnknownContent)."""
+_OPAQUE = OPAQUE_CONTENT_TYPE
 _DECODERS: dict[str, Callable[[Mapping[str, Any], str], Content]] = {
     "text": _text,
     "text_reasoning": _reasoning,

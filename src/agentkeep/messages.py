@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import chain, repeat
-from typing import Any, Final, Literal, Self, TypeAlias, cast, get_args
+from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
 import msgspec
 
@@ -213,9 +213,10 @@ class Message:
 
     # -- identity and stamps -----------------------------------------------------------------
     def copy(self) -> Message:
-        """A shallow copy of the same class (contents are shared; they are treated as immutable)."""
-        clone = object.__new__(type(self))
-        clone.role = self.role
+        """A shallow copy (contents are shared; they are treated as immutable)."""
+        clone = Message.__new__(Message)
+        role = self.role
+        clone.role = role if type(role) is str else _plain_role(role)
         clone.contents = self.contents
         clone.author_name = self.author_name
         clone.message_id = self.message_id
@@ -273,7 +274,7 @@ class Message:
         return out
 
     @classmethod
-    def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> Self:
+    def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> Message:
         """Build a message from its wire form.
 
         Args:
@@ -297,7 +298,7 @@ class Message:
         raw_contents: Any = data.get("contents", [])
         if not isinstance(raw_contents, list):
             raise MessageFormatError("'contents' must be a list", path=f"{at}contents")
-        message = object.__new__(cls)
+        message = Message.__new__(Message)
         message.role = role  # pyright: ignore[reportAttributeAccessIssue]
         try:
             message.contents = [content_from_dict(item, checked=checked) for item in raw_contents]  # pyright: ignore[reportUnknownVariableType]
@@ -350,7 +351,7 @@ class Message:
             raise MessageFormatError(f"the message cannot be written as JSON: {exc}") from exc
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> Self:
+    def from_json(cls, text: str | bytes) -> Message:
         """Parse JSON text in wire form.
 
         Raises:

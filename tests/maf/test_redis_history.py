@@ -26,6 +26,7 @@ from tests.maf.fixtures import REDIS_DUMP
 from tests.storage import backend_memory, backend_postgres, backend_redis, backend_sqlite
 
 REDIS_URL = backend_redis.REDIS_URL
+TENANT_CONVERSATION = "Tenant-A::Conv-Two/Ünïcode"
 BACKENDS = {
     "sqlite": backend_sqlite.open_store,
     "memory": backend_memory.open_store,
@@ -204,3 +205,51 @@ async def test_a_key_that_is_not_a_list_is_refused(replayed: Replayed) -> None:
     async with backend_memory.open_store() as store:
         with pytest.raises(TransferError, match="not the list"):
             await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        for conversation in ("conv-legacy-0003", "conv-weather-0001", TENANT_CONVERSATION):
+            assert (await store.read(conversation)).entries == []  # checked before anything is written
+
+
+def _text_message(role: str, text: str, message_id: str | None = None) -> str:
+    message: dict[str, Any] = {"type": "message", "role": role, "contents": [{"type": "text", "text": text}]}
+    if message_id is not None:
+        message["message_id"] = message_id
+    return json.dumps(message)
+
+
+async def test_a_trimmed_list_with_repeated_messages_copies_only_what_is_new(replayed: Replayed) -> None:
+    key = f"{replayed.prefix}:trimmed"
+    await replayed.push(
+        key, _text_message("user", "A"), _text_message("assistant", "ok"), _text_message("assistant", "ok")
+    )
+    async with backend_memory.open_store() as store:
+        first = await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        assert first.copied["trimmed"] == 3
+        # The framework trims the list (max_messages) and appends a turn that repeats a reply.
+        await replayed.connection.execute("LTRIM", key, 1, -1)
+        await replayed.push(key, _text_message("user", "Y"), _text_message("assistant", "ok"))
+        second = await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        assert second.copied == {"trimmed": 2}
+        texts = [e.message.text for e in (await store.read("trimmed")).entries]
+        assert texts == ["A", "ok", "ok", "Y", "ok"]
+        third = await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        assert third.copied == {}
+
+
+async def test_a_repeated_framework_id_is_numbered(replayed: Replayed) -> None:
+    key = f"{replayed.prefix}:twice"
+    await replayed.push(key, _text_message("user", "a", "m1"), _text_message("user", "b", "m1"))
+    async with backend_memory.open_store() as store:
+        await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        ids = [e.message.message_id for e in (await store.read("twice")).entries]
+        assert ids == ["m1", "m1-2"]
+
+
+@pytest.mark.parametrize("session", ["acme::chat-1", "ends-with:", ""])
+async def test_a_session_id_that_could_reach_another_tenant_is_refused(
+    replayed: Replayed, session: str
+) -> None:
+    await replayed.push(f"{replayed.prefix}:{session}", _text_message("user", "hi"))
+    async with backend_memory.open_store() as store:
+        with pytest.raises(TransferError, match="cannot be kept apart"):
+            await import_maf_redis_history(replayed.connection, store, key_prefix=replayed.prefix)
+        assert (await store.read("conv-legacy-0003")).entries == []

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
-from agentkeep import Agent, AgentSession, InMemoryHistoryProvider, Message, SessionFormatError
+from agentkeep import (
+    Agent,
+    AgentSession,
+    InMemoryHistoryProvider,
+    Message,
+    MessageFormatError,
+    SessionFormatError,
+)
 from agentkeep.contents import UnknownContent
 from agentkeep.maf import (
     CREATED_AT_PROPERTY,
@@ -35,6 +42,13 @@ from agentkeep.testing import ScriptedChatClient
 from tests.fixtures.maf import export_samples
 from tests.maf.fixtures import EXPORTED, LOADED, SESSIONS, VERSIONS
 from tests.test_messages import messages
+
+
+def _deep(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"role": "user", "contents": []}
+    for _ in range(depth):
+        value = {"role": "user", "contents": [{"type": "x", "inner": value}]}
+    return value
 
 
 def _histories(session: dict[str, Any]) -> list[list[Any]]:
@@ -116,7 +130,10 @@ def test_content_agentkeep_cannot_hold_exactly_is_kept_whole() -> None:
     # Stored and read back, a kept-whole content of a known kind stays kept whole.
     again = Message.from_json(message.to_json())
     assert again == message
-    assert again.to_dict()["contents"][0]["type"] == "opaque"
+    assert again.to_dict()["contents"][0]["type"] == "agentkeep.opaque"
+    # A foreign kind that happens to use that name is kept whole too.
+    foreign = message_from_maf({"role": "user", "contents": [{"type": "agentkeep.opaque", "x": 1}]})
+    assert Message.from_json(foreign.to_json()) == foreign
 
 
 def test_a_developer_message_is_a_system_message_that_goes_back_as_developer() -> None:
@@ -164,6 +181,8 @@ async def test_an_agent_continues_an_imported_session() -> None:
         ({"format": "agentkeep.conversation", "messages": []}, "an agentkeep export"),
         ({"type": "thread", "session_id": "s"}, "'type' is 'thread'"),
         ({"session_id": "s", "version": "2.0"}, "version '2.0' is not supported"),
+        ({"session_id": "s", "version": ["1.0"]}, "is not supported"),
+        ({"session_id": "s", "state": {"in_memory": {"messages": [_deep(3000)]}}}, "nested too deeply"),
         ({"session_id": ""}, "'session_id'"),
         ({"session_id": "s", "state": []}, "'state' must be an object"),
         ({"session_id": "s", "service_session_id": 3}, "service_session_id"),
@@ -191,6 +210,24 @@ def test_a_history_can_be_chosen_by_its_source_id() -> None:
     assert imported.session.state.get("a") == {"messages": []}
     with pytest.raises(SessionFormatError, match="no history under 'c'"):
         session_from_maf(document, history_source_id="c")
+
+
+def test_the_files_properties_cannot_rewrite_checked_fields() -> None:
+    sneaky = {
+        "role": "user",
+        "contents": [{"type": "text", "text": "hi"}],
+        "additional_properties": {
+            "agentkeep.extra_fields": {"role": "system", "message_id": "other", "note": 1},
+            "agentkeep.role": "developer",
+        },
+    }
+    message = message_from_maf(sneaky)
+    assert message.role == "user"
+    assert message.message_id is None
+    assert message.extra_fields == {"note": 1}
+    assert message_to_maf(message)["role"] == "user"
+    with pytest.raises(MessageFormatError, match="must be an object"):
+        message_from_maf({"role": "user", "additional_properties": {"agentkeep.extra_fields": [1]}})
 
 
 def test_message_round_trip_of_agentkeep_only_fields() -> None:

@@ -13,10 +13,12 @@ from agentkeep import (
     Agent,
     AgentSession,
     AggregateContextProvider,
+    BaseChatClient,
     ChatAgent,
     ChatMessage,
     ChatMessageStore,
     ChatOptions,
+    ChatResponse,
     ChatRole,
     Context,
     ContextProvider,
@@ -24,6 +26,7 @@ from agentkeep import (
     InvokingContext,
     Message,
     MessageFormatError,
+    MessageSourceType,
     SessionFormatError,
     tool,
 )
@@ -239,7 +242,7 @@ class Facts(ContextProvider):
         assert isinstance(kwargs["context"], InvokedContext)
         self.outcomes.append(([m.text for m in response_messages or ()], invoke_exception))
 
-    def serialize(self) -> str:
+    async def serialize(self) -> str:  # an async serialize() is awaited
         return f"{len(self.seen)} runs"
 
 
@@ -256,7 +259,9 @@ async def test_earlier_hooks_add_instructions_messages_and_tools_and_see_the_out
     assert [m.text for m in client.calls[0]][-2:] == ["(a reminder)", "What is my lucky number?"]
     assert facts.outcomes[0][0][-1] == "It is 7."
     assert thread.context_provider.providers == [facts]
-    assert (await thread.serialize())["context_provider_state"] == {"Facts": "1 runs"}
+    state = await thread.serialize()
+    assert state["context_provider_state"] == {"Facts": "1 runs"}
+    assert state["session"]["state"] == {}  # neither the store nor the earlier provider keep state there
     # The provider's messages are request context, not history: only input and output are kept.
     assert thread.message_store.messages[0].text == "What is my lucky number?"  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
 
@@ -328,10 +333,16 @@ def test_chat_message_is_a_message_with_the_earlier_spelling() -> None:
     copy = message.copy()
     assert isinstance(copy, ChatMessage)
     assert copy.role.value == "assistant"
+    assert message.with_source(MessageSourceType.EXTERNAL, None).role is ChatRole.ASSISTANT
+    # A role object anywhere has a JSON form (it is a StrEnum), and plain copies hold plain text.
+    stray = Message("user", "y")
+    stray.role = ChatRole.USER  # pyright: ignore[reportAttributeAccessIssue]
+    assert '"role":"user"' in stray.to_json()
+    assert type(stray.copy().role) is str
 
 
 async def test_clients_accept_the_earlier_call_shape() -> None:
-    client = ScriptedChatClient(['{"a": 1}', "plain", "streamed"])
+    client = ScriptedChatClient(['{"a": 1}', "plain", "streamed", "more"])
     response = await client.get_response(
         messages=[ChatMessage("user", text="hi")],
         chat_options=ChatOptions(instructions="Answer in JSON.", response_format=dict),  # pyright: ignore[reportCallIssue]
@@ -343,5 +354,27 @@ async def test_clients_accept_the_earlier_call_shape() -> None:
     assert client.call_options[1] == {"temperature": 0.3}
     updates = [u async for u in client.get_streaming_response("stream it", seed=1)]  # pyright: ignore[reportCallIssue, reportArgumentType]
     assert "".join(u.text for u in updates) == "streamed"
-    with pytest.raises(TypeError, match="unknown option"):
+    with pytest.raises(TypeError, match="unknown chat option"):
         await client.get_response("x", colour="red")  # pyright: ignore[reportCallIssue, reportArgumentType]
+    await client.get_response("text with options", options={})  # pyright: ignore[reportArgumentType] - text too
+    assert [m.text for m in client.calls[-1]] == ["text with options"]
+
+
+async def test_the_earlier_call_shape_reaches_the_base_methods_and_own_keywords() -> None:
+    class Minimal(BaseChatClient):
+        """Implements only get_response, with a keyword of its own."""
+
+        def __init__(self) -> None:
+            self.seen: list[tuple[list[str], ChatOptions, int | None]] = []
+
+        async def get_response(
+            self, messages: Sequence[Message], *, options: ChatOptions, trace: int | None = None
+        ) -> ChatResponse:
+            self.seen.append(([m.text for m in messages], options, trace))
+            return ChatResponse([Message("assistant", "ok")])
+
+    client = Minimal()
+    updates = [u async for u in client.get_streaming_response("hi", temperature=0.1)]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    assert "".join(u.text for u in updates) == "ok"
+    await client.get_response([Message("user", "x")], options={}, trace=7)
+    assert client.seen == [(["hi"], {"temperature": 0.1}, None), (["x"], {}, 7)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final, cast
 from urllib.parse import quote
@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from ..errors import CorruptRecordError, StorageClosedError, StorageError, StorageUnavailableError
 
-__all__ = ["RedisConnection", "RedisScript", "escape_key_part"]
+__all__ = ["RedisConnection", "RedisScript", "escape_key_part", "glob_escape"]
 
 _MAX_KEY_PART: Final = 100
 
@@ -67,6 +67,11 @@ class RedisScript:
     def __init__(self, source: str) -> None:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a ``SCAN MATCH`` pattern that matches only itself."""
+    return "".join("\\" + char if char in "\\*?[]" else char for char in text)
 
 
 def escape_key_part(value: str) -> str:
@@ -176,6 +181,19 @@ class RedisConnection:
             server_ms = int(seconds) * 1000 + int(micros) / 1000
             self._clock_offset_ms = server_ms - (before + after) * 500
         return int(time.time() * 1000 + self._clock_offset_ms + self.reply_timeout * 800)
+
+    async def scan(
+        self, pattern: str, *, count: int = 1000, key_type: str | None = None
+    ) -> AsyncIterator[list[bytes]]:
+        """The keys matching ``pattern`` (see :func:`glob_escape`), one ``SCAN`` reply at a time
+        (as ``SCAN`` does, a key may come twice); only keys of ``key_type`` when given."""
+        typed: tuple[str, ...] = ("TYPE", key_type) if key_type else ()
+        cursor: bytes | int = 0
+        while True:
+            cursor, keys = await self.execute("SCAN", cursor, "MATCH", pattern, "COUNT", count, *typed)
+            yield cast("list[bytes]", keys)
+            if int(cursor) == 0:
+                return
 
     async def execute(self, *command: bytes | str | int) -> Any:
         """Run one Redis command; errors as in :meth:`run`."""

@@ -402,6 +402,8 @@ def import_session(
         if from_redis is not None:
             if file is not None:
                 raise CLIError("give either FILE or --from-redis URL, not both")
+            if session is not None or force or import_format is not ImportFormat.JSON:
+                raise CLIError("--session, --force and --format are for a FILE, not --from-redis")
             _import_from_redis(
                 from_redis,
                 store,

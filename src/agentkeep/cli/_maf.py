@@ -9,15 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from ..maf import MafSession, session_from_maf, session_to_maf
 from ..sessions import AgentSession
 from ..storage.base import MessageStore
 from ..store_urls import redact_url
 from ..transfer import ConversationExport
 from ._stores import CLIError
-from ._transfer import import_conversation, read_conversation
+from ._transfer import decode_json, import_conversation, read_conversation, read_input
 
 __all__ = [
     "export_maf_session",
@@ -35,21 +33,8 @@ def read_maf_file(path: Path) -> MafSession:
         CLIError: The file cannot be read or is not JSON.
         SessionFormatError: It is not a framework session (or of an unknown version).
     """
-    if str(path) == "-":
-        import sys
-
-        data, source = sys.stdin.buffer.read(), "standard input"
-    else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CLIError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
-        source = str(path)
-    try:
-        document = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise CLIError(f"{source} is not valid JSON: {exc}") from exc
-    return session_from_maf(document)
+    data, source = read_input(path)
+    return session_from_maf(decode_json(data, source))
 
 
 def not_imported(imported: MafSession) -> list[str]:

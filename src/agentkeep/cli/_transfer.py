@@ -25,12 +25,14 @@ __all__ = [
     "ConversationExport",
     "content_lines",
     "conversation_exists",
+    "decode_json",
     "export_conversation",
     "import_conversation",
     "parse_export",
     "read_conversation",
     "read_entries",
     "read_export_file",
+    "read_input",
     "render_markdown",
 ]
 
@@ -87,23 +89,43 @@ async def export_conversation(store: MessageStore, conversation_id: str) -> Conv
 # -- import -----------------------------------------------------------------------------------------
 
 
+def read_input(path: str | Path) -> tuple[bytes, str]:
+    """The bytes of a file (``"-"``: standard input), and its name for messages.
+
+    Raises:
+        CLIError: The file cannot be read.
+    """
+    if str(path) == "-":
+        import sys
+
+        return sys.stdin.buffer.read(), "standard input"
+    try:
+        return Path(path).read_bytes(), str(path)
+    except OSError as exc:
+        raise CLIError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def decode_json(data: bytes | str, source: str) -> Any:
+    """Parsed JSON.
+
+    Raises:
+        CLIError: Not JSON, or nested too deeply to read.
+    """
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CLIError(f"{source} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise CLIError(f"{source} is nested too deeply") from exc
+
+
 def read_export_file(path: str | Path) -> ConversationExport:
     """Read and check a JSON export file (``"-"``: standard input).
 
     Raises:
         CLIError: The file cannot be read, or is not an agentkeep JSON export.
     """
-    if str(path) == "-":
-        import sys
-
-        data = sys.stdin.buffer.read()
-        source = "standard input"
-    else:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise CLIError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
-        source = str(path)
+    data, source = read_input(path)
     return parse_export(data, source=source)
 
 
@@ -114,10 +136,7 @@ def parse_export(data: bytes | str, *, source: str = "the export") -> Conversati
         CLIError: Not JSON, not an object of the expected shape, a newer version, or a malformed
             message (the error names ``source`` and where in it the problem is).
     """
-    try:
-        document = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise CLIError(f"{source} is not valid JSON: {exc}") from exc
+    document = decode_json(data, source)
     if not isinstance(document, dict):
         raise CLIError(f"{source} is not an agentkeep conversation export (expected a JSON object)")
     document = cast("dict[str, Any]", document)

@@ -25,7 +25,8 @@ together with only the new messages.
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast, runtime_checkable
 
@@ -41,12 +42,14 @@ if TYPE_CHECKING:
     from ..tools import ToolLike
 
 __all__ = [
+    "CHAT_OPTION_NAMES",
     "BaseChatClient",
     "ChatClient",
     "ChatClientProtocol",
     "ChatOptions",
     "ChatResponse",
     "ChatResponseUpdate",
+    "check_chat_options",
     "merge_updates",
 ]
 
@@ -223,12 +226,10 @@ class BaseChatClient:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("get_response")
-        if own is not None:
-            cls.get_response = _earlier_call_shape(own)  # pyright: ignore[reportAttributeAccessIssue]
-        own_stream = cls.__dict__.get("get_streaming_response")
-        if own_stream is not None:
-            cls.get_streaming_response = _earlier_stream_call_shape(own_stream)  # pyright: ignore[reportAttributeAccessIssue]
+        for name, streaming in (("get_response", False), ("get_streaming_response", True)):
+            own = cls.__dict__.get(name)
+            if own is not None:
+                setattr(cls, name, _accepting_earlier_shape(own, streaming=streaming))
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
         """Answer ``messages`` with one response."""
@@ -310,61 +311,105 @@ class BaseChatClient:
         )
 
 
-_OPTION_NAMES: Final[frozenset[str]] = frozenset(ChatOptions.__annotations__)
+CHAT_OPTION_NAMES: Final[frozenset[str]] = frozenset(ChatOptions.__annotations__)
+"""The keys of :class:`ChatOptions`."""
 
 
-def _today_call(
-    given: Any, options: Any, chat_options: Any, loose: dict[str, Any]
-) -> tuple[Sequence[Message], ChatOptions]:
-    """An earlier-shape call's messages and options in today's shape."""
-    messages: Sequence[Message] = given
-    if isinstance(given, str | Message) or (
-        isinstance(given, list) and any(isinstance(m, str) for m in cast("list[Any]", given))
-    ):
-        messages = normalize_messages(cast("MessageInput", given))
-    unknown = sorted(set(loose) - _OPTION_NAMES)
+def check_chat_options(given: Mapping[str, Any], *, what: str) -> dict[str, Any]:
+    """``given`` as chat options.
+
+    Raises:
+        TypeError: A key that is no chat option (named, with ``what`` the call it was given to).
+    """
+    unknown = sorted(set(given) - CHAT_OPTION_NAMES)
     if unknown:
-        raise TypeError(f"get_response() got unknown option(s) {unknown}")
-    merged: dict[str, Any] = {}
-    for part in (options, chat_options, loose):
-        if part:
-            merged.update(cast("Mapping[str, Any]", part))
-    return messages, cast(ChatOptions, merged)
+        raise TypeError(f"{what} got unknown chat option(s) {unknown}; known: {sorted(CHAT_OPTION_NAMES)}")
+    return dict(given)
 
 
-def _earlier_call_shape(
-    method: Callable[..., Coroutine[Any, Any, ChatResponse]],
-) -> Callable[..., Coroutine[Any, Any, ChatResponse]]:
+class _CallShape:
+    """How a wrapped ``get_response`` / ``get_streaming_response`` takes an earlier-shape call:
+    which extra keywords the method declares itself (passed through), the rest being options."""
+
+    __slots__ = ("any_keyword", "own")
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        parameters = inspect.signature(method).parameters
+        self.own = frozenset(
+            name
+            for name, parameter in parameters.items()
+            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        ) - {"self", "messages", "options"}
+        self.any_keyword = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+
+    @staticmethod
+    def is_today(messages: Any, options: Any, chat_options: Any, loose: Mapping[str, Any]) -> bool:
+        return (
+            options is not None
+            and chat_options is None
+            and not loose
+            and not isinstance(messages, str | Message)
+        )
+
+    def today(
+        self, given: Any, options: Any, chat_options: Any, loose: Mapping[str, Any]
+    ) -> tuple[Sequence[Message], ChatOptions, dict[str, Any]]:
+        """The call's messages, options and the method's own keywords, in today's shape."""
+        messages: Sequence[Message] = given
+        if isinstance(given, str | Message) or (
+            isinstance(given, list) and any(isinstance(m, str) for m in cast("list[Any]", given))
+        ):
+            messages = normalize_messages(cast("MessageInput", given))
+        passed = {
+            key: value
+            for key, value in loose.items()
+            if key in self.own or (self.any_keyword and key not in CHAT_OPTION_NAMES)
+        }
+        merged: dict[str, Any] = {}
+        for part in (options, chat_options):
+            if part:
+                merged.update(cast("Mapping[str, Any]", part))
+        merged.update(
+            check_chat_options({k: v for k, v in loose.items() if k not in passed}, what="get_response()")
+        )
+        return messages, cast(ChatOptions, merged), passed
+
+
+def _accepting_earlier_shape(method: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
+    """``method`` (a client's ``get_response`` or ``get_streaming_response``) taking the earlier
+    call shape too (module docstring); a today-shape call goes straight through."""
     if getattr(method, "_accepts_earlier_call_shape", False):
         return method
+    shape = _CallShape(method)
+    if streaming:
 
-    @functools.wraps(method)
-    async def get_response(
-        self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
-    ) -> ChatResponse:
-        if options is not None and chat_options is None and not loose:
-            return await method(self, messages, options=options)
-        messages, merged = _today_call(messages, options, chat_options, loose)
-        return await method(self, messages, options=merged)
+        @functools.wraps(method)
+        def stream(
+            self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
+        ) -> Any:
+            if shape.is_today(messages, options, chat_options, loose):
+                return method(self, messages, options=options)
+            today, merged, passed = shape.today(messages, options, chat_options, loose)
+            return method(self, today, options=merged, **passed)
 
-    setattr(get_response, "_accepts_earlier_call_shape", True)  # noqa: B010 - a marker on a function
-    return get_response
+        wrapper: Callable[..., Any] = stream
+    else:
+
+        @functools.wraps(method)
+        async def respond(
+            self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
+        ) -> ChatResponse:
+            if shape.is_today(messages, options, chat_options, loose):
+                return await method(self, messages, options=options)
+            today, merged, passed = shape.today(messages, options, chat_options, loose)
+            return await method(self, today, options=merged, **passed)
+
+        wrapper = respond
+    setattr(wrapper, "_accepts_earlier_call_shape", True)  # noqa: B010 - a marker on a function
+    return wrapper
 
 
-def _earlier_stream_call_shape(
-    method: Callable[..., AsyncIterator[ChatResponseUpdate]],
-) -> Callable[..., AsyncIterator[ChatResponseUpdate]]:
-    if getattr(method, "_accepts_earlier_call_shape", False):
-        return method
-
-    @functools.wraps(method)
-    def get_streaming_response(
-        self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
-    ) -> AsyncIterator[ChatResponseUpdate]:
-        if options is not None and chat_options is None and not loose:
-            return method(self, messages, options=options)
-        messages, merged = _today_call(messages, options, chat_options, loose)
-        return method(self, messages, options=merged)
-
-    setattr(get_streaming_response, "_accepts_earlier_call_shape", True)  # noqa: B010
-    return get_streaming_response
+BaseChatClient.get_response = _accepting_earlier_shape(BaseChatClient.get_response, streaming=False)  # pyright: ignore[reportAttributeAccessIssue]
+BaseChatClient.get_streaming_response = _accepting_earlier_shape(  # pyright: ignore[reportAttributeAccessIssue]
+    BaseChatClient.get_streaming_response, streaming=True
+)

@@ -14,10 +14,14 @@ apart. Two source conversations that would land on one id (the same session of t
 refused before anything is written: choose one with ``application_id`` / ``agent_id`` /
 ``source_id``.
 
-**Idempotent**: a message keeps its ``message_id``; one without gets an id derived from its key
-and its stored text, so a re-run recognizes what it copied before and appends only what is new
-(each conversation's new messages in one atomic append). Messages are read in batches, so a long
-list never sits in memory twice.
+**Idempotent**: a message keeps its ``message_id``; one without gets an id derived from its key,
+its stored text and the text before it, so a re-run recognizes what it copied before and appends
+only what is new, in one atomic append per conversation. When the framework trimmed the list
+(``max_messages``), the elements before the first one already copied are older ones whose
+predecessor was trimmed away: they are not copied again. Every key is checked to be a list before
+anything is written; a conversation whose element is not a framework message stops the import
+with nothing of that conversation written (conversations before it stay copied; a re-run
+continues). A conversation's new messages are held in memory until its append.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
-from .._db.redis import RedisConnection
+from .._db.redis import RedisConnection, glob_escape
 from ..errors import MessageFormatError, TransferError
 from ..messages import Message
 from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
@@ -150,10 +154,6 @@ def parse_maf_key(key: str, key_prefix: str) -> MafRedisKey | None:
     return None
 
 
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
-
-
 async def find_maf_conversations(
     connection: RedisConnection,
     key_prefix: str,
@@ -167,26 +167,47 @@ async def find_maf_conversations(
     optionally only those of one tenant, application, agent or history source.
 
     Raises:
-        TransferError: A key whose parts cannot be read back, or a tenant agentkeep cannot
-            scope to.
+        TransferError: A key whose parts cannot be read back, a tenant or session id agentkeep
+            cannot keep apart from others (one with ``::``, ending in ``:``, or empty), or a key
+            that is not the list the framework writes.
     """
     patterns = [
-        _glob_escape(key_segment(key_prefix, "key-prefix") + "|v2|") + "*",
-        _glob_escape(f"{key_prefix}:") + "*",
+        glob_escape(key_segment(key_prefix, "key-prefix") + "|v2|") + "*",
+        glob_escape(f"{key_prefix}:") + "*",
     ]
     found: dict[str, MafRedisKey] = {}
     for pattern in patterns:
-        async for key in _scan(connection, pattern):
-            parsed = parse_maf_key(key, key_prefix)
-            if parsed is None or not _wanted(parsed, tenant_id, application_id, agent_id, source_id):
-                continue
-            if parsed.tenant_id is not None:
+        async for batch in connection.scan(pattern):
+            for raw in batch:
                 try:
-                    check_isolation_key(parsed.tenant_id)
-                except ValueError as exc:
-                    raise TransferError(f"key {key!r}: tenant {parsed.tenant_id!r}: {exc}") from exc
-            found[key] = parsed
-    return [found[key] for key in sorted(found)]
+                    key = raw.decode()
+                except UnicodeDecodeError:
+                    continue  # the framework writes text keys: not one of its conversations
+                parsed = parse_maf_key(key, key_prefix)
+                if parsed is not None and _wanted(parsed, tenant_id, application_id, agent_id, source_id):
+                    _check_ids(parsed)
+                    found[key] = parsed
+    conversations = [found[key] for key in sorted(found)]
+    for key in conversations:  # before anything is written
+        kind = await connection.execute("TYPE", key.key)
+        if kind not in (b"list", "list", b"none", "none"):  # "none": deleted since the scan
+            raise TransferError(f"key {key.key!r} is a Redis {kind!r}, not the list the framework writes")
+    return conversations
+
+
+def _check_ids(key: MafRedisKey) -> None:
+    """The key's tenant and session id make an agentkeep conversation id no other tenant reads."""
+    if key.tenant_id is not None:
+        try:
+            check_isolation_key(key.tenant_id)
+        except ValueError as exc:
+            raise TransferError(f"key {key.key!r}: tenant {key.tenant_id!r}: {exc}") from exc
+    session = key.session_id
+    if not session or ISOLATION_SEPARATOR in session or session.endswith(":"):
+        raise TransferError(
+            f"key {key.key!r}: session id {session!r} cannot be kept apart from other tenants' "
+            f"sessions (it is empty, holds {ISOLATION_SEPARATOR!r} or ends in ':')"
+        )
 
 
 def _wanted(
@@ -196,23 +217,12 @@ def _wanted(
     agent_id: str | None,
     source_id: str | None,
 ) -> bool:
-    wanted = {
-        "tenant_id": tenant_id,
-        "application_id": application_id,
-        "agent_id": agent_id,
-        "source_id": source_id,
-    }
-    return all(value is None or getattr(key, name) == value for name, value in wanted.items())
-
-
-async def _scan(connection: RedisConnection, pattern: str) -> AsyncIterator[str]:
-    cursor = b"0"
-    while True:
-        cursor, keys = await connection.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        for key in cast("list[bytes]", keys):
-            yield key.decode()
-        if cursor in (b"0", 0, "0"):
-            return
+    return (
+        (tenant_id is None or key.tenant_id == tenant_id)
+        and (application_id is None or key.application_id == application_id)
+        and (agent_id is None or key.agent_id == agent_id)
+        and (source_id is None or key.source_id == source_id)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,9 +331,7 @@ async def import_maf_redis_history(
 
 
 async def _import_one(connection: RedisConnection, store: MessageStore, key: MafRedisKey) -> tuple[int, int]:
-    kind = await connection.execute("TYPE", key.key)
-    if kind not in (b"list", "list"):
-        raise TransferError(f"key {key.key!r} is a Redis {kind!r}, not the list the framework writes")
+    """Append what ``store`` lacks of one conversation; returns (copied, already present)."""
     stored = {
         entry.message.message_id
         for entry in (await store.read(key.conversation_id, raw=True)).entries
@@ -332,17 +340,25 @@ async def _import_one(connection: RedisConnection, store: MessageStore, key: Maf
     new: list[Message] = []
     present = 0
     seen: set[str] = set()
+    previous = b""
     index = 0
+    known_before = False
     async for text in _elements(connection, key.key):
         message = _decode(text, key, index)
-        if message.message_id is None:
-            message.message_id = _derived_id(key.key, text, seen)
-        seen.add(message.message_id)
-        if message.message_id in stored:
-            present += 1
-        else:
-            new.append(message)
+        message.message_id = _unique(message.message_id or _derived_id(key.key, previous, text), seen)
+        previous = text
         index += 1
+        if message.message_id not in stored:
+            new.append(message)
+            continue
+        present += 1
+        if not known_before:
+            # The first element already stored: those before it are older (the framework appends
+            # at the end and trims at the front), so they were copied before; their derived ids
+            # changed only because what preceded them was trimmed away.
+            known_before = True
+            present += len(new)
+            new.clear()
     if new:
         await store.append(key.conversation_id, new)
     return len(new), present
@@ -365,18 +381,27 @@ def _decode(text: bytes, key: MafRedisKey, index: int) -> Message:
         data: Any = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise TransferError(f"{where} is not JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise TransferError(f"{where} is nested too deeply") from exc
     try:
         return message_from_maf(data, path=f"element {index}")
     except MessageFormatError as exc:
         raise TransferError(f"{where}: {exc}") from exc
 
 
-def _derived_id(key: str, text: bytes, seen: set[str]) -> str:
-    """An id for a message stored without one: the same for the same key and stored text (the
-    framework never stores two equal messages in one list; a repeat gets a counter)."""
-    base = "maf-" + hashlib.sha256(key.encode() + b"\n" + text).hexdigest()[:28]
-    candidate, n = base, 1
+def _derived_id(key: str, previous: bytes, text: bytes) -> str:
+    """An id for a message stored without one, from its key, its stored text and the text before
+    it: the same on every run (a repeated message after another one gets another id)."""
+    digest = hashlib.sha256(key.encode() + b"\n" + previous + b"\n" + text).hexdigest()
+    return "maf-" + digest[:28]
+
+
+def _unique(message_id: str, seen: set[str]) -> str:
+    """``message_id``, numbered when the list already had it (the same pair of messages twice, or
+    an id the framework was given twice)."""
+    candidate, n = message_id, 1
     while candidate in seen:
         n += 1
-        candidate = f"{base}-{n}"
+        candidate = f"{message_id}-{n}"
+    seen.add(candidate)
     return candidate

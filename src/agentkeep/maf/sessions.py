@@ -29,12 +29,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final, cast, get_args
 
 from .._json_values import json_problem
-from ..contents import Content, TextContent, UnknownContent, content_from_dict
+from ..contents import (
+    OPAQUE_CONTENT_TYPE,
+    Content,
+    DataContent,
+    ErrorContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
+    TextReasoningContent,
+    UnknownContent,
+    UriContent,
+    UsageContent,
+    content_from_dict,
+)
 from ..errors import MessageFormatError, SessionFormatError
-from ..messages import Message
+from ..messages import Message, Role
 from ..sessions import SESSION_FORMAT_VERSION, AgentSession
 
 __all__ = [
@@ -60,10 +73,24 @@ ROLE_PROPERTY: Final = "agentkeep.role"
 _EXTRA_FIELDS_PROPERTY: Final = "agentkeep.extra_fields"
 _SNAPSHOT_VERSIONS: Final = frozenset({"1.0"})
 _MAPPED_ROLES: Final = {"developer": "system"}
-_ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+_ROLES: Final = frozenset(get_args(Role))
 _MESSAGE_FIELDS: Final = frozenset(
     {"type", "role", "contents", "author_name", "message_id", "additional_properties"}
 )
+_WIRE_FIELDS: Final = _MESSAGE_FIELDS | {"created_at"}
+_MODELED_FIELDS: Final[dict[str, frozenset[str]]] = {
+    kind.type: kind.FIELDS | frozenset({"error_details"} if kind is ErrorContent else ())
+    for kind in (
+        TextContent,
+        TextReasoningContent,
+        FunctionCallContent,
+        FunctionResultContent,
+        DataContent,
+        UriContent,
+        UsageContent,
+        ErrorContent,
+    )
+}
 
 
 @dataclass(slots=True)
@@ -103,6 +130,13 @@ def message_from_maf(data: Any, *, path: str = "message") -> Message:
     Raises:
         MessageFormatError: Not a framework message (the error names where).
     """
+    try:
+        return _message_from_maf(data, path)
+    except RecursionError as exc:
+        raise MessageFormatError("the message is nested too deeply", path=path) from exc
+
+
+def _message_from_maf(data: Any, path: str) -> Message:
     if not isinstance(data, dict):
         raise MessageFormatError(f"a message must be an object, not {type(data).__name__}", path=path)
     raw = cast("dict[str, Any]", data)
@@ -115,6 +149,7 @@ def message_from_maf(data: Any, *, path: str = "message") -> Message:
             "'additional_properties' must be an object", path=f"{path}.additional_properties"
         )
     properties = dict(cast("dict[str, Any]", given))
+    properties.pop(ROLE_PROPERTY, None)  # only a mapped role below sets it
     role = raw.get("role")
     if not isinstance(role, str):
         raise MessageFormatError("'role' must be a string", path=f"{path}.role")
@@ -127,7 +162,11 @@ def message_from_maf(data: Any, *, path: str = "message") -> Message:
             path=f"{path}.role",
         )
     created = properties.pop(CREATED_AT_PROPERTY, None)
-    extra = properties.pop(_EXTRA_FIELDS_PROPERTY, None)
+    extra: Any = properties.pop(_EXTRA_FIELDS_PROPERTY, None)
+    if extra is not None and not isinstance(extra, dict):
+        raise MessageFormatError(
+            f"'{_EXTRA_FIELDS_PROPERTY}' must be an object", path=f"{path}.additional_properties"
+        )
     contents_data = raw.get("contents", [])
     if not isinstance(contents_data, list):
         raise MessageFormatError("'contents' must be a list", path=f"{path}.contents")
@@ -143,9 +182,9 @@ def message_from_maf(data: Any, *, path: str = "message") -> Message:
         wire["created_at"] = created
     if properties:
         wire["additional_properties"] = properties
-    unknown = {key: value for key, value in raw.items() if key not in _MESSAGE_FIELDS}
-    if isinstance(extra, dict):
-        unknown.update(cast("dict[str, Any]", extra))
+    unknown = {key: value for key, value in raw.items() if key not in _WIRE_FIELDS}
+    if extra:  # agentkeep's own unknown fields, never one of the fields checked above
+        unknown.update({k: v for k, v in cast("dict[str, Any]", extra).items() if k not in _WIRE_FIELDS})
     wire.update(unknown)
     message = Message.from_dict(wire, path=path)
     message.contents = contents
@@ -165,17 +204,25 @@ def _content_from_maf(item: Any, path: str) -> Content:
     problem = json_problem(raw)
     if problem is not None:
         raise MessageFormatError(f"a content cannot be stored: {problem}", path=path)
-    wanted = {k: v for k, v in raw.items() if k != "additional_properties" or v}
+    # A null in a field agentkeep models means "not given" (agentkeep leaves such fields out, as
+    # the framework itself does); so do empty properties.
+    modeled = _MODELED_FIELDS.get(kind, frozenset())
+    wanted = {
+        k: v
+        for k, v in raw.items()
+        if not (v is None and k in modeled) and (k != "additional_properties" or v)
+    }
     if kind == "error" and "error_details" in wanted and "details" not in wanted:
         wanted["details"] = wanted.pop("error_details")  # the framework's name for the field
     try:
         content = content_from_dict(wanted, path=path, checked=True)
     except MessageFormatError:
         content = None
-    # A kind agentkeep models but cannot hold exactly (reasoning with only encrypted data, usage
-    # with provider-specific counts) is kept whole, as a kind agentkeep does not know.
-    if content is None or content.to_dict() != wanted:
-        return UnknownContent(dict(raw))
+    # A kind agentkeep does not know, or one it models but cannot hold exactly (reasoning with
+    # only encrypted data, usage with provider-specific counts), is kept whole (the empty
+    # properties the framework writes on every content are written back on the way out).
+    if content is None or isinstance(content, UnknownContent) or content.to_dict() != wanted:
+        return UnknownContent({k: v for k, v in raw.items() if k != "additional_properties" or v != {}})
     return content
 
 
@@ -186,7 +233,9 @@ def message_to_maf(message: Message) -> dict[str, Any]:
     created = wire.pop("created_at", None)
     if created is not None:
         properties[CREATED_AT_PROPERTY] = created
-    role = properties.pop(ROLE_PROPERTY, None) or wire["role"]
+    role = wire["role"]
+    if properties.pop(ROLE_PROPERTY, None) == "developer" and role == "system":
+        role = "developer"
     extra = {key: wire.pop(key) for key in list(wire) if key not in _MESSAGE_FIELDS}
     if extra:
         properties[_EXTRA_FIELDS_PROPERTY] = extra
@@ -203,8 +252,8 @@ def message_to_maf(message: Message) -> dict[str, Any]:
 
 
 def _content_to_maf(content: dict[str, Any]) -> dict[str, Any]:
-    if content.get("type") == "opaque":  # kept whole (UnknownContent of a known kind): as it was
-        return cast("dict[str, Any]", content["content"])
+    if content.get("type") == OPAQUE_CONTENT_TYPE:  # kept whole (a known kind held opaque): as it was
+        content = cast("dict[str, Any]", content["content"])
     if content.get("type") == "error" and "details" in content:
         content = {("error_details" if k == "details" else k): v for k, v in content.items()}
     if "additional_properties" in content:
@@ -227,6 +276,14 @@ def session_from_maf(data: Any, *, history_source_id: str | None = None) -> MafS
         SessionFormatError: Not a framework session, an unknown snapshot version, several
             histories and none chosen, or a message that cannot be read (named by its path).
     """
+    try:
+        return _session_from_maf(data, history_source_id)
+    except RecursionError as exc:
+        raise SessionFormatError("the Agent Framework session is nested too deeply") from exc
+
+
+def _session_from_maf(data: Any, history_source_id: str | None) -> MafSession:
+    """:func:`session_from_maf` without the guard against deep nesting."""
     if not isinstance(data, dict):
         raise SessionFormatError(f"an Agent Framework session must be a JSON object, not {_kind(data)}")
     raw = cast("dict[str, Any]", data)
@@ -238,7 +295,7 @@ def session_from_maf(data: Any, *, history_source_id: str | None = None) -> MafS
     if kind != "session":
         raise SessionFormatError(f"not an Agent Framework session: 'type' is {kind!r}, expected 'session'")
     version = raw.get("version")
-    if version is not None and version not in _SNAPSHOT_VERSIONS:
+    if version is not None and (not isinstance(version, str) or version not in _SNAPSHOT_VERSIONS):
         raise SessionFormatError(
             f"Agent Framework session version {version!r} is not supported "
             f"(known: {sorted(_SNAPSHOT_VERSIONS)})"
@@ -264,7 +321,7 @@ def session_from_maf(data: Any, *, history_source_id: str | None = None) -> MafS
         items = cast("list[Any]", holder.pop("messages"))
         try:
             messages = [
-                message_from_maf(item, path=f"state.{source}.messages[{index}]")
+                _message_from_maf(item, f"state.{source}.messages[{index}]")
                 for index, item in enumerate(items)
             ]
         except MessageFormatError as exc:
@@ -330,10 +387,15 @@ def session_to_maf(
     holder = state.get(history_source_id)
     holder = dict(cast("dict[str, Any]", holder)) if isinstance(holder, dict) else {}
     if messages is None:
+        own: Any = holder.get("messages", [])
+        if not isinstance(own, list):
+            raise SessionFormatError(
+                f"session {session.session_id}: state.{history_source_id}.messages is not a list"
+            )
         try:
             messages = [
                 Message.from_dict(item, path=f"state.{history_source_id}.messages[{index}]")
-                for index, item in enumerate(cast("list[Any]", holder.get("messages", [])))
+                for index, item in enumerate(cast("list[Any]", own))
             ]
         except MessageFormatError as exc:
             raise SessionFormatError(f"session {session.session_id}: {exc}") from exc

@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from ..chat_message import ChatMessage, as_chat_messages
 from ..message_log import MessageChain, MessageView
 from ..messages import Message, MessageSourceType
 from ..sessions import AgentSession, ProviderSessionState
@@ -43,7 +44,6 @@ from ..tools import FunctionTool, ToolLike, normalize_tools
 
 if TYPE_CHECKING:
     from ..agent import Agent, AgentResponse
-    from ..threads.chat_message import ChatMessage
 
 __all__ = [
     "AIContext",
@@ -317,7 +317,10 @@ class ContextProvider:
         return (self.session_state.state_key,)
 
     def get_state(self, session: AgentSession | None) -> Any:
-        """This provider's state for ``session`` (initialized when absent)."""
+        """This provider's state for ``session`` (initialized when absent; ``None`` for an
+        earlier-shape provider, which keeps its data on itself)."""
+        if self.uses_earlier_hooks:
+            return None
         return self.session_state.get_or_initialize_state(session)
 
     def validate_session(self, session: AgentSession) -> None:
@@ -342,8 +345,6 @@ class ContextProvider:
         By default calls an earlier-shape ``invoking`` when the class overrides it."""
         if not self.uses_earlier_hooks:
             return None
-        from ..threads.chat_message import as_chat_messages
-
         messages = context.metadata.get(_EARLIER_INPUT_KEY)
         if messages is None:  # the first earlier-shape provider of the run converts the input
             messages = context.metadata[_EARLIER_INPUT_KEY] = as_chat_messages(context.input_messages)
@@ -366,12 +367,12 @@ class ContextProvider:
         By default calls an earlier-shape ``invoked`` when the class overrides it."""
         if not self.uses_earlier_hooks:
             return
-        from ..threads.chat_message import as_chat_messages
-
         request = context.metadata.get(_EARLIER_INPUT_KEY)
         if request is None:
-            request = as_chat_messages(context.input_messages)
-        response = as_chat_messages(context.response_messages)
+            request = context.metadata[_EARLIER_INPUT_KEY] = as_chat_messages(context.input_messages)
+        response = context.metadata.get(_EARLIER_RESPONSE_KEY)
+        if response is None:  # the first earlier-shape provider after the run converts the response
+            response = context.metadata[_EARLIER_RESPONSE_KEY] = as_chat_messages(context.response_messages)
         error = context.exception if isinstance(context.exception, Exception) else None
         if self._hooks_take_context[1]:
             await self.invoked(
@@ -406,6 +407,7 @@ def _new_dict(_: AgentSession | None) -> dict[str, Any]:
 
 
 _EARLIER_INPUT_KEY = "agentkeep.earlier-hooks.input"
+_EARLIER_RESPONSE_KEY = "agentkeep.earlier-hooks.response"
 
 
 def _overrides(cls: type, name: str) -> bool:

@@ -99,7 +99,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from .._db.redis import RedisConnection, escape_key_part
+from .._db.redis import RedisConnection, escape_key_part, glob_escape
 from ..encryption import KeyMismatch
 from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
 from ..messages import Message
@@ -239,11 +239,6 @@ def _parse_ranges(text: bytes) -> tuple[list[int], list[int]]:
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
-
-
-def _glob_escape(text: str) -> str:
-    """``text`` matched literally by a ``SCAN MATCH`` pattern."""
-    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
 
 
 def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
@@ -426,18 +421,9 @@ class RedisMessageStore:
         replaced by a hash cannot be named from their keys: they are indexed by their next append.
         """
         if layout < 2:
-            pattern = f"{_glob_escape(self.key_prefix)}:{{*}}:m"
-            cursor = 0
-            while True:
-                reply = await self.connection.execute(
-                    "SCAN", cursor, "MATCH", pattern, "COUNT", 1000, "TYPE", "hash"
-                )
-                cursor = int(reply[0])
-                names = [
-                    name
-                    for name in map(self._conversation_of_meta_key, cast(list[bytes], reply[1]))
-                    if name is not None
-                ]
+            pattern = f"{glob_escape(self.key_prefix)}:{{*}}:m"
+            async for keys in self.connection.scan(pattern, count=1000, key_type="hash"):
+                names = [name for name in map(self._conversation_of_meta_key, keys) if name is not None]
                 for start in range(0, len(names), _REINDEX_BATCH):
                     batch = names[start : start + _REINDEX_BATCH]
                     keys = [self.index_key, self.expiry_key]
@@ -445,8 +431,6 @@ class RedisMessageStore:
                         conversation = self.conversation_keys(conversation_id)
                         keys += [conversation.meta, conversation.log]
                     await self.connection.run(_lua.REINDEX, keys, batch)
-                if cursor == 0:
-                    break
         await self.connection.run(_lua.UPGRADE, [self.layout_key], [layout, LAYOUT_VERSION])
 
     def _conversation_of_meta_key(self, key: bytes) -> str | None:

@@ -38,7 +38,7 @@ import re
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 from urllib.parse import unquote
 
-from .._db.redis import RedisConnection, RedisScript, escape_key_part
+from .._db.redis import RedisConnection, RedisScript, escape_key_part, glob_escape
 from ..errors import SchemaVersionError, SessionFormatError
 from ..sessions import AgentSession
 from .base import (
@@ -342,15 +342,11 @@ class RedisSessionStore(AgentSessionStore):
     async def _session_keys(self) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
         """The session keys under the prefix: (agent, conversation id, key) of those made of two
         escaped ids, and (agent part, conversation part, key) of those with a hashed part."""
-        pattern = _glob_escape(self.key_prefix) + ":*"
+        pattern = glob_escape(self.key_prefix) + ":*"
         start = self.key_prefix.encode() + b":"
         plain: set[tuple[str, str, str]] = set()
         hashed: set[tuple[str, str, str]] = set()
-        cursor: bytes | int = 0
-        while True:
-            cursor, batch = await self.connection.execute(
-                "SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_BATCH
-            )
+        async for batch in self.connection.scan(pattern, count=_SCAN_BATCH):
             for raw in batch:
                 parts = _key_parts(raw[len(start) :]) if raw.startswith(start) else None
                 if parts is None:
@@ -360,8 +356,7 @@ class RedisSessionStore(AgentSessionStore):
                     plain.add((agent, conversation_id, raw.decode()))
                 else:
                     hashed.add((*parts, raw.decode()))
-            if int(cursor) == 0:
-                return sorted(plain), sorted(hashed)
+        return sorted(plain), sorted(hashed)
 
     async def _recovered(self, hashed: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
         """(agent, conversation id, key) of the keys in ``hashed`` ((agent part, conversation
@@ -425,11 +420,6 @@ class RedisSessionStore(AgentSessionStore):
 
     def __repr__(self) -> str:
         return f"RedisSessionStore({self.connection.address!r}, key_prefix={self.key_prefix!r})"
-
-
-def _glob_escape(text: str) -> str:
-    """``text`` as a ``SCAN MATCH`` pattern that matches only itself."""
-    return "".join("\\" + char if char in "\\*?[]" else char for char in text)
 
 
 def _newer_layout(layout: bytes | None) -> TypeGuard[bytes]:

@@ -14,8 +14,8 @@ The earlier ``ContextProvider`` shape (``invoking`` / ``invoked`` with ``Context
 ``docs/threads.md``.
 """
 
+from ..chat_message import ChatMessage, ChatRole, as_chat_messages
 from .chat_agent import ChatAgent
-from .chat_message import ChatMessage, ChatRole, as_chat_messages
 from .message_stores import (
     MESSAGE_STORE_KEY,
     ChatMessageStore,

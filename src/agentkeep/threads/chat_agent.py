@@ -19,10 +19,10 @@ import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal, Self, overload
+from typing import Any, Literal, Self, overload
 
 from ..agent import Agent, AgentResponse, AgentRunStream
-from ..clients.base import ChatClient, ChatOptions
+from ..clients.base import ChatClient, ChatOptions, check_chat_options
 from ..compaction.strategies import CompactionStrategy
 from ..compaction.tokenizers import Tokenizer
 from ..errors import SessionFormatError
@@ -42,8 +42,6 @@ from .thread import AgentThread, AggregateContextProvider, read_thread_state
 __all__ = ["ChatAgent"]
 
 ContextProviders = ContextProvider | Sequence[ContextProvider] | AggregateContextProvider | None
-
-_OPTION_NAMES: Final[frozenset[str]] = frozenset(ChatOptions.__annotations__)
 
 
 class ChatAgent(Agent):
@@ -107,7 +105,7 @@ class ChatAgent(Agent):
             description=description,
             tools=tools,
             context_providers=providers,
-            default_options={**(default_options or {}), **_chat_options(chat_options)},
+            default_options={**(default_options or {}), **check_chat_options(chat_options, what="ChatAgent")},
             max_tool_iterations=max_tool_iterations,
             compaction_strategy=compaction_strategy,
             tokenizer=tokenizer,
@@ -225,7 +223,7 @@ class ChatAgent(Agent):
         if session is None:
             session = (thread if thread is not None else self.get_new_thread()).session
         if chat_options:
-            options = {**(options or {}), **_chat_options(chat_options)}
+            options = {**(options or {}), **check_chat_options(chat_options, what="run()")}
         if stream:
             return super().run(
                 messages,
@@ -273,10 +271,3 @@ class ChatAgent(Agent):
 
     def __repr__(self) -> str:
         return f"ChatAgent(name={self.name!r}, providers={[p.source_id for p in self.context_providers]!r})"
-
-
-def _chat_options(given: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(given) - _OPTION_NAMES)
-    if unknown:
-        raise TypeError(f"unknown chat option(s) {unknown}; expected some of {sorted(_OPTION_NAMES)}")
-    return dict(given)

@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, Unpack, cast, runtime_checkable
 
+from ..chat_message import ChatMessage
 from ..errors import MessageFormatError, SessionFormatError
 from ..message_log import MessageLog
 from ..messages import Message
 from ..providers.history import HistoryOptions, HistoryProvider
 from ..sessions import AgentSession
-from .chat_message import ChatMessage
 
 __all__ = [
     "MESSAGE_STORE_KEY",
@@ -140,6 +140,14 @@ class MessageStoreHistoryProvider(HistoryProvider):
     ) -> None:
         super().__init__(source_id, **options)
         self.store_factory: ChatMessageStoreFactory = store_factory or ChatMessageStore
+
+    @property
+    def state_keys(self) -> tuple[str, ...]:
+        """None: the store is in the session's runtime space, its state in the thread's form."""
+        return ()
+
+    def get_state(self, session: AgentSession | None) -> Any:
+        return None
 
     def store_for(self, session: AgentSession) -> ChatMessageStoreProtocol:
         """The session's message store (made by the factory the first time it is asked for)."""

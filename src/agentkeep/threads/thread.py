@@ -22,6 +22,7 @@ constructor, as seed 004 suggests) is the application's choice.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -130,11 +131,12 @@ class AgentThread:
             "service_thread_id": self.service_thread_id,
             "chat_message_store_state": None if store is None else await store.serialize_state(**kwargs),
         }
-        provider_state: dict[str, Any] = {
-            p.source_id: p.serialize()  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
-            for p in self.context_provider.providers
-            if p.uses_earlier_hooks and callable(getattr(p, "serialize", None))
-        }
+        provider_state: dict[str, Any] = {}
+        for provider in self.context_provider.providers:
+            serialize = getattr(provider, "serialize", None)
+            if provider.uses_earlier_hooks and callable(serialize):
+                value = serialize()
+                provider_state[provider.source_id] = await value if inspect.isawaitable(value) else value
         if provider_state:
             out["context_provider_state"] = provider_state
         try:

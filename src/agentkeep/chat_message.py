@@ -3,52 +3,33 @@ role has ``.value`` (seed 004 reads ``message.role.value``), built with ``text=`
 ``model_dump`` / ``model_validate`` spelling (seed 003's Redis store uses them).
 
 A ``ChatMessage`` *is* a ``Message``: it goes through the pipeline, the stores and the clients
-unchanged, and its wire form is the same. Earlier-shape hooks receive the run's messages as
-``ChatMessage`` copies (:func:`as_chat_messages`; contents are shared, so a copy costs one small
-object per new message).
+unchanged, and its wire form is the same (the role as plain text). Its copies are
+``ChatMessage`` objects; a plain ``Message`` made from one (or copied from one) holds its role as
+plain text. Earlier-shape hooks receive the run's messages as ``ChatMessage`` copies
+(:func:`as_chat_messages`; contents are shared, so a copy costs one small object per new message).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Final, cast
+from enum import StrEnum
+from typing import Any, cast
 
-from ..contents import Content, TextContent
-from ..messages import Message, Role
+from .contents import Content, TextContent
+from .messages import Message, Role
 
 __all__ = ["ChatMessage", "ChatRole", "as_chat_messages"]
 
 
-class ChatRole(str):
-    """A role name that also answers the earlier ``Role`` enum's ``.value``.
+class ChatRole(StrEnum):
+    """The earlier API's ``Role``: a role name with ``.value``, equal to (and hashed like) the
+    plain name (``ChatRole.USER == "user"``)."""
 
-    Equal to (and hashed like) the plain name: ``ChatRole.USER == "user"``.
-    """
-
-    __slots__ = ()
-
-    SYSTEM: ClassVar[ChatRole]
-    USER: ClassVar[ChatRole]
-    ASSISTANT: ClassVar[ChatRole]
-    TOOL: ClassVar[ChatRole]
-
-    @property
-    def value(self) -> str:
-        """The role name as plain text."""
-        return str.__str__(self)
-
-    def __repr__(self) -> str:
-        return f"ChatRole.{self.value.upper()}"
-
-
-ChatRole.SYSTEM = ChatRole("system")
-ChatRole.USER = ChatRole("user")
-ChatRole.ASSISTANT = ChatRole("assistant")
-ChatRole.TOOL = ChatRole("tool")
-_ROLES: Final[dict[str, ChatRole]] = {
-    role.value: role for role in (ChatRole.SYSTEM, ChatRole.USER, ChatRole.ASSISTANT, ChatRole.TOOL)
-}
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
 
 
 class ChatMessage(Message):
@@ -95,28 +76,31 @@ class ChatMessage(Message):
             created_at=created_at,
             additional_properties=additional_properties,
         )
-        self.role = _ROLES[self.role]  # pyright: ignore[reportIncompatibleVariableOverride]
+        self.role = ChatRole(self.role)  # pyright: ignore[reportIncompatibleVariableOverride]
 
     @classmethod
     def from_message(cls, message: Message) -> ChatMessage:
         """``message`` as a ``ChatMessage`` (a shallow copy; ``message`` itself if it is one)."""
         if isinstance(message, ChatMessage):
             return message
-        clone = cast(ChatMessage, message.copy())
-        clone.__class__ = ChatMessage
-        clone.role = _ROLES[message.role]
-        return clone
+        return _as_chat_message(Message.copy(message))
+
+    def copy(self) -> ChatMessage:
+        """A shallow copy, as a ``ChatMessage``."""
+        return _as_chat_message(Message.copy(self))
 
     @classmethod
     def from_dict(cls, data: Any, *, path: str = "", checked: bool = False) -> ChatMessage:
-        message = super().from_dict(data, path=path, checked=checked)
-        message.role = _ROLES[message.role]
-        return message
+        return cls.from_message(Message.from_dict(data, path=path, checked=checked))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ChatMessage:
+        return cls.from_message(Message.from_json(text))
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form, with the role as plain text."""
         out = super().to_dict()
-        out["role"] = str.__str__(self.role)
+        out["role"] = self.role.value
         return out
 
     def model_dump(self) -> dict[str, Any]:
@@ -144,6 +128,16 @@ class ChatMessage(Message):
             MessageFormatError: Invalid JSON or not a message.
         """
         return cls.from_json(text)
+
+
+def _as_chat_message(plain: Message) -> ChatMessage:
+    """A ``Message`` that nothing else holds (a fresh copy) turned into a ``ChatMessage``: the two
+    classes have one layout (``ChatMessage`` adds no slots), and ``Message.copy`` always makes an
+    exact ``Message``."""
+    plain.__class__ = ChatMessage
+    chat = cast(ChatMessage, plain)
+    chat.role = ChatRole(chat.role)
+    return chat
 
 
 def as_chat_messages(messages: Iterable[Message]) -> list[ChatMessage]:
