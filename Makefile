@@ -52,6 +52,13 @@ $(VENV)/.stamp-llama-$(LLAMA_KEY): | $(BIN)/python
 	@rm -f $(VENV)/.stamp-llama-*
 	@touch $@
 
+# torch for the offline embedding model: the CPU build that lies on this machine's disk. Installed
+# before the extras so that nothing asks the index for another (CUDA) build.
+TORCH_VERSION := 2.13.0
+$(VENV)/.stamp-torch-$(TORCH_VERSION): | $(BIN)/python
+	$(PIP) install torch==$(TORCH_VERSION)
+	@touch $@
+
 # The package, editable, with extras; reinstalled only when the project's metadata changes.
 comma := ,
 define install_extra
@@ -61,7 +68,7 @@ define install_extra
 	@touch $@
 endef
 
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) $(VENV)/.stamp-torch-$(TORCH_VERSION) | $(BIN)/python
 	$(call install_extra,dev)
 
 $(VENV)/.stamp-demo: pyproject.toml $(VENV)/.stamp-model $(VENV)/.stamp-llama-$(LLAMA_KEY) | $(BIN)/python
@@ -103,6 +110,7 @@ test: lint typecheck unit
 bench: $(VENV)/.stamp-dev services
 	$(BIN)/python bench/bench_turn.py
 	$(BIN)/python bench/bench_storage.py
+	$(BIN)/python bench/bench_memory.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

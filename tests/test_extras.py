@@ -20,6 +20,8 @@ CASES = [
     ("agentkeep.clients.openai", "openai", "openai"),
     ("agentkeep.cli", "typer", "cli"),
     ("agentkeep.cli", "rich", "cli"),
+    ("agentkeep.memory.sqlite", "apsw", "memory"),
+    ("agentkeep.memory.sqlite", "sqlite_vec", "memory"),
 ]
 
 
@@ -38,11 +40,13 @@ def test_a_missing_driver_names_the_extra(
 
 def test_the_core_needs_no_extra() -> None:
     blocked = ["typer", "rich", "redis", "psycopg", "psycopg_pool", "openai", "llama_cpp"]
+    blocked += ["apsw", "sqlite_vec", "sentence_transformers", "torch"]
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
         "import agentkeep, agentkeep.compaction, agentkeep.storage.sqlite, agentkeep.stores.sqlite\n"
         "import agentkeep.store_urls, agentkeep.testing.conformance\n"
+        "import agentkeep.memory, agentkeep.memory.semantic, agentkeep.memory.embedders\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
@@ -58,3 +62,11 @@ def test_the_command_without_the_cli_extra_says_what_to_install() -> None:
         done.stderr.strip()
         == "error: the agentkeep command needs typer and rich: pip install 'agentkeep[cli]'"
     )
+
+
+def test_the_embedding_model_without_its_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentkeep.memory.embedders import MiniLMEmbedder
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(ImportError, match=r"pip install 'agentkeep\[embeddings\]'"):
+        MiniLMEmbedder()._load()  # pyright: ignore[reportPrivateUsage]

@@ -17,6 +17,8 @@ the whole family in one clause and the specific kinds where they can act on them
     │                               missing session, unreadable file): one "error:" line, exit 1
     ├── TransferError               an import that cannot be done as asked (two source
     │                               conversations for one id, data of an unknown layout)
+    ├── MemoryFormatError           a memory, scope or embedding that cannot be stored (empty or
+    │                               oversize text, wrong dimensions, NaN)
     ├── ToolError                   a tool definition or invocation that cannot work
     │   └── ToolArgumentError       arguments that do not match the tool's parameters
     ├── ChatClientError             a chat client that failed or answered nonsense
@@ -55,6 +57,7 @@ __all__ = [
     "DecryptionError",
     "IsolationError",
     "KeyRingError",
+    "MemoryFormatError",
     "MessageFormatError",
     "MessageIdConflictError",
     "ModelUnavailableError",
@@ -163,6 +166,10 @@ class KeyRingError(AgentkeepError, ValueError):
 class StoreURLError(AgentkeepError, ValueError):
     """A store URL names no store agentkeep can open: an unknown scheme, a malformed URL, or a
     store of the wrong kind (see :mod:`agentkeep.store_urls`)."""
+
+
+class MemoryFormatError(AgentkeepError, ValueError):
+    """A memory, scope or embedding that cannot be stored (see :mod:`agentkeep.memory`)."""
 
 
 class TransferError(AgentkeepError, ValueError):

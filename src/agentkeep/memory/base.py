@@ -1,0 +1,166 @@
+"""The memory-store contract: :class:`MemoryStore`, what every backend of long-term memory does.
+
+A store keeps :class:`~agentkeep.memory.MemoryRecord` objects by
+:class:`~agentkeep.memory.MemoryScope`, with their embeddings, and answers nearest-neighbour
+searches within one scope. Every method takes the scope: there is no call that reaches across
+scopes, except :meth:`MemoryStore.forget`, which removes everything of one user of one tenant
+(every agent), embeddings and history included.
+
+Rules every backend keeps (the conformance suite in
+:mod:`agentkeep.testing.conformance.memory_store` checks them):
+
+* a record found, listed or read is one written in the same scope;
+* adding a record whose ``key`` matches a current record of the scope supersedes that one in the
+  same atomic step (``superseded_by`` set; it stays in :meth:`~MemoryStore.history`);
+* searches and listings see current records only; scores are cosine similarities, best first;
+* embeddings have the store's ``dimensions``; a record without one cannot be added;
+* a record whose ``updated_at`` is older than the store's ``ttl`` is neither found nor listed,
+  and :meth:`~MemoryStore.purge_expired` removes it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..errors import MemoryFormatError
+from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+
+__all__ = ["MemoryStore", "cosine", "normalized"]
+
+
+def normalized(vector: Sequence[float]) -> list[float]:
+    """``vector`` scaled to length 1 (a zero vector stays zero)."""
+    length = math.sqrt(math.fsum(v * v for v in vector))
+    return [v / length for v in vector] if length else list(vector)
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """The cosine similarity of two vectors of one length (0 when either is zero)."""
+    dot = math.fsum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(math.fsum(x * x for x in a)) * math.sqrt(math.fsum(y * y for y in b))
+    return dot / norms if norms else 0.0
+
+
+class MemoryStore(ABC):
+    """Long-term memory by scope (see the module docs).
+
+    Args:
+        dimensions: The length of every embedding the store holds.
+        ttl: Seconds after its last update at which a memory expires (``None``: never).
+    """
+
+    backend: str = "custom"
+    """The store's name in errors."""
+
+    def __init__(self, *, dimensions: int, ttl: float | None = None) -> None:
+        if dimensions <= 0:
+            raise ValueError("dimensions must be positive")
+        if ttl is not None and ttl <= 0:
+            raise ValueError("ttl must be positive (or None)")
+        self.dimensions = dimensions
+        self.ttl = ttl
+
+    # -- what a backend implements -------------------------------------------------------------
+    @abstractmethod
+    async def add(self, scope: MemoryScope, record: MemoryRecord) -> MemoryRecord:
+        """Store ``record`` (with its embedding); a current record of the same ``key`` in the
+        scope is superseded atomically. Returns the stored record.
+
+        Raises:
+            MemoryFormatError: No embedding, or one of another length.
+        """
+
+    @abstractmethod
+    async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
+        """The record with ``memory_id`` in ``scope`` (superseded ones too), or ``None``."""
+
+    @abstractmethod
+    async def update(
+        self,
+        scope: MemoryScope,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        embedding: Sequence[float] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> MemoryRecord:
+        """Change a current record in place (a new text needs its new embedding).
+
+        Raises:
+            LookupError: No current record ``memory_id`` in ``scope``.
+            MemoryFormatError: A text without an embedding, or a bad value.
+        """
+
+    @abstractmethod
+    async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
+        """Remove a record (and its embedding); ``False`` if there was none."""
+
+    @abstractmethod
+    async def list_memories(
+        self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
+    ) -> list[MemoryRecord]:
+        """The scope's current records, newest first (only of ``kind`` when given)."""
+
+    @abstractmethod
+    async def search(
+        self,
+        scope: MemoryScope,
+        embedding: Sequence[float],
+        *,
+        k: int = 5,
+        kind: str | None = None,
+        min_score: float | None = None,
+    ) -> list[MemoryHit]:
+        """The ``k`` current records of ``scope`` most similar to ``embedding``, best first."""
+
+    @abstractmethod
+    async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
+        """Every record that held ``key`` in ``scope``, oldest first (the last is current)."""
+
+    @abstractmethod
+    async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
+        """Remove every memory of a user in a tenant (all agents, history and embeddings);
+        returns how many records were removed."""
+
+    @abstractmethod
+    async def purge_expired(self) -> int:
+        """Remove the memories past the store's ``ttl``; returns how many."""
+
+    async def setup(self) -> None:  # noqa: B027 - optional hook, nothing to prepare by default
+        """Create what the store needs (tables, files); idempotent."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections; idempotent."""
+
+    # -- shared by the backends ----------------------------------------------------------------
+    def checked(self, record: MemoryRecord) -> list[float]:
+        """``record``'s embedding, checked against the store's dimensions.
+
+        Raises:
+            MemoryFormatError: It has none, or one of another length.
+        """
+        if record.embedding is None:
+            raise MemoryFormatError("a memory needs its embedding to be stored")
+        return check_embedding(record.embedding, self.dimensions)
+
+    def expired_before(self) -> datetime | None:
+        """Records last updated before this time are expired (``None``: no ``ttl``)."""
+        if self.ttl is None:
+            return None
+        return datetime.now(UTC) - timedelta(seconds=self.ttl)
+
+    @staticmethod
+    def check_query(k: int, min_score: float | None) -> None:
+        """Refuse a search that asks for nothing sensible.
+
+        Raises:
+            ValueError: ``k`` below 1, or ``min_score`` outside [-1, 1].
+        """
+        if k < 1:
+            raise ValueError("k must be at least 1")
+        if min_score is not None and not -1.0 <= min_score <= 1.0:
+            raise ValueError("min_score must be between -1 and 1")

@@ -1,0 +1,142 @@
+"""Memories in a Python dict: :class:`InMemoryMemoryStore`, for tests and single-process use.
+
+Searches compare the query with every current record of the scope (exact, O(records * dimensions)
+per search); the SQLite store is the one for many memories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import MemoryFormatError
+from .base import MemoryStore, cosine, normalized
+from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+
+__all__ = ["InMemoryMemoryStore"]
+
+
+class InMemoryMemoryStore(MemoryStore):
+    """Memories in this process (see the module docs).
+
+    Args:
+        dimensions: The length of every embedding.
+        ttl: Seconds after its last update at which a memory expires.
+    """
+
+    backend = "memory"
+
+    def __init__(self, *, dimensions: int, ttl: float | None = None) -> None:
+        super().__init__(dimensions=dimensions, ttl=ttl)
+        self._scopes: dict[str, dict[str, MemoryRecord]] = {}
+        self._users: dict[str, set[str]] = {}
+
+    def _records(self, scope: MemoryScope) -> dict[str, MemoryRecord]:
+        return self._scopes.get(scope.key, {})
+
+    def _live(self, record: MemoryRecord) -> bool:
+        cutoff = self.expired_before()
+        return record.current and (cutoff is None or (record.updated_at or record.created_at) >= cutoff)
+
+    async def add(self, scope: MemoryScope, record: MemoryRecord) -> MemoryRecord:
+        embedding = normalized(self.checked(record))
+        stored = dataclasses.replace(record, embedding=embedding, superseded_by=None)
+        records = self._scopes.setdefault(scope.key, {})
+        if stored.id in records:
+            raise MemoryFormatError(f"memory {stored.id!r} already exists in {scope}")
+        if stored.key is not None:
+            for other in records.values():
+                if other.key == stored.key and other.current:
+                    other.superseded_by = stored.id
+        records[stored.id] = stored
+        self._users.setdefault(scope.user_key, set()).add(scope.key)
+        return dataclasses.replace(stored)
+
+    async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
+        record = self._records(scope).get(memory_id)
+        return None if record is None else dataclasses.replace(record)
+
+    async def update(
+        self,
+        scope: MemoryScope,
+        memory_id: str,
+        *,
+        text: str | None = None,
+        embedding: Sequence[float] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> MemoryRecord:
+        record = self._records(scope).get(memory_id)
+        if record is None or not record.current:
+            raise LookupError(f"no current memory {memory_id!r} in {scope}")
+        if text is not None and embedding is None:
+            raise MemoryFormatError("a new text needs its new embedding")
+        changed = dataclasses.replace(
+            record,
+            text=record.text if text is None else text,
+            embedding=record.embedding
+            if embedding is None
+            else normalized(check_embedding(embedding, self.dimensions)),
+            metadata=record.metadata if metadata is None else metadata,
+            updated_at=datetime.now(UTC),
+        )
+        self._scopes[scope.key][memory_id] = changed
+        return dataclasses.replace(changed)
+
+    async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
+        return self._records(scope).pop(memory_id, None) is not None
+
+    async def list_memories(
+        self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
+    ) -> list[MemoryRecord]:
+        found = [
+            dataclasses.replace(r)
+            for r in self._records(scope).values()
+            if self._live(r) and (kind is None or r.kind == kind)
+        ]
+        found.sort(key=lambda r: (r.updated_at or r.created_at, r.id), reverse=True)
+        return found if limit is None else found[:limit]
+
+    async def search(
+        self,
+        scope: MemoryScope,
+        embedding: Sequence[float],
+        *,
+        k: int = 5,
+        kind: str | None = None,
+        min_score: float | None = None,
+    ) -> list[MemoryHit]:
+        self.check_query(k, min_score)
+        query = check_embedding(embedding, self.dimensions)
+        hits = [
+            MemoryHit(dataclasses.replace(r), cosine(query, r.embedding or ()))
+            for r in self._records(scope).values()
+            if self._live(r) and (kind is None or r.kind == kind)
+        ]
+        hits = [h for h in hits if min_score is None or h.score >= min_score]
+        hits.sort(key=lambda h: (-h.score, h.record.id))
+        return hits[:k]
+
+    async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
+        found = [dataclasses.replace(r) for r in self._records(scope).values() if r.key == key]
+        found.sort(key=lambda r: (r.created_at, r.id))
+        return found
+
+    async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
+        user_key = MemoryScope(user_id, tenant_id).user_key
+        removed = 0
+        for scope_key in self._users.pop(user_key, set()):
+            removed += len(self._scopes.pop(scope_key, {}))
+        return removed
+
+    async def purge_expired(self) -> int:
+        cutoff = self.expired_before()
+        if cutoff is None:
+            return 0
+        removed = 0
+        for records in self._scopes.values():
+            for memory_id in [i for i, r in records.items() if (r.updated_at or r.created_at) < cutoff]:
+                del records[memory_id]
+                removed += 1
+        return removed

@@ -1,0 +1,169 @@
+"""What long-term memory holds: a :class:`MemoryRecord` (a fact or a chunk of conversation, with
+its embedding) in a :class:`MemoryScope` (tenant, user, agent), and a :class:`MemoryHit` (a record
+a search found, with its score).
+
+**Scopes are exact.** A record written in one scope is found only in that very scope: another
+user, another tenant, or another agent (``None`` is a scope of its own: memories shared by all
+agents are written with ``agent_id=None`` and read with it) never sees it. Stores key every
+record by :attr:`MemoryScope.key`, so no query can reach across.
+
+**Keys say what a memory is about.** A record with a ``key`` (``"home_city"``) is the current
+value of that subject: adding another with the same key in the same scope supersedes it (the
+older one stays in the key's history, see :meth:`~agentkeep.memory.MemoryStore.history`, and is
+no longer listed or found). Records without a key stand alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from .._json_values import check_text, json_problem
+from ..errors import MemoryFormatError
+from ..messages import new_message_id
+from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
+
+__all__ = ["MAX_MEMORY_TEXT", "MemoryHit", "MemoryRecord", "MemoryScope", "check_embedding"]
+
+MAX_MEMORY_TEXT: Final = 16_384
+"""The longest text (in characters) a memory may hold: memories are facts and chunks, not files."""
+
+_SEPARATOR: Final = "\x1f"
+
+
+def _check_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or _SEPARATOR in value:
+        raise MemoryFormatError(
+            f"{what} must be a non-empty string without control separators, not {value!r}"
+        )
+    check_text(value, what)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryScope:
+    """Whose memories: a user, within a tenant (``None``: no tenant), of an agent (``None``:
+    shared by the user's agents).
+
+    Raises:
+        MemoryFormatError: An empty or malformed id.
+    """
+
+    user_id: str
+    tenant_id: str | None = None
+    agent_id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_id(self.user_id, "user_id")
+        if self.tenant_id is not None:
+            try:
+                check_isolation_key(self.tenant_id)
+            except ValueError as exc:
+                raise MemoryFormatError(f"tenant_id: {exc}") from exc
+            _check_id(self.tenant_id, "tenant_id")
+        if self.agent_id is not None:
+            _check_id(self.agent_id, "agent_id")
+
+    @property
+    def key(self) -> str:
+        """The scope as one string that no other scope shares (what stores partition by)."""
+        return _SEPARATOR.join((self.tenant_id or "", self.user_id, self.agent_id or ""))
+
+    @property
+    def user_key(self) -> str:
+        """The tenant and user (every agent): what :meth:`~agentkeep.memory.MemoryStore.forget`
+        removes."""
+        return _SEPARATOR.join((self.tenant_id or "", self.user_id))
+
+    def __str__(self) -> str:
+        tenant = f"{self.tenant_id}{ISOLATION_SEPARATOR}" if self.tenant_id else ""
+        agent = f" (agent {self.agent_id})" if self.agent_id else ""
+        return f"{tenant}{self.user_id}{agent}"
+
+
+def check_embedding(embedding: Any, dimensions: int | None = None) -> list[float]:
+    """``embedding`` as a list of finite floats (of ``dimensions`` entries when given).
+
+    Raises:
+        MemoryFormatError: Not a non-empty sequence of finite numbers, or of another length.
+    """
+    if not isinstance(embedding, Sequence) or isinstance(embedding, str | bytes) or not embedding:
+        raise MemoryFormatError("an embedding must be a non-empty sequence of numbers")
+    try:
+        values = [float(v) for v in embedding]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+    except (TypeError, ValueError) as exc:
+        raise MemoryFormatError(f"an embedding must hold numbers: {exc}") from exc
+    if not all(math.isfinite(v) for v in values):
+        raise MemoryFormatError("an embedding must hold finite numbers (no NaN or infinity)")
+    if dimensions is not None and len(values) != dimensions:
+        raise MemoryFormatError(f"the embedding has {len(values)} dimensions; this store holds {dimensions}")
+    return values
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """One memory.
+
+    Attributes:
+        text: What is remembered (a fact, or a chunk of conversation).
+        embedding: Its vector (what searches compare); the provider that writes the record sets it.
+        key: What the memory is about; a newer record with the same key supersedes this one.
+        kind: ``"fact"``, ``"chunk"``, ``"profile"``, ... (free text; searches may filter by it).
+        source_session_id: The session it came from.
+        metadata: Free-form JSON data.
+        id: Time-ordered id (made if not given).
+        created_at: When it was first written.
+        updated_at: When it last changed.
+        superseded_by: The id of the record that replaced it (``None`` while current).
+
+    Raises:
+        MemoryFormatError: Empty or oversize text, a bad embedding, metadata with no JSON form.
+    """
+
+    text: str
+    embedding: list[float] | None = None
+    key: str | None = None
+    kind: str = "fact"
+    source_session_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
+    id: str = field(default_factory=new_message_id)
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    updated_at: datetime | None = None
+    superseded_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise MemoryFormatError("a memory needs non-empty text")
+        if len(self.text) > MAX_MEMORY_TEXT:
+            raise MemoryFormatError(
+                f"a memory holds at most {MAX_MEMORY_TEXT} characters, not {len(self.text)}"
+            )
+        check_text(self.text, "text")
+        if self.embedding is not None:
+            self.embedding = check_embedding(self.embedding)
+        if self.key is not None:
+            _check_id(self.key, "key")
+        _check_id(self.kind, "kind")
+        if not isinstance(self.metadata, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise MemoryFormatError("metadata must be an object")
+        problem = json_problem(self.metadata)
+        if problem is not None:
+            raise MemoryFormatError(f"metadata cannot be stored: {problem}")
+        if self.updated_at is None:
+            self.updated_at = self.created_at
+
+    @property
+    def current(self) -> bool:
+        """Whether no newer record replaced it."""
+        return self.superseded_by is None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    """A record a search found, with its cosine similarity to the query (1 = same direction)."""
+
+    record: MemoryRecord
+    score: float

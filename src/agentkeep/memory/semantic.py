@@ -1,0 +1,265 @@
+"""Semantic recall across sessions: :class:`SemanticMemoryProvider`, and whose memories a session
+reads (:func:`set_memory_user`, :func:`memory_scope`).
+
+**Whose memories.** A session names its user with :func:`set_memory_user` (kept in its state);
+its tenant is its isolation key. A session with no user reads and writes no memories: nothing is
+shared by default.
+
+**Before each run** the provider embeds the new user input, finds the ``top_k`` memories of the
+scope at least ``min_score`` similar, from any earlier session of the user, and adds them as one
+context message (role ``system`` by default) that names each memory's source session and date.
+
+**After a run that succeeded** it remembers: with a :class:`FactExtractor`, the facts one
+structured-output call finds in the turn (each with a key: what it is about); otherwise the
+user's messages themselves, as chunks. The rules (see :mod:`agentkeep.memory.records`):
+
+* *near-identical* memories are kept once: a new text whose nearest memory of the same key (or,
+  without a key, of the scope) scores at least ``dedupe_threshold`` refreshes that memory's time
+  instead of adding another;
+* *contradicting* memories are resolved by their key: a newer fact about ``home_city`` replaces
+  the older one (which stays in the key's history and is no longer recalled); chunks carry no
+  key and are never taken to contradict each other.
+
+A failed run remembers nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
+
+from ..clients.base import ChatClient, ChatOptions
+from ..messages import Message
+from ..providers.context import AIContext, ContextProvider, SessionContext
+from ..sessions import AgentSession
+from .base import MemoryStore
+from .embedders import Embedder
+from .records import MemoryHit, MemoryRecord, MemoryScope
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = [
+    "MEMORY_USER_KEY",
+    "ExtractedFact",
+    "ExtractedFacts",
+    "FactExtractor",
+    "SemanticMemoryProvider",
+    "memory_scope",
+    "set_memory_user",
+]
+
+MEMORY_USER_KEY: Final = "agentkeep.memory.user"
+"""Where a session keeps the user (and agent) its memories belong to."""
+
+
+def set_memory_user(session: AgentSession, user_id: str, *, agent_id: str | None = None) -> MemoryScope:
+    """Make ``session``'s memories those of ``user_id`` (of ``agent_id``, ``None``: shared by the
+    user's agents) in the session's tenant; returns the scope.
+
+    Raises:
+        MemoryFormatError: An empty or malformed id.
+    """
+    scope = MemoryScope(user_id, tenant_id=session.isolation_key, agent_id=agent_id)
+    session.state.set(MEMORY_USER_KEY, {"user_id": user_id, "agent_id": agent_id})
+    return scope
+
+
+def memory_scope(session: AgentSession) -> MemoryScope | None:
+    """The scope :func:`set_memory_user` gave ``session`` (``None``: it has no user)."""
+    value: Any = session.state.get(MEMORY_USER_KEY)
+    if not isinstance(value, dict):
+        return None
+    fields = cast("dict[str, Any]", value)
+    user, agent = fields.get("user_id"), fields.get("agent_id")
+    if not isinstance(user, str):
+        return None
+    return MemoryScope(
+        user, tenant_id=session.isolation_key, agent_id=agent if isinstance(agent, str) else None
+    )
+
+
+# -- fact extraction ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ExtractedFact:
+    """One fact about the user: what it is about (a short snake_case key) and the fact."""
+
+    key: str
+    text: str
+
+
+@dataclass
+class ExtractedFacts:
+    """The facts one turn told about the user."""
+
+    facts: list[ExtractedFact] = field(default_factory=list[ExtractedFact])
+
+
+EXTRACT_INSTRUCTIONS: Final = (
+    "List the lasting facts the user states about themselves in this conversation turn "
+    "(name, age, home, work, family, preferences, plans). For each give a short snake_case key "
+    "naming what the fact is about (home_city, favourite_drink, ...) and the fact as one short "
+    "sentence about 'the user'. Leave out questions, greetings and anything the assistant said. "
+    "If there are none, return an empty list."
+)
+
+
+class FactExtractor:
+    """Finds facts in a turn with one structured-output call (works with the local model's
+    grammar-constrained output).
+
+    Args:
+        client: The chat client to ask.
+        instructions: What to extract (default: :data:`EXTRACT_INSTRUCTIONS`).
+    """
+
+    def __init__(self, client: ChatClient, *, instructions: str = EXTRACT_INSTRUCTIONS) -> None:
+        self.client = client
+        self.instructions = instructions
+
+    async def extract(self, messages: Sequence[Message]) -> list[ExtractedFact]:
+        """The facts in ``messages`` (keys lower-cased; empty facts left out)."""
+        said = "\n".join(
+            f"{m.role}: {m.text}" for m in messages if m.text and m.role in ("user", "assistant")
+        )
+        if not said:
+            return []
+        options: ChatOptions = {"instructions": self.instructions, "response_format": ExtractedFacts}
+        response = await self.client.get_response([Message("user", said)], options=options)
+        value = response.value
+        if not isinstance(value, ExtractedFacts):
+            return []
+        facts: list[ExtractedFact] = []
+        for item in value.facts:
+            key = "_".join(item.key.lower().split())[:80]
+            text = item.text.strip()
+            if key and text:
+                facts.append(ExtractedFact(key, text))
+        return facts
+
+
+# -- the provider -----------------------------------------------------------------------------------
+
+
+class SemanticMemoryProvider(ContextProvider):
+    """Recall of a user's memories across sessions (module docs).
+
+    Args:
+        store: Where memories live.
+        embedder: Turns texts into vectors (its ``dimensions`` must be the store's).
+        extractor: Remember facts it finds instead of the user's messages.
+        scope: Whose memories a session reads (default: :func:`memory_scope`).
+        top_k: How many memories to recall per run.
+        min_score: The least similarity a recalled memory has.
+        dedupe_threshold: From this similarity on, a new memory is the same as an existing one.
+        role: The role of the recalled-memories message.
+        source_id: Unique id within the agent.
+
+    Raises:
+        ValueError: The embedder's dimensions differ from the store's, or a threshold is out of range.
+    """
+
+    DEFAULT_SOURCE_ID = "semantic_memory"
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        *,
+        extractor: FactExtractor | None = None,
+        scope: Callable[[AgentSession], MemoryScope | None] = memory_scope,
+        top_k: int = 5,
+        min_score: float = 0.2,
+        dedupe_threshold: float = 0.95,
+        role: Literal["system", "user"] = "system",
+        source_id: str = DEFAULT_SOURCE_ID,
+    ) -> None:
+        super().__init__(source_id)
+        if embedder.dimensions != store.dimensions:
+            raise ValueError(
+                f"the embedder gives {embedder.dimensions} dimensions; the store holds {store.dimensions}"
+            )
+        if top_k < 1:
+            raise ValueError("top_k must be at least 1")
+        if not -1.0 <= min_score <= 1.0 or not 0.0 < dedupe_threshold <= 1.0:
+            raise ValueError("min_score must be in [-1, 1] and dedupe_threshold in (0, 1]")
+        self.store = store
+        self.embedder = embedder
+        self.extractor = extractor
+        self.scope = scope
+        self.top_k = top_k
+        self.min_score = min_score
+        self.dedupe_threshold = dedupe_threshold
+        self.role: Literal["system", "user"] = role
+
+    @property
+    def state_keys(self) -> tuple[str, ...]:
+        """None: the memories are in the store, the user in the session's ``MEMORY_USER_KEY``."""
+        return ()
+
+    def get_state(self, session: AgentSession | None) -> Any:
+        return None
+
+    async def recall(self, scope: MemoryScope, text: str) -> list[MemoryHit]:
+        """The memories of ``scope`` most like ``text`` (what a run would be given)."""
+        (vector,) = await self.embedder.embed([text])
+        return await self.store.search(scope, vector, k=self.top_k, min_score=self.min_score)
+
+    async def before_run(
+        self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
+    ) -> AIContext | None:
+        scope = self.scope(session)
+        query = _user_text(context.input_messages)
+        if scope is None or not query:
+            return None
+        hits = await self.recall(scope, query)
+        if not hits:
+            return None
+        lines = ["Memories from earlier conversations with this user (most relevant first):"]
+        for hit in hits:
+            record = hit.record
+            when = (record.updated_at or record.created_at).date().isoformat()
+            source = f"session {record.source_session_id}, " if record.source_session_id else ""
+            lines.append(f"- {record.text} ({source}{when})")
+        return AIContext(messages=[Message(self.role, "\n".join(lines))])
+
+    async def after_run(
+        self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
+    ) -> None:
+        scope = self.scope(session)
+        if scope is None or context.exception is not None:
+            return
+        if self.extractor is not None:
+            facts = await self.extractor.extract([*context.input_messages, *context.response_messages])
+            items: list[tuple[str | None, str, str]] = [(f.key, f.text, "fact") for f in facts]
+        else:
+            said = [m.text for m in context.input_messages if m.role == "user" and m.text.strip()]
+            items = [(None, text, "chunk") for text in said]
+        if not items:
+            return
+        vectors = await self.embedder.embed([text for _, text, _ in items])
+        for (key, text, kind), vector in zip(items, vectors, strict=True):
+            await self._remember(scope, session, MemoryRecord(text, embedding=vector, key=key, kind=kind))
+
+    async def _remember(self, scope: MemoryScope, session: AgentSession, record: MemoryRecord) -> None:
+        """Add ``record``, or refresh the near-identical memory of its key and kind (module docs)."""
+        assert record.embedding is not None
+        near = await self.store.search(
+            scope, record.embedding, k=5, kind=record.kind, min_score=self.dedupe_threshold
+        )
+        same = next((hit.record for hit in near if hit.record.key == record.key), None)
+        if same is not None:
+            await self.store.update(scope, same.id, metadata=same.metadata)  # its time, refreshed
+            return
+        record.source_session_id = session.session_id
+        await self.store.add(scope, record)
+
+    def __repr__(self) -> str:
+        return f"SemanticMemoryProvider(source_id={self.source_id!r}, store={self.store!r})"
+
+
+def _user_text(messages: Sequence[Message]) -> str:
+    return "\n".join(m.text for m in messages if m.role == "user" and m.text.strip())

@@ -1,0 +1,269 @@
+"""The memory-store contract as checks: what every :class:`~agentkeep.memory.MemoryStore` does.
+
+Describe your store with a :class:`MemoryStoreBackend` and run :data:`MEMORY_STORE_CHECKS`
+against it (see :mod:`agentkeep.testing.conformance`). Covered: round trips, exact scopes
+(another user, tenant or agent never sees a record), similarity order and filters, keys that
+supersede (with history), updates, deletion, ``forget`` of a user, expiry, bad input, concurrent
+writers of one key, and (for durable stores) reopening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ...errors import MemoryFormatError
+from ...memory.base import MemoryStore
+from ...memory.records import MemoryRecord, MemoryScope
+from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
+
+__all__ = ["MEMORY_STORE_CHECKS", "MemoryStoreBackend"]
+
+DIMENSIONS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStoreBackend:
+    """How the suite gets the stores of one memory-store backend.
+
+    Attributes:
+        name: The backend's name.
+        open: ``open(dimensions=..., ttl=...)``: an async context manager giving a fresh,
+            isolated, set-up store (its own file, schema or namespace), closed afterwards.
+        reopen: ``reopen(store)``: a new store on the same data as ``store`` (``None``: the
+            store keeps nothing past its lifetime, and the durability check is skipped).
+    """
+
+    name: str
+    open: Callable[..., AbstractAsyncContextManager[MemoryStore]]
+    reopen: Callable[[MemoryStore], AbstractAsyncContextManager[MemoryStore]] | None = None
+
+
+MEMORY_STORE_CHECKS: list[ConformanceCheck[MemoryStoreBackend]] = []
+"""The checks, in the order they run."""
+
+_check = check_list(MEMORY_STORE_CHECKS)
+
+ALICE = MemoryScope("alice", tenant_id="acme")
+
+
+def axis(index: int, *, tilt: float = 0.0) -> list[float]:
+    """A unit vector along ``index`` (tilted toward the next axis by ``tilt``)."""
+    vector = [0.0] * DIMENSIONS
+    vector[index % DIMENSIONS] = 1.0
+    vector[(index + 1) % DIMENSIONS] = tilt
+    return vector
+
+
+def fact(text: str, index: int, **fields: object) -> MemoryRecord:
+    return MemoryRecord(text, embedding=axis(index), **fields)  # pyright: ignore[reportArgumentType]
+
+
+@_check
+async def round_trip(backend: MemoryStoreBackend) -> None:
+    """A stored record reads back with its fields; its embedding comes back normalized."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        record = MemoryRecord(
+            "Alice lives in Lisbon.",
+            embedding=[3.0, 4.0, 0, 0, 0, 0, 0, 0],
+            key="home_city",
+            source_session_id="s-1",
+            metadata={"confidence": 0.9, "tags": ["home"]},
+        )
+        stored = await store.add(ALICE, record)
+        embedding = stored.embedding or []
+        expect(len(embedding) == DIMENSIONS, "add returns the stored embedding")
+        expect(math.isclose(embedding[0], 0.6, rel_tol=1e-5), "embeddings are normalized")
+        got = await store.get(ALICE, record.id)
+        expect(got is not None, "get finds the record")
+        assert got is not None
+        for field in ("text", "key", "kind", "source_session_id", "metadata", "id", "superseded_by"):
+            expect_equal(getattr(got, field), getattr(record, field), f"the stored {field}")
+        expect(abs((got.created_at - record.created_at).total_seconds()) < 0.001, "created_at survives")
+        expect_equal(await store.get(ALICE, "no-such-id"), None, "get of an unknown id")
+
+
+@_check
+async def scopes_are_exact(backend: MemoryStoreBackend) -> None:
+    """A record is found only in its own scope: not by another user, tenant or agent."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        record = await store.add(ALICE, fact("Alice's PIN hint is 'blue'.", 0))
+        others = [
+            MemoryScope("bob", tenant_id="acme"),
+            MemoryScope("alice", tenant_id="globex"),
+            MemoryScope("alice"),
+            MemoryScope("alice", tenant_id="acme", agent_id="travel"),
+            MemoryScope("acme", tenant_id="alice"),
+        ]
+        for other in others:
+            expect_equal(await store.get(other, record.id), None, f"get from {other}")
+            expect_equal(await store.list_memories(other), [], f"list of {other}")
+            expect_equal(await store.search(other, axis(0), k=5), [], f"search of {other}")
+            expect_equal(await store.delete(other, record.id), False, f"delete from {other}")
+        expect_equal([r.id for r in await store.list_memories(ALICE)], [record.id], "the owner's list")
+
+
+@_check
+async def search_is_best_first(backend: MemoryStoreBackend) -> None:
+    """Searches return the k most similar current records, best first, with cosine scores."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        near = await store.add(ALICE, MemoryRecord("near", embedding=axis(0, tilt=0.1)))
+        middle = await store.add(ALICE, MemoryRecord("middle", embedding=axis(0, tilt=1.0)))
+        far = await store.add(ALICE, MemoryRecord("far", embedding=axis(3), kind="chunk"))
+        hits = await store.search(ALICE, axis(0), k=3)
+        expect_equal([h.record.id for h in hits], [near.id, middle.id, far.id], "the order")
+        expect(all(-1.0001 <= h.score <= 1.0001 for h in hits), "scores are cosines")
+        expect(hits[0].score > hits[1].score > hits[2].score, "scores fall")
+        expect(math.isclose(hits[1].score, 1 / math.sqrt(2), rel_tol=1e-3), "the cosine of 45 degrees")
+        expect_equal(len(await store.search(ALICE, axis(0), k=1)), 1, "k limits")
+        chunks = await store.search(ALICE, axis(0), k=5, kind="chunk")
+        expect_equal([h.record.id for h in chunks], [far.id], "kind filters")
+        good = await store.search(ALICE, axis(0), k=5, min_score=0.5)
+        expect_equal([h.record.id for h in good], [near.id, middle.id], "min_score filters")
+
+
+@_check
+async def a_key_supersedes_with_history(backend: MemoryStoreBackend) -> None:
+    """A newer record with a key replaces the current one of that key; the older one stays in history."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        old = await store.add(ALICE, fact("Alice lives in Lisbon.", 0, key="home_city"))
+        other = await store.add(ALICE, fact("Alice likes tea.", 2, key="drink"))
+        new = await store.add(ALICE, fact("Alice lives in Porto.", 1, key="home_city"))
+        listed = {r.id for r in await store.list_memories(ALICE)}
+        expect_equal(listed, {new.id, other.id}, "current records")
+        found = [h.record.id for h in await store.search(ALICE, axis(0), k=5)]
+        expect(old.id not in found, "a superseded record is not found")
+        history = await store.history(ALICE, "home_city")
+        expect_equal([r.id for r in history], [old.id, new.id], "the key's history, oldest first")
+        expect_equal(history[0].superseded_by, new.id, "the older record names its successor")
+        expect(history[1].current, "the newest is current")
+        again = await store.get(ALICE, old.id)
+        expect(again is not None and again.superseded_by == new.id, "get still reads a superseded record")
+        bob = MemoryScope("bob", tenant_id="acme")
+        await store.add(bob, fact("Bob lives in Faro.", 4, key="home_city"))
+        expect_equal(len(await store.history(ALICE, "home_city")), 2, "another scope's key is its own")
+
+
+@_check
+async def concurrent_writers_of_one_key_leave_one_current(backend: MemoryStoreBackend) -> None:
+    """Records of one key written at once: exactly one is current, all are in the history."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        await asyncio.gather(*(store.add(ALICE, fact(f"mood {n}", n, key="mood")) for n in range(10)))
+        current = [r for r in await store.list_memories(ALICE) if r.key == "mood"]
+        expect_equal(len(current), 1, "current records of the key")
+        history = await store.history(ALICE, "mood")
+        expect_equal(len(history), 10, "the key's history")
+        expect_equal(sum(r.current for r in history), 1, "current records in the history")
+
+
+@_check
+async def update_and_delete(backend: MemoryStoreBackend) -> None:
+    """Updates change a current record (a new text with its embedding); deletes remove it."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        record = await store.add(ALICE, fact("Alice has a cat.", 0))
+        with expect_raises(MemoryFormatError, "a new text without its embedding"):
+            await store.update(ALICE, record.id, text="Alice has two cats.")
+        changed = await store.update(ALICE, record.id, text="Alice has two cats.", embedding=axis(5))
+        expect_equal(changed.text, "Alice has two cats.", "the new text")
+        hits = await store.search(ALICE, axis(5), k=1)
+        expect_equal([h.record.text for h in hits], ["Alice has two cats."], "found by its new embedding")
+        await store.update(ALICE, record.id, metadata={"checked": True})
+        got = await store.get(ALICE, record.id)
+        expect(got is not None and got.metadata == {"checked": True}, "the new metadata")
+        with expect_raises(LookupError, "an update of an unknown record"):
+            await store.update(ALICE, "missing", metadata={})
+        expect_equal(await store.delete(ALICE, record.id), True, "the first delete")
+        expect_equal(await store.delete(ALICE, record.id), False, "the second delete")
+        expect_equal(await store.search(ALICE, axis(5), k=5), [], "a deleted record is not found")
+
+
+@_check
+async def forget_removes_a_users_memories_everywhere(backend: MemoryStoreBackend) -> None:
+    """forget removes a user's memories of one tenant in every agent scope, history included."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        travel = MemoryScope("alice", tenant_id="acme", agent_id="travel")
+        await store.add(ALICE, fact("a", 0, key="k"))
+        await store.add(ALICE, fact("b", 1, key="k"))
+        await store.add(travel, fact("c", 2))
+        bob = await store.add(MemoryScope("bob", tenant_id="acme"), fact("d", 3))
+        elsewhere = await store.add(MemoryScope("alice", tenant_id="globex"), fact("e", 4))
+        expect_equal(await store.forget(user_id="alice", tenant_id="acme"), 3, "records removed")
+        for scope in (ALICE, travel):
+            expect_equal(await store.list_memories(scope), [], f"what is left in {scope}")
+            expect_equal(await store.search(scope, axis(0), k=5), [], f"what is found in {scope}")
+        expect_equal(await store.history(ALICE, "k"), [], "the history")
+        expect(await store.get(MemoryScope("bob", tenant_id="acme"), bob.id) is not None, "another user")
+        kept = await store.get(MemoryScope("alice", tenant_id="globex"), elsewhere.id)
+        expect(kept is not None, "the same user in another tenant")
+        expect_equal(await store.forget(user_id="alice", tenant_id="acme"), 0, "a second forget")
+
+
+@_check
+async def expired_memories_are_neither_found_nor_kept(backend: MemoryStoreBackend) -> None:
+    """With a ttl, a memory last updated longer ago is not listed or found, and purge removes it."""
+    async with backend.open(dimensions=DIMENSIONS, ttl=3600) as store:
+        long_ago = datetime.now(UTC) - timedelta(hours=2)
+        old = await store.add(ALICE, fact("old", 0, created_at=long_ago))
+        fresh = await store.add(ALICE, fact("fresh", 1))
+        expect_equal([r.id for r in await store.list_memories(ALICE)], [fresh.id], "listed")
+        expect_equal([h.record.id for h in await store.search(ALICE, axis(0), k=5)], [fresh.id], "found")
+        expect_equal(await store.purge_expired(), 1, "purged")
+        expect_equal(await store.get(ALICE, old.id), None, "a purged record")
+
+
+@_check
+async def bad_input_is_refused_and_changes_nothing(backend: MemoryStoreBackend) -> None:
+    """Wrong dimensions, no embedding, a reused id, a bad query: typed errors, nothing stored."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        with expect_raises(MemoryFormatError, "an embedding of another length"):
+            await store.add(ALICE, MemoryRecord("x", embedding=[1.0, 0.0]))
+        with expect_raises(MemoryFormatError, "a record without an embedding"):
+            await store.add(ALICE, MemoryRecord("x"))
+        record = await store.add(ALICE, fact("once", 0))
+        with expect_raises(MemoryFormatError, "a reused id"):
+            await store.add(ALICE, MemoryRecord("twice", embedding=axis(1), id=record.id))
+        with expect_raises(MemoryFormatError, "a query of another length"):
+            await store.search(ALICE, [1.0, 0.0])
+        with expect_raises(ValueError, "k = 0"):
+            await store.search(ALICE, axis(0), k=0)
+        expect_equal([r.text for r in await store.list_memories(ALICE)], ["once"], "what is stored")
+        with expect_raises(MemoryFormatError, "NaN in an embedding"):
+            MemoryRecord("x", embedding=[math.nan] * DIMENSIONS)
+        with expect_raises(MemoryFormatError, "an empty text"):
+            MemoryRecord("  ", embedding=axis(0))
+
+
+@_check
+async def listing_is_newest_first(backend: MemoryStoreBackend) -> None:
+    """Listings are newest first, limited by limit, filtered by kind."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        start = datetime.now(UTC) - timedelta(minutes=10)
+        for n in range(5):
+            kind = "chunk" if n % 2 else "fact"
+            await store.add(ALICE, fact(f"m{n}", n, kind=kind, created_at=start + timedelta(minutes=n)))
+        expect_equal(
+            [r.text for r in await store.list_memories(ALICE)], ["m4", "m3", "m2", "m1", "m0"], "order"
+        )
+        expect_equal([r.text for r in await store.list_memories(ALICE, limit=2)], ["m4", "m3"], "limit")
+        expect_equal([r.text for r in await store.list_memories(ALICE, kind="chunk")], ["m3", "m1"], "kind")
+
+
+@_check
+async def memories_survive_reopening(backend: MemoryStoreBackend) -> None:
+    """A durable store's memories, keys and history are there after reopening."""
+    if backend.reopen is None:
+        raise NotApplicable(f"{backend.name} keeps nothing past its lifetime")
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        await store.add(ALICE, fact("Lisbon", 0, key="home_city"))
+        new = await store.add(ALICE, fact("Porto", 1, key="home_city"))
+        async with backend.reopen(store) as again:
+            expect_equal(
+                [r.id for r in await again.list_memories(ALICE)], [new.id], "current after reopening"
+            )
+            hits = await again.search(ALICE, axis(1), k=1)
+            expect_equal([h.record.id for h in hits], [new.id], "found after reopening")
+            expect_equal(len(await again.history(ALICE, "home_city")), 2, "history after reopening")
