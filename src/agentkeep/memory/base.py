@@ -13,7 +13,8 @@ Rules every backend keeps (the conformance suite in
 * adding a record whose ``key`` matches a current record of the scope supersedes that one in the
   same atomic step (``superseded_by`` set; it stays in :meth:`~MemoryStore.history`);
 * searches and listings see current records only; scores are cosine similarities, best first;
-* embeddings have the store's ``dimensions``; a record without one cannot be added;
+* embeddings have the store's ``dimensions``; a record without one (a profile field, a memory
+  block: read by key, not by meaning) is stored and listed but never found by a search;
 * a record whose ``updated_at`` is older than the store's ``ttl`` is neither found nor listed,
   and :meth:`~MemoryStore.purge_expired` removes it.
 """
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import MemoryFormatError
+from ..errors import ConflictError
 from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
 
 __all__ = ["MemoryStore", "cosine", "normalized"]
@@ -66,12 +67,22 @@ class MemoryStore(ABC):
 
     # -- what a backend implements -------------------------------------------------------------
     @abstractmethod
-    async def add(self, scope: MemoryScope, record: MemoryRecord) -> MemoryRecord:
-        """Store ``record`` (with its embedding); a current record of the same ``key`` in the
-        scope is superseded atomically. Returns the stored record.
+    async def add(
+        self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
+    ) -> MemoryRecord:
+        """Store ``record`` (with its embedding, if it has one); a current record of the same
+        ``key`` in the scope is superseded atomically. Returns the stored record.
+
+        Args:
+            scope: Whose memory it is.
+            record: The memory.
+            replaces: For a keyed record read-modified-written (a memory block's new text): the id
+                of the current record it was made from. If another record of the key is current
+                by now (a concurrent writer), nothing is stored and ``ConflictError`` says so.
 
         Raises:
-            MemoryFormatError: No embedding, or one of another length.
+            MemoryFormatError: An embedding of another length, or a reused id.
+            ConflictError: ``replaces`` is not the key's current record.
         """
 
     @abstractmethod
@@ -137,21 +148,34 @@ class MemoryStore(ABC):
         """Release connections; idempotent."""
 
     # -- shared by the backends ----------------------------------------------------------------
-    def checked(self, record: MemoryRecord) -> list[float]:
-        """``record``'s embedding, checked against the store's dimensions.
+    def checked(self, record: MemoryRecord) -> list[float] | None:
+        """``record``'s embedding, checked against the store's dimensions and normalized
+        (``None``: it has none).
 
         Raises:
-            MemoryFormatError: It has none, or one of another length.
+            MemoryFormatError: One of another length.
         """
         if record.embedding is None:
-            raise MemoryFormatError("a memory needs its embedding to be stored")
-        return check_embedding(record.embedding, self.dimensions)
+            return None
+        return normalized(check_embedding(record.embedding, self.dimensions))
 
     def expired_before(self) -> datetime | None:
         """Records last updated before this time are expired (``None``: no ``ttl``)."""
         if self.ttl is None:
             return None
         return datetime.now(UTC) - timedelta(seconds=self.ttl)
+
+    def conflict(
+        self, scope: MemoryScope, record: MemoryRecord, replaces: str, current: str | None
+    ) -> ConflictError:
+        """The error for an ``add(..., replaces=...)`` that found another current record."""
+        found = "none" if current is None else repr(current)
+        return ConflictError(
+            f"memory {record.key!r} of {scope} changed: {replaces!r} was to be replaced, the current "
+            f"one is {found}; read it again and retry",
+            backend=self.backend,
+            conversation_id=scope.key,
+        )
 
     @staticmethod
     def check_query(k: int, min_score: float | None) -> None:

@@ -40,16 +40,20 @@ class InMemoryMemoryStore(MemoryStore):
         cutoff = self.expired_before()
         return record.current and (cutoff is None or (record.updated_at or record.created_at) >= cutoff)
 
-    async def add(self, scope: MemoryScope, record: MemoryRecord) -> MemoryRecord:
-        embedding = normalized(self.checked(record))
+    async def add(
+        self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
+    ) -> MemoryRecord:
+        embedding = self.checked(record)
         stored = dataclasses.replace(record, embedding=embedding, superseded_by=None)
         records = self._scopes.setdefault(scope.key, {})
         if stored.id in records:
             raise MemoryFormatError(f"memory {stored.id!r} already exists in {scope}")
         if stored.key is not None:
-            for other in records.values():
-                if other.key == stored.key and other.current:
-                    other.superseded_by = stored.id
+            current = [other for other in records.values() if other.key == stored.key and other.current]
+            if replaces is not None and [r.id for r in current] != [replaces]:
+                raise self.conflict(scope, stored, replaces, current[0].id if current else None)
+            for other in current:
+                other.superseded_by = stored.id
         records[stored.id] = stored
         self._users.setdefault(scope.user_key, set()).add(scope.key)
         return dataclasses.replace(stored)
@@ -110,9 +114,9 @@ class InMemoryMemoryStore(MemoryStore):
         self.check_query(k, min_score)
         query = check_embedding(embedding, self.dimensions)
         hits = [
-            MemoryHit(dataclasses.replace(r), cosine(query, r.embedding or ()))
+            MemoryHit(dataclasses.replace(r), cosine(query, r.embedding))
             for r in self._records(scope).values()
-            if self._live(r) and (kind is None or r.kind == kind)
+            if r.embedding is not None and self._live(r) and (kind is None or r.kind == kind)
         ]
         hits = [h for h in hits if min_score is None or h.score >= min_score]
         hits.sort(key=lambda h: (-h.score, h.record.id))

@@ -20,16 +20,19 @@ user's messages themselves, as chunks. The rules (see :mod:`agentkeep.memory.rec
   the older one (which stays in the key's history and is no longer recalled); chunks carry no
   key and are never taken to contradict each other.
 
-A failed run remembers nothing.
+A failed run remembers nothing; a failed extraction (logged as ``agentkeep.memory``) remembers
+nothing of that turn and does not fail it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..clients.base import ChatClient, ChatOptions
+from ..errors import ChatClientError
 from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
@@ -49,6 +52,8 @@ __all__ = [
     "memory_scope",
     "set_memory_user",
 ]
+
+_log = logging.getLogger("agentkeep.memory")
 
 MEMORY_USER_KEY: Final = "agentkeep.memory.user"
 """Where a session keeps the user (and agent) its memories belong to."""
@@ -127,7 +132,11 @@ class FactExtractor:
         )
         if not said:
             return []
-        options: ChatOptions = {"instructions": self.instructions, "response_format": ExtractedFacts}
+        options: ChatOptions = {
+            "instructions": self.instructions,
+            "response_format": ExtractedFacts,
+            "max_tokens": 512,
+        }
         response = await self.client.get_response([Message("user", said)], options=options)
         value = response.value
         if not isinstance(value, ExtractedFacts):
@@ -233,7 +242,11 @@ class SemanticMemoryProvider(ContextProvider):
         if scope is None or context.exception is not None:
             return
         if self.extractor is not None:
-            facts = await self.extractor.extract([*context.input_messages, *context.response_messages])
+            try:
+                facts = await self.extractor.extract([*context.input_messages, *context.response_messages])
+            except ChatClientError as exc:  # the turn succeeded; the memory learns nothing from it
+                _log.warning("fact extraction failed for %s: %s", scope, exc)
+                return
             items: list[tuple[str | None, str, str]] = [(f.key, f.text, "fact") for f in facts]
         else:
             said = [m.text for m in context.input_messages if m.role == "user" and m.text.strip()]

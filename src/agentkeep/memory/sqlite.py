@@ -225,8 +225,10 @@ class SQLiteMemoryStore(MemoryStore):
     async def setup(self) -> None:
         await self._run(lambda db: None)
 
-    async def add(self, scope: MemoryScope, record: MemoryRecord) -> MemoryRecord:
-        embedding = normalized(self.checked(record))
+    async def add(
+        self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
+    ) -> MemoryRecord:
+        embedding = self.checked(record)
         metadata = json.dumps(record.metadata)
 
         def job(db: _Db) -> MemoryRecord:
@@ -234,11 +236,14 @@ class SQLiteMemoryStore(MemoryStore):
                 if db.one("SELECT 1 FROM agentkeep_memories WHERE id = ?", (record.id,)):
                     raise MemoryFormatError(f"memory {record.id!r} already exists")
                 if record.key is not None:
-                    for (rowid,) in db.rows(
-                        "SELECT rowid FROM agentkeep_memories "
+                    current = db.rows(
+                        "SELECT rowid, id FROM agentkeep_memories "
                         "WHERE scope = ? AND key = ? AND superseded_by IS NULL",
                         (scope.key, record.key),
-                    ):
+                    )
+                    if replaces is not None and [row[1] for row in current] != [replaces]:
+                        raise self.conflict(scope, record, replaces, current[0][1] if current else None)
+                    for rowid, _ in current:
                         db.run(
                             "UPDATE agentkeep_memories SET superseded_by = ? WHERE rowid = ?",
                             (record.id, rowid),
@@ -262,12 +267,12 @@ class SQLiteMemoryStore(MemoryStore):
                         updated,
                     ),
                 )
-                rowid = db.last_rowid
-                db.run(
-                    "INSERT INTO agentkeep_memory_vectors (memory_rowid, scope, kind, updated_at, embedding) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (rowid, scope.key, record.kind, updated, _vector(embedding)),
-                )
+                if embedding is not None:
+                    db.run(
+                        "INSERT INTO agentkeep_memory_vectors "
+                        "(memory_rowid, scope, kind, updated_at, embedding) VALUES (?, ?, ?, ?, ?)",
+                        (db.last_rowid, scope.key, record.kind, updated, _vector(embedding)),
+                    )
             return MemoryRecord(
                 record.text,
                 embedding=embedding,

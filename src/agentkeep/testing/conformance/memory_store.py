@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ...errors import MemoryFormatError
+from ...errors import ConflictError, MemoryFormatError
 from ...memory.base import MemoryStore
 from ...memory.records import MemoryRecord, MemoryScope
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
@@ -149,6 +149,23 @@ async def a_key_supersedes_with_history(backend: MemoryStoreBackend) -> None:
 
 
 @_check
+async def replaces_refuses_a_record_that_is_no_longer_current(backend: MemoryStoreBackend) -> None:
+    """add(..., replaces=id) stores only while id is the key's current record (compare and set)."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        first = await store.add(ALICE, MemoryRecord("v1", key="block.human", kind="block"))
+        second = await store.add(
+            ALICE, MemoryRecord("v2", key="block.human", kind="block"), replaces=first.id
+        )
+        with expect_raises(ConflictError, "a write based on a superseded record"):
+            await store.add(ALICE, MemoryRecord("v2'", key="block.human", kind="block"), replaces=first.id)
+        listed = [r.text for r in await store.list_memories(ALICE, kind="block")]
+        expect_equal(listed, ["v2"], "what is current after the refused write")
+        expect_equal(second.key, "block.human", "the accepted write")
+        with expect_raises(ConflictError, "replaces on a key with no current record"):
+            await store.add(ALICE, MemoryRecord("x", key="block.other", kind="block"), replaces=first.id)
+
+
+@_check
 async def concurrent_writers_of_one_key_leave_one_current(backend: MemoryStoreBackend) -> None:
     """Records of one key written at once: exactly one is current, all are in the history."""
     async with backend.open(dimensions=DIMENSIONS) as store:
@@ -217,12 +234,10 @@ async def expired_memories_are_neither_found_nor_kept(backend: MemoryStoreBacken
 
 @_check
 async def bad_input_is_refused_and_changes_nothing(backend: MemoryStoreBackend) -> None:
-    """Wrong dimensions, no embedding, a reused id, a bad query: typed errors, nothing stored."""
+    """Wrong dimensions, a reused id, a bad query: typed errors, nothing stored."""
     async with backend.open(dimensions=DIMENSIONS) as store:
         with expect_raises(MemoryFormatError, "an embedding of another length"):
             await store.add(ALICE, MemoryRecord("x", embedding=[1.0, 0.0]))
-        with expect_raises(MemoryFormatError, "a record without an embedding"):
-            await store.add(ALICE, MemoryRecord("x"))
         record = await store.add(ALICE, fact("once", 0))
         with expect_raises(MemoryFormatError, "a reused id"):
             await store.add(ALICE, MemoryRecord("twice", embedding=axis(1), id=record.id))
@@ -235,6 +250,23 @@ async def bad_input_is_refused_and_changes_nothing(backend: MemoryStoreBackend) 
             MemoryRecord("x", embedding=[math.nan] * DIMENSIONS)
         with expect_raises(MemoryFormatError, "an empty text"):
             MemoryRecord("  ", embedding=axis(0))
+
+
+@_check
+async def a_record_without_an_embedding_is_listed_never_found(backend: MemoryStoreBackend) -> None:
+    """A record without an embedding (read by key, not by meaning) is stored and listed, never found."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        plain = await store.add(ALICE, MemoryRecord("name: Alice", key="profile.name", kind="profile"))
+        found = await store.add(ALICE, fact("Alice likes tea.", 0))
+        expect_equal({r.id for r in await store.list_memories(ALICE)}, {plain.id, found.id}, "listed")
+        expect_equal([h.record.id for h in await store.search(ALICE, axis(0), k=5)], [found.id], "found")
+        newer = await store.add(ALICE, MemoryRecord("name: Alicia", key="profile.name", kind="profile"))
+        expect_equal(
+            [r.id for r in await store.history(ALICE, "profile.name")], [plain.id, newer.id], "history"
+        )
+        changed = await store.update(ALICE, newer.id, text="name: Ali", embedding=axis(4))
+        expect_equal(changed.text, "name: Ali", "an update that gives it an embedding")
+        expect_equal([h.record.id for h in await store.search(ALICE, axis(4), k=1)], [newer.id], "then found")
 
 
 @_check
