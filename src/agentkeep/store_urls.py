@@ -23,7 +23,8 @@ an ``ImportError`` naming the extra to install).
 * :func:`open_message_store`: a :class:`~agentkeep.storage.base.MessageStore`;
 * :func:`open_history_provider`: a :class:`~agentkeep.providers.storage.StorageHistoryProvider`
   that owns a message store opened from the URL;
-* :func:`open_session_store`: an :class:`~agentkeep.stores.base.AgentSessionStore`.
+* :func:`open_session_store`: an :class:`~agentkeep.stores.base.AgentSessionStore`;
+* :func:`open_memory_store`: a :class:`~agentkeep.memory.MemoryStore` (SQLite or memory so far).
 
 What they return owns what it opened: close it with ``await ....aclose()``. Nothing is connected
 yet; the first operation (or ``await store.setup()``) reaches the backend.
@@ -40,6 +41,7 @@ from .errors import StoreURLError
 
 if TYPE_CHECKING:
     from .encryption import KeyRing
+    from .memory import MemoryStore
     from .providers.history import HistoryOptions
     from .providers.storage import StorageHistoryProvider
     from .storage.base import MessageStore
@@ -52,6 +54,7 @@ __all__ = [
     "StoreLocation",
     "describe_store",
     "open_history_provider",
+    "open_memory_store",
     "open_message_store",
     "open_session_store",
     "parse_store_url",
@@ -316,3 +319,32 @@ def describe_store(store: object) -> str:
         if address is not None:
             return f"{backend} at {address}"
     return backend
+
+
+def open_memory_store(
+    url: str | None = None, *, dimensions: int = 384, ttl: float | None = None, timeout: float = 5.0
+) -> MemoryStore:
+    """A new long-term memory store for ``url``; the caller owns it (``await store.aclose()``).
+
+    Args:
+        url: The store URL (``None``: the default SQLite file, shared with message history).
+        dimensions: The length of the embeddings (384: all-MiniLM-L6-v2).
+        ttl: Seconds after its last update at which a memory expires.
+        timeout: Seconds to wait for another process's write lock (SQLite).
+
+    Raises:
+        StoreURLError: An unknown scheme, a malformed URL, or a backend that keeps no memories yet.
+        ImportError: The SQLite memory store's extra is not installed (the message names it).
+    """
+    location = parse_store_url(url)
+    if location.backend == "sqlite":
+        from .memory.sqlite import SQLiteMemoryStore
+
+        return SQLiteMemoryStore(location.path, dimensions=dimensions, ttl=ttl, timeout=timeout)  # pyright: ignore[reportArgumentType]
+    if location.backend == "memory":
+        from .memory import InMemoryMemoryStore
+
+        return InMemoryMemoryStore(dimensions=dimensions, ttl=ttl)
+    raise StoreURLError(
+        f"store URL {redact_url(url or '')!r}: long-term memory is kept in SQLite or memory:// for now"
+    )

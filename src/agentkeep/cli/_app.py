@@ -41,6 +41,7 @@ from ._compact import (
 )
 from ._keys import generate_key_entry, rotate, summary
 from ._maf import export_maf_session, import_maf_session, import_redis_history, not_imported, read_maf_file
+from ._memory import forget_user, list_user, scope_of, search_user
 from ._stores import STORE_URL_HELP, CLIError, describe_store, open_store
 from ._transfer import (
     content_lines,
@@ -54,6 +55,7 @@ from ._transfer import (
 
 if TYPE_CHECKING:  # the Redis import needs the [redis] extra only when it is used
     from ..maf.redis_history import RedisImportProgress
+    from ..memory import MemoryStore
 
 __all__ = ["app", "main"]
 
@@ -72,6 +74,8 @@ sessions_app = typer.Typer(
 app.add_typer(sessions_app, name="sessions")
 api_keys_app = typer.Typer(help="Make API keys for agentkeep serve.", no_args_is_help=True)
 app.add_typer(api_keys_app, name="api-keys")
+memory_app = typer.Typer(help="A user's long-term memories: list, search, forget.", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
 keys_app = typer.Typer(
     help="Make encryption keys and re-encrypt a store with the current one.", no_args_is_help=True
 )
@@ -642,3 +646,105 @@ def rotate_keys(
 def main() -> None:
     """The ``agentkeep`` console script."""
     app(prog_name="agentkeep")
+
+
+# -- memory -------------------------------------------------------------------------------------------
+
+MemoryStoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-store",
+        metavar="URL",
+        envvar="AGENTKEEP_MEMORY_STORE",
+        help="Where memories live: sqlite:///path/to/file.db or memory:// (default: the SQLite file "
+        "in the user's data folder, shared with history).",
+        show_default=False,
+    ),
+]
+UserOption = Annotated[str, typer.Option("--user", "-u", metavar="ID", help="The user.")]
+TenantOption = Annotated[str | None, typer.Option("--tenant", metavar="ID", help="The user's tenant.")]
+AgentOption = Annotated[
+    str | None,
+    typer.Option("--agent", metavar="ID", help="The agent (default: memories the user's agents share)."),
+]
+
+
+def _with_memory(url: str | None, job: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    """Open the memory store, run ``job`` on it and close it, all in one event loop."""
+    from ..store_urls import open_memory_store
+
+    async def run() -> T:
+        store = open_memory_store(url)
+        try:
+            await store.setup()
+            return await job(store)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
+
+
+@memory_app.command("list")
+def memory_list(
+    user: UserOption,
+    tenant: TenantOption = None,
+    agent: AgentOption = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", metavar="KIND", help="Only fact, chunk, profile, block, ...")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, metavar="N", help="Show at most N.")] = None,
+    memory_store: MemoryStoreOption = None,
+) -> None:
+    """List a user's current memories, newest first."""
+    with _reported():
+        scope = scope_of(user, tenant, agent)
+        records = _with_memory(memory_store, lambda store: list_user(store, scope, kind=kind, limit=limit))
+        console = _stdout()
+        if not records:
+            console.print(Text(f"no memories of {scope}"))
+            return
+        table = Table(title=f"memories of {scope}", title_justify="left")
+        for column in ("kind", "key", "text", "session", "updated"):
+            table.add_column(column)
+        for record in records:
+            updated = (record.updated_at or record.created_at).strftime("%Y-%m-%d %H:%M")
+            table.add_row(record.kind, record.key or "", record.text, record.source_session_id or "", updated)
+        console.print(table)
+
+
+@memory_app.command("search")
+def memory_search(
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
+    user: UserOption,
+    tenant: TenantOption = None,
+    agent: AgentOption = None,
+    k: Annotated[int, typer.Option("-k", min=1, max=100, metavar="N", help="How many.")] = 5,
+    memory_store: MemoryStoreOption = None,
+) -> None:
+    """Find a user's memories most like QUERY (with the packaged embedding model)."""
+    with _reported():
+        scope = scope_of(user, tenant, agent)
+        hits = _with_memory(memory_store, lambda store: search_user(store, scope, query, k=k))
+        console = _stdout()
+        if not hits:
+            console.print(Text(f"no memories of {scope} to search"))
+            return
+        for hit in hits:
+            source = f" [session {hit.record.source_session_id}]" if hit.record.source_session_id else ""
+            console.print(Text(f"{hit.score:.3f}  {hit.record.text}{source}"))
+
+
+@memory_app.command("forget")
+def memory_forget(
+    user: UserOption,
+    tenant: TenantOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do it without asking.")] = False,
+    memory_store: MemoryStoreOption = None,
+) -> None:
+    """Remove every memory of a user in a tenant (all agents, history and embeddings)."""
+    with _reported():
+        who = str(scope_of(user, tenant, None))
+        if not yes and not typer.confirm(f"Remove every memory of {who}?", default=False):
+            raise typer.Exit(1)
+        removed = _with_memory(memory_store, lambda store: forget_user(store, user=user, tenant=tenant))
+        _stdout().print(Text(f"forgot {removed} memories of {who}"))
