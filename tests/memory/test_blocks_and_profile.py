@@ -72,8 +72,8 @@ async def test_the_model_edits_its_blocks_and_they_persist(tmp_path: Path) -> No
         await store.aclose()
 
 
-async def test_concurrent_edits_of_one_block_are_both_kept() -> None:
-    store = InMemoryMemoryStore(dimensions=8)
+async def test_concurrent_edits_of_one_block_are_all_kept(tmp_path: Path) -> None:
+    store = SQLiteMemoryStore(tmp_path / "memory.db", dimensions=8)  # its calls really interleave
     blocks = MemoryBlocksProvider(store, [MemoryBlock("human")])
     agent = Agent(ScriptedChatClient(), context_providers=blocks)
     session = agent.create_session()
@@ -84,7 +84,12 @@ async def test_concurrent_edits_of_one_block_are_both_kept() -> None:
     )
     text = (await blocks.read(scope))["human"]
     assert text is not None
-    assert sorted(text.text.splitlines()) == [f"line {n}" for n in range(5)]
+    assert sorted(text.text.splitlines()) == [f"line {n}" for n in range(5)]  # the first edit too
+    await blocks.replace(scope, "human", text.text, "   ")  # only whitespace left: the block is empty
+    emptied = (await blocks.read(scope))["human"]
+    assert emptied is not None
+    assert emptied.metadata == {"empty": True}
+    await store.aclose()
 
 
 class UserInfo(BaseModel):

@@ -62,12 +62,25 @@ async def test_list_search_and_forget(env: dict[str, str], tmp_path: Path, minil
     assert "Globex note." in ok(run(env, "memory", "list", "--user", "maren", "--tenant", "globex", *where))
 
 
-def test_bad_options_are_one_line_errors(env: dict[str, str], tmp_path: Path) -> None:
-    where = ["--memory-store", f"sqlite://{tmp_path / 'memory.db'}"]
-    one_line_error(run(env, "memory", "list", "--user", "u", "--tenant", "a::b", *where), "tenant_id")
+async def test_bad_options_are_one_line_errors(env: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    one_line_error(
+        run(env, "memory", "list", "--user", "u", "--memory-store", f"sqlite://{missing}"), "no memory store"
+    )
+    assert not missing.exists()  # a mistyped path is not made into an empty store
+    path = tmp_path / "memory.db"
+    store = SQLiteMemoryStore(path, dimensions=384)
+    await store.setup()
+    await store.aclose()
+    where = ["--memory-store", f"sqlite://{path}"]
+    one_line_error(run(env, "memory", "list", "--user", "u", "--memory-store", "memory://"), "memory://")
+    one_line_error(run(env, "memory", "list", "--user", "u", "--tenant", "a::", *where), "tenant_id")
     one_line_error(
         run(env, "memory", "list", "--user", "u", "--memory-store", "redis://127.0.0.1:6379/0"), "SQLite"
     )
     one_line_error(run(env, "memory", "search", " ", "--user", "u", *where), "query")
     refused = run(env, "memory", "forget", "--user", "u", *where)  # no --yes, nothing typed: nothing done
     assert refused.returncode == 1
+    assert "nothing removed" in refused.stderr
+    narrowed = ok(run(env, "memory", "list", "--user", "u", "--tenant", "acme::team", *where))  # a sub-tenant
+    assert "no memories of acme::team::u" in narrowed

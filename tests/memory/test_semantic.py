@@ -12,7 +12,7 @@ import pytest
 from agentkeep import Agent, AgentSession, ChatOptions, Message
 from agentkeep.clients import ScriptedChatClient
 from agentkeep.errors import ChatClientError
-from agentkeep.memory import InMemoryMemoryStore, MemoryRecord, MemoryScope
+from agentkeep.memory import MAX_MEMORY_TEXT, InMemoryMemoryStore, MemoryRecord, MemoryScope
 from agentkeep.memory.embedders import CachedEmbedder, MiniLMEmbedder
 from agentkeep.memory.semantic import FactExtractor, SemanticMemoryProvider, memory_scope, set_memory_user
 from agentkeep.memory.sqlite import SQLiteMemoryStore
@@ -163,8 +163,8 @@ async def test_facts_with_a_key_replace_older_ones(store: SQLiteMemoryStore, min
     await agent.run("I moved to Porto last week.", session=session)
     await agent.run("Hello again.", session=session)  # no facts
     current = await store.list_memories(scope)
-    assert [(r.key, r.text) for r in current] == [("home_city", "The user lives in Porto.")]
-    history = await store.history(scope, "home_city")
+    assert [(r.key, r.text) for r in current] == [("fact.home_city", "The user lives in Porto.")]
+    history = await store.history(scope, "fact.home_city")
     assert [r.text for r in history] == ["The user lives in Lisbon.", "The user lives in Porto."]
     await agent.run("Where do I live?", session=session)
     answer_call = -2  # the last call is the run's extraction
@@ -175,3 +175,30 @@ async def test_facts_with_a_key_replace_older_ones(store: SQLiteMemoryStore, min
 def test_the_provider_refuses_an_embedder_of_other_dimensions() -> None:
     with pytest.raises(ValueError, match="dimensions"):
         SemanticMemoryProvider(InMemoryMemoryStore(dimensions=8), CountingEmbedder())
+
+
+async def test_memory_failures_do_not_fail_a_turn_that_succeeded(
+    tmp_path: Path, minilm: MiniLMEmbedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store gone away, or a message longer than a memory holds: the turn and its history stand."""
+    memories = SQLiteMemoryStore(tmp_path / "memory.db", dimensions=384)
+    await memories.setup()
+    agent = Agent(
+        ScriptedChatClient(lambda messages: "ok"), context_providers=SemanticMemoryProvider(memories, minilm)
+    )
+    session = agent.create_session()
+    scope = set_memory_user(session, "maren")
+    long_message = "I keep a diary. " * 2_000  # 32,000 characters: split into memories that fit
+    await agent.run(long_message, session=session)
+    kept = await memories.list_memories(scope)
+    assert kept  # (the two halves are alike enough to be kept once)
+    assert all(len(r.text) <= MAX_MEMORY_TEXT for r in kept)
+    await memories.aclose()  # from now on every memory call fails
+    with caplog.at_level("WARNING", logger="agentkeep.memory"):
+        answer = await agent.run("Still there?", session=session)
+    assert answer.text == "ok"
+    history = agent.history_provider()
+    assert history is not None
+    stored = [m.text for m in await history.get_session_messages(session)]
+    assert stored[-2:] == ["Still there?", "ok"]
+    assert any("remembering a turn failed" in r.getMessage() for r in caplog.records)

@@ -656,8 +656,8 @@ MemoryStoreOption = Annotated[
         "--memory-store",
         metavar="URL",
         envvar="AGENTKEEP_MEMORY_STORE",
-        help="Where memories live: sqlite:///path/to/file.db or memory:// (default: the SQLite file "
-        "in the user's data folder, shared with history).",
+        help="Where memories live: sqlite:///path/to/file.db (default: the SQLite file in the user's "
+        "data folder, shared with history).",
         show_default=False,
     ),
 ]
@@ -670,8 +670,19 @@ AgentOption = Annotated[
 
 
 def _with_memory(url: str | None, job: Callable[[MemoryStore], Awaitable[T]]) -> T:
-    """Open the memory store, run ``job`` on it and close it, all in one event loop."""
-    from ..store_urls import open_memory_store
+    """Open the memory store, run ``job`` on it and close it, all in one event loop.
+
+    Raises:
+        CLIError: ``memory://`` (a command's own process keeps nothing), or a SQLite file that does
+            not exist (a mistyped path must not become a new, empty store).
+    """
+    from ..store_urls import open_memory_store, parse_store_url
+
+    location = parse_store_url(url)
+    if location.backend == "memory":
+        raise CLIError("memory:// holds nothing between commands: give a SQLite file (--memory-store)")
+    if location.backend == "sqlite" and location.path is not None and not location.path.exists():
+        raise CLIError(f"no memory store at {location.path}")
 
     async def run() -> T:
         store = open_memory_store(url)
@@ -744,7 +755,13 @@ def memory_forget(
     """Remove every memory of a user in a tenant (all agents, history and embeddings)."""
     with _reported():
         who = str(scope_of(user, tenant, None))
-        if not yes and not typer.confirm(f"Remove every memory of {who}?", default=False):
-            raise typer.Exit(1)
+        if not yes:
+            try:
+                confirmed = typer.confirm(f"Remove every memory of {who}?", default=False)
+            except typer.Abort:  # no answer (standard input closed)
+                confirmed = False
+            if not confirmed:
+                _stderr().print(Text("nothing removed"))
+                raise typer.Exit(1)
         removed = _with_memory(memory_store, lambda store: forget_user(store, user=user, tenant=tenant))
         _stdout().print(Text(f"forgot {removed} memories of {who}"))

@@ -13,6 +13,7 @@ Rules every backend keeps (the conformance suite in
 * adding a record whose ``key`` matches a current record of the scope supersedes that one in the
   same atomic step (``superseded_by`` set; it stays in :meth:`~MemoryStore.history`);
 * searches and listings see current records only; scores are cosine similarities, best first;
+  records read back may come without their embedding (a store need not return vectors);
 * embeddings have the store's ``dimensions``; a record without one (a profile field, a memory
   block: read by key, not by meaning) is stored and listed but never found by a search;
 * a record whose ``updated_at`` is older than the store's ``ttl`` is neither found nor listed,
@@ -23,14 +24,21 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from ..errors import ConflictError
 from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
 
-__all__ = ["MemoryStore", "cosine", "normalized"]
+__all__ = ["MAX_K", "NO_CURRENT", "MemoryStore", "cosine", "normalized", "rewrite_keyed"]
+
+MAX_K: Final = 1_000
+"""The most memories one search returns."""
+
+NO_CURRENT: Final = ""
+"""``add(..., replaces=NO_CURRENT)``: store only if the key has no current record yet (the first
+write of a read-modify-write; no id is empty, so this names none)."""
 
 
 def normalized(vector: Sequence[float]) -> list[float]:
@@ -77,12 +85,14 @@ class MemoryStore(ABC):
             scope: Whose memory it is.
             record: The memory.
             replaces: For a keyed record read-modified-written (a memory block's new text): the id
-                of the current record it was made from. If another record of the key is current
-                by now (a concurrent writer), nothing is stored and ``ConflictError`` says so.
+                of the current record it was made from, or :data:`NO_CURRENT` when the key had
+                none. If the key's current record is another by now (a concurrent writer),
+                nothing is stored and ``ConflictError`` says so.
 
         Raises:
             MemoryFormatError: An embedding of another length, or a reused id.
             ConflictError: ``replaces`` is not the key's current record.
+            ValueError: ``replaces`` for a record without a key.
         """
 
     @abstractmethod
@@ -165,6 +175,16 @@ class MemoryStore(ABC):
             return None
         return datetime.now(UTC) - timedelta(seconds=self.ttl)
 
+    @staticmethod
+    def check_replaces(record: MemoryRecord, replaces: str | None) -> None:
+        """Refuse ``replaces`` for a record without a key (there is nothing to compare with).
+
+        Raises:
+            ValueError: ``replaces`` given for a record without a key.
+        """
+        if replaces is not None and record.key is None:
+            raise ValueError("replaces= is for a record with a key")
+
     def conflict(
         self, scope: MemoryScope, record: MemoryRecord, replaces: str, current: str | None
     ) -> ConflictError:
@@ -182,9 +202,49 @@ class MemoryStore(ABC):
         """Refuse a search that asks for nothing sensible.
 
         Raises:
-            ValueError: ``k`` below 1, or ``min_score`` outside [-1, 1].
+            ValueError: ``k`` outside 1..1,000, or ``min_score`` outside [-1, 1].
         """
-        if k < 1:
-            raise ValueError("k must be at least 1")
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K}")
         if min_score is not None and not -1.0 <= min_score <= 1.0:
             raise ValueError("min_score must be between -1 and 1")
+
+
+async def rewrite_keyed(
+    store: MemoryStore,
+    scope: MemoryScope,
+    key: str,
+    change: Callable[[MemoryRecord | None], MemoryRecord | None],
+    *,
+    attempts: int = 5,
+) -> MemoryRecord | None:
+    """Read-modify-write the current record of ``key`` without losing a concurrent write.
+
+    ``change`` gets the key's current record (``None``: none, or expired) and returns the record
+    to store in its place, or ``None`` to leave it. The write is a compare-and-set on what
+    ``change`` saw; if another writer got there first, ``change`` runs again on the newer record.
+
+    Returns:
+        The stored record, or ``None`` if ``change`` left the key as it was.
+
+    Raises:
+        ConflictError: Other writers won ``attempts`` times in a row.
+    """
+    cutoff = store.expired_before()
+    for _ in range(attempts):
+        current = next((r for r in await store.history(scope, key) if r.current), None)
+        live = current
+        if live is not None and cutoff is not None and (live.updated_at or live.created_at) < cutoff:
+            live = None  # expired: gone for readers, so changed as if absent
+        record = change(live)
+        if record is None:
+            return None
+        try:
+            return await store.add(scope, record, replaces=NO_CURRENT if current is None else current.id)
+        except ConflictError:
+            continue
+    raise ConflictError(
+        f"memory {key!r} of {scope} kept changing under {attempts} attempts to update it",
+        backend=store.backend,
+        conversation_id=scope.key,
+    )

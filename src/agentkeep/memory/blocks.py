@@ -19,15 +19,16 @@ applied to the newer text).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import ConflictError, ToolError
+from ..errors import AgentkeepError, ConflictError, ToolError
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
 from ..tools import FunctionTool
-from .base import MemoryStore
+from .base import MemoryStore, rewrite_keyed
 from .records import MAX_MEMORY_TEXT, MemoryRecord, MemoryScope
 from .semantic import memory_scope
 
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryBlock", "MemoryBlocksProvider"]
 
+_log = logging.getLogger("agentkeep.memory")
 _KIND: Final = "block"
-_RETRIES: Final = 5
 _EMPTY: Final = "(empty block)"  # a record holds text; an emptied block is marked in its metadata
 
 
@@ -74,6 +75,7 @@ class MemoryBlocksProvider(ContextProvider):
     """
 
     DEFAULT_SOURCE_ID = "memory_blocks"
+    keeps_session_state = False  # the memories are in the store
 
     def __init__(
         self,
@@ -98,13 +100,6 @@ class MemoryBlocksProvider(ContextProvider):
         self.store = store
         self.blocks = {b.name: b for b in chosen}
         self.scope = scope
-
-    @property
-    def state_keys(self) -> tuple[str, ...]:
-        return ()
-
-    def get_state(self, session: AgentSession | None) -> Any:
-        return None
 
     async def read(self, scope: MemoryScope) -> dict[str, MemoryRecord | None]:
         """Each block's current record in ``scope`` (``None``: never edited, it holds its initial text)."""
@@ -137,7 +132,11 @@ class MemoryBlocksProvider(ContextProvider):
         scope = self.scope(session)
         if scope is None:
             return None
-        records = await self.read(scope)
+        try:
+            records = await self.read(scope)
+        except AgentkeepError as exc:  # memory unavailable: the run goes on without its blocks
+            _log.warning("reading memory blocks failed for %s: %s", scope, exc)
+            return None
         texts = {name: self._text(self.blocks[name], record) for name, record in records.items()}
         return AIContext(instructions=self.render(texts), tools=self.tools(scope, session))
 
@@ -150,7 +149,9 @@ class MemoryBlocksProvider(ContextProvider):
         Raises:
             ToolError: An unknown block, or the limit would be passed.
         """
-        return await self._edit(scope, session_id, block, lambda old: f"{old}\n{text}" if old else text)
+        return await self._edit(
+            scope, session_id, block, lambda old: f"{old}\n{text}" if old else text, tool="memory_append"
+        )
 
     async def replace(
         self, scope: MemoryScope, block: str, old: str, new: str, *, session_id: str | None = None
@@ -171,7 +172,7 @@ class MemoryBlocksProvider(ContextProvider):
                 )
             return current.replace(old, new, 1)
 
-        return await self._edit(scope, session_id, block, change)
+        return await self._edit(scope, session_id, block, change, tool="memory_replace")
 
     def tools(self, scope: MemoryScope, session: AgentSession) -> list[FunctionTool]:
         """The two editing tools, bound to ``scope`` (what each run of ``session`` gets)."""
@@ -191,35 +192,42 @@ class MemoryBlocksProvider(ContextProvider):
         ]
 
     async def _edit(
-        self, scope: MemoryScope, session_id: str | None, name: str, change: Callable[[str], str]
+        self,
+        scope: MemoryScope,
+        session_id: str | None,
+        name: str,
+        change: Callable[[str], str],
+        *,
+        tool: str,
     ) -> str:
         block = self.blocks.get(name)
         if block is None:
-            raise ToolError(
-                f"there is no memory block {name!r}; the blocks are {sorted(self.blocks)}", tool_name="memory"
-            )
-        for _ in range(_RETRIES):
-            current = (await self.read(scope))[name]
-            text = change(self._text(block, current)).strip("\n")
+            known = sorted(self.blocks)
+            raise ToolError(f"there is no memory block {name!r}; the blocks are {known}", tool_name=tool)
+        written: list[str] = []
+
+        def edit(current: MemoryRecord | None) -> MemoryRecord:
+            text = change(self._text(block, current)).strip()
             if len(text) > block.limit:
                 raise ToolError(
                     f"block {name!r} would hold {len(text)} characters; its limit is {block.limit}: "
                     "make room first (memory_replace)",
-                    tool_name="memory",
+                    tool_name=tool,
                 )
-            record = MemoryRecord(
+            written[:] = [text]
+            return MemoryRecord(
                 text or _EMPTY,
                 key=block.key,
                 kind=_KIND,
                 source_session_id=session_id,
                 metadata={} if text else {"empty": True},
             )
-            try:
-                await self.store.add(scope, record, replaces=None if current is None else current.id)
-            except ConflictError:
-                continue  # another run edited the block meanwhile: apply the change to its text
-            return f"block {name!r} now holds {len(text)} of {block.limit} characters"
-        raise ToolError(f"block {name!r} is being edited elsewhere; try again", tool_name="memory")
+
+        try:
+            await rewrite_keyed(self.store, scope, block.key, edit)
+        except ConflictError as exc:
+            raise ToolError(f"block {name!r} is being edited elsewhere; try again", tool_name=tool) from exc
+        return f"block {name!r} now holds {len(written[0])} of {block.limit} characters"
 
     def __repr__(self) -> str:
         return f"MemoryBlocksProvider(blocks={list(self.blocks)!r}, store={self.store!r})"

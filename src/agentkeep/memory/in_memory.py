@@ -6,16 +6,23 @@ per search); the SQLite store is the one for many memories.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import heapq
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import MemoryFormatError
-from .base import MemoryStore, cosine, normalized
+from .base import NO_CURRENT, MemoryStore, cosine, normalized
 from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
 
 __all__ = ["InMemoryMemoryStore"]
+
+
+def _copy(record: MemoryRecord, **changes: Any) -> MemoryRecord:
+    """A copy that shares nothing mutable with ``record`` (callers may change what they hold)."""
+    return dataclasses.replace(record, **{"metadata": copy.deepcopy(record.metadata), **changes})
 
 
 class InMemoryMemoryStore(MemoryStore):
@@ -43,24 +50,27 @@ class InMemoryMemoryStore(MemoryStore):
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
+        self.check_replaces(record, replaces)
         embedding = self.checked(record)
-        stored = dataclasses.replace(record, embedding=embedding, superseded_by=None)
+        stored = _copy(record, embedding=embedding, superseded_by=None)
         records = self._scopes.setdefault(scope.key, {})
         if stored.id in records:
             raise MemoryFormatError(f"memory {stored.id!r} already exists in {scope}")
         if stored.key is not None:
             current = [other for other in records.values() if other.key == stored.key and other.current]
-            if replaces is not None and [r.id for r in current] != [replaces]:
+            if replaces is not None and [r.id for r in current] != (
+                [] if replaces == NO_CURRENT else [replaces]
+            ):
                 raise self.conflict(scope, stored, replaces, current[0].id if current else None)
             for other in current:
                 other.superseded_by = stored.id
         records[stored.id] = stored
         self._users.setdefault(scope.user_key, set()).add(scope.key)
-        return dataclasses.replace(stored)
+        return _copy(stored)
 
     async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
         record = self._records(scope).get(memory_id)
-        return None if record is None else dataclasses.replace(record)
+        return None if record is None else _copy(record)
 
     async def update(
         self,
@@ -76,7 +86,7 @@ class InMemoryMemoryStore(MemoryStore):
             raise LookupError(f"no current memory {memory_id!r} in {scope}")
         if text is not None and embedding is None:
             raise MemoryFormatError("a new text needs its new embedding")
-        changed = dataclasses.replace(
+        changed = _copy(
             record,
             text=record.text if text is None else text,
             embedding=record.embedding
@@ -86,7 +96,7 @@ class InMemoryMemoryStore(MemoryStore):
             updated_at=datetime.now(UTC),
         )
         self._scopes[scope.key][memory_id] = changed
-        return dataclasses.replace(changed)
+        return _copy(changed)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
         return self._records(scope).pop(memory_id, None) is not None
@@ -95,7 +105,7 @@ class InMemoryMemoryStore(MemoryStore):
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
         found = [
-            dataclasses.replace(r)
+            _copy(r)
             for r in self._records(scope).values()
             if self._live(r) and (kind is None or r.kind == kind)
         ]
@@ -113,17 +123,17 @@ class InMemoryMemoryStore(MemoryStore):
     ) -> list[MemoryHit]:
         self.check_query(k, min_score)
         query = check_embedding(embedding, self.dimensions)
-        hits = [
-            MemoryHit(dataclasses.replace(r), cosine(query, r.embedding))
+        scored = [
+            (cosine(query, r.embedding), r)
             for r in self._records(scope).values()
             if r.embedding is not None and self._live(r) and (kind is None or r.kind == kind)
         ]
-        hits = [h for h in hits if min_score is None or h.score >= min_score]
-        hits.sort(key=lambda h: (-h.score, h.record.id))
-        return hits[:k]
+        scored = [(score, r) for score, r in scored if min_score is None or score >= min_score]
+        best = heapq.nsmallest(k, scored, key=lambda item: (-item[0], item[1].id))
+        return [MemoryHit(_copy(r), score) for score, r in best]  # only the hits are copied
 
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
-        found = [dataclasses.replace(r) for r in self._records(scope).values() if r.key == key]
+        found = [_copy(r) for r in self._records(scope).values() if r.key == key]
         found.sort(key=lambda r: (r.created_at, r.id))
         return found
 

@@ -10,8 +10,9 @@ parses); the values are merged into the profile field by field:
 * the same value again changes nothing;
 * an empty value (``None``: the turn did not mention it) never erases a stored one.
 
-An extraction that fails (the model is down, the reply does not fit the schema) is logged
-(``agentkeep.memory``) and changes nothing; the turn, which succeeded, is not reported failed.
+An update that fails (the model is down, the reply does not fit the schema, the store is
+unreachable) is logged (``agentkeep.memory``) and changes nothing; the turn, which succeeded, is
+not reported failed. An expired value stated again is written again.
 
 Before each run the profile is added to the instructions ("What you know about the user: name:
 Maren; age: 34."). The profile is kept per memory scope (whose: :func:`~agentkeep.memory.semantic.
@@ -26,13 +27,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from ..clients.base import ChatClient, ChatOptions
-from ..errors import ChatClientError, ConflictError
+from ..errors import AgentkeepError
 from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession, to_builtins
-from .base import MemoryStore
+from .base import MemoryStore, rewrite_keyed
 from .records import MemoryRecord, MemoryScope
-from .semantic import memory_scope
+from .semantic import memory_scope, transcript
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -42,7 +43,6 @@ __all__ = ["PROFILE_INSTRUCTIONS", "ProfileMemoryProvider"]
 P = TypeVar("P")
 _log = logging.getLogger("agentkeep.memory")
 _KIND: Final = "profile"
-_RETRIES: Final = 5
 
 PROFILE_INSTRUCTIONS: Final = (
     "Fill in what the user says about themselves in this conversation turn. Use null for every "
@@ -65,6 +65,7 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
     """
 
     DEFAULT_SOURCE_ID = "profile_memory"
+    keeps_session_state = False  # the memories are in the store
 
     def __init__(
         self,
@@ -85,13 +86,6 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
         self.max_tokens = max_tokens
         self.scope = scope
 
-    @property
-    def state_keys(self) -> tuple[str, ...]:
-        return ()
-
-    def get_state(self, session: AgentSession | None) -> Any:
-        return None
-
     async def profile(self, scope: MemoryScope) -> dict[str, Any]:
         """The profile of ``scope``: field name to its current value (fields never filled are absent)."""
         found: dict[str, Any] = {}
@@ -102,9 +96,7 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
 
     async def extract(self, messages: list[Message]) -> dict[str, Any]:
         """The fields one turn filled (empty ones left out)."""
-        said = "\n".join(
-            f"{m.role}: {m.text}" for m in messages if m.text and m.role in ("user", "assistant")
-        )
+        said = transcript(messages)
         options: ChatOptions = {
             "instructions": self.instructions,
             "response_format": self.schema,
@@ -126,23 +118,23 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
         """Merge ``values`` into the profile (module docs); returns the fields that changed."""
         changed: list[str] = []
         for field, value in values.items():
-            key = f"profile.{field}"
-            for _ in range(_RETRIES):
-                current = next((r for r in await self.store.history(scope, key) if r.current), None)
-                if current is not None and current.metadata.get("value") == value:
-                    break  # the same value again: nothing to do
-                text = (
-                    f"{field}: {value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+
+            def replace(
+                current: MemoryRecord | None, field: str = field, value: Any = value
+            ) -> MemoryRecord | None:
+                if current is not None and _same(current.metadata.get("value"), value):
+                    return None  # the same value again: nothing to do
+                shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                return MemoryRecord(
+                    f"{field}: {shown}"[:4_000],
+                    key=f"profile.{field}",
+                    kind=_KIND,
+                    source_session_id=session_id,
+                    metadata={"value": value},
                 )
-                record = MemoryRecord(
-                    text[:4_000], key=key, kind=_KIND, source_session_id=session_id, metadata={"value": value}
-                )
-                try:
-                    await self.store.add(scope, record, replaces=None if current is None else current.id)
-                except ConflictError:
-                    continue  # merged concurrently by another run: compare with its value
+
+            if await rewrite_keyed(self.store, scope, f"profile.{field}", replace) is not None:
                 changed.append(field)
-                break
         return changed
 
     async def before_run(
@@ -151,7 +143,11 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
         scope = self.scope(session)
         if scope is None:
             return None
-        known = await self.profile(scope)
+        try:
+            known = await self.profile(scope)
+        except AgentkeepError as exc:  # memory unavailable: the run goes on without it
+            _log.warning("reading the profile failed for %s: %s", scope, exc)
+            return None
         if not known:
             return None
         facts = "; ".join(f"{field}: {value}" for field, value in known.items())
@@ -167,13 +163,17 @@ class ProfileMemoryProvider(ContextProvider, Generic[P]):
             return
         try:
             values = await self.extract([*context.input_messages, *context.response_messages])
-        except ChatClientError as exc:
-            # The turn itself succeeded (and is stored): a failed extraction must not report it
-            # failed. The profile just learns nothing from this turn.
-            _log.warning("profile extraction failed for %s: %s", scope, exc)
-            return
-        if values:
-            await self.merge(scope, values, session_id=session.session_id)
+            if values:
+                await self.merge(scope, values, session_id=session.session_id)
+        except (AgentkeepError, LookupError) as exc:
+            # The turn itself succeeded: memory bookkeeping must not report it failed (nor keep
+            # the history providers after this one from storing it). The profile learns nothing.
+            _log.warning("profile update failed for %s: %s", scope, exc)
 
     def __repr__(self) -> str:
         return f"ProfileMemoryProvider(schema={self.schema.__name__}, store={self.store!r})"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality (``True`` is not ``1``, ``1.0`` is not ``1``)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

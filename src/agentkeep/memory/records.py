@@ -59,11 +59,14 @@ class MemoryScope:
     def __post_init__(self) -> None:
         _check_id(self.user_id, "user_id")
         if self.tenant_id is not None:
-            try:
-                check_isolation_key(self.tenant_id)
-            except ValueError as exc:
-                raise MemoryFormatError(f"tenant_id: {exc}") from exc
+            # A tenant may be narrowed (``acme::team``), as a session's isolation key may: each
+            # part must be a key of its own.
             _check_id(self.tenant_id, "tenant_id")
+            try:
+                for part in self.tenant_id.split(ISOLATION_SEPARATOR):
+                    check_isolation_key(part)
+            except ValueError as exc:
+                raise MemoryFormatError(f"tenant_id {self.tenant_id!r}: {exc}") from exc
         if self.agent_id is not None:
             _check_id(self.agent_id, "agent_id")
 
@@ -98,6 +101,8 @@ def check_embedding(embedding: Any, dimensions: int | None = None) -> list[float
         raise MemoryFormatError(f"an embedding must hold numbers: {exc}") from exc
     if not all(math.isfinite(v) for v in values):
         raise MemoryFormatError("an embedding must hold finite numbers (no NaN or infinity)")
+    if not any(values):
+        raise MemoryFormatError("an embedding of only zeros has no direction to compare")
     if dimensions is not None and len(values) != dimensions:
         raise MemoryFormatError(f"the embedding has {len(values)} dimensions; this store holds {dimensions}")
     return values
@@ -152,6 +157,10 @@ class MemoryRecord:
         problem = json_problem(self.metadata)
         if problem is not None:
             raise MemoryFormatError(f"metadata cannot be stored: {problem}")
+        for name in ("created_at", "updated_at"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+                raise MemoryFormatError(f"{name} must be a timezone-aware datetime")
         if self.updated_at is None:
             self.updated_at = self.created_at
 

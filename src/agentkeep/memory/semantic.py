@@ -20,8 +20,11 @@ user's messages themselves, as chunks. The rules (see :mod:`agentkeep.memory.rec
   the older one (which stays in the key's history and is no longer recalled); chunks carry no
   key and are never taken to contradict each other.
 
-A failed run remembers nothing; a failed extraction (logged as ``agentkeep.memory``) remembers
-nothing of that turn and does not fail it.
+When the memory store cannot be read the run goes on without memories (logged). A failed run
+remembers nothing; when remembering fails (the extraction call, the store, the
+embedder; logged as ``agentkeep.memory``) nothing of that turn is remembered and the turn, which
+succeeded, is not reported failed. Fact keys are namespaced (``fact.home_city``), so a model's
+key can never name a profile field or a memory block.
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..clients.base import ChatClient, ChatOptions
-from ..errors import ChatClientError
+from ..errors import AgentkeepError
 from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
 from .base import MemoryStore
 from .embedders import Embedder
-from .records import MemoryHit, MemoryRecord, MemoryScope
+from .records import MAX_MEMORY_TEXT, MemoryHit, MemoryRecord, MemoryScope
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -51,6 +54,7 @@ __all__ = [
     "SemanticMemoryProvider",
     "memory_scope",
     "set_memory_user",
+    "transcript",
 ]
 
 _log = logging.getLogger("agentkeep.memory")
@@ -127,9 +131,7 @@ class FactExtractor:
 
     async def extract(self, messages: Sequence[Message]) -> list[ExtractedFact]:
         """The facts in ``messages`` (keys lower-cased; empty facts left out)."""
-        said = "\n".join(
-            f"{m.role}: {m.text}" for m in messages if m.text and m.role in ("user", "assistant")
-        )
+        said = transcript(messages)
         if not said:
             return []
         options: ChatOptions = {
@@ -143,10 +145,12 @@ class FactExtractor:
             return []
         facts: list[ExtractedFact] = []
         for item in value.facts:
+            # Facts' keys get a namespace of their own: a model's key can never name a profile
+            # field or a memory block.
             key = "_".join(item.key.lower().split())[:80]
-            text = item.text.strip()
+            text = item.text.strip()[:MAX_MEMORY_TEXT]
             if key and text:
-                facts.append(ExtractedFact(key, text))
+                facts.append(ExtractedFact(f"fact.{key}", text))
         return facts
 
 
@@ -172,6 +176,7 @@ class SemanticMemoryProvider(ContextProvider):
     """
 
     DEFAULT_SOURCE_ID = "semantic_memory"
+    keeps_session_state = False  # the memories are in the store
 
     def __init__(
         self,
@@ -204,14 +209,6 @@ class SemanticMemoryProvider(ContextProvider):
         self.dedupe_threshold = dedupe_threshold
         self.role: Literal["system", "user"] = role
 
-    @property
-    def state_keys(self) -> tuple[str, ...]:
-        """None: the memories are in the store, the user in the session's ``MEMORY_USER_KEY``."""
-        return ()
-
-    def get_state(self, session: AgentSession | None) -> Any:
-        return None
-
     async def recall(self, scope: MemoryScope, text: str) -> list[MemoryHit]:
         """The memories of ``scope`` most like ``text`` (what a run would be given)."""
         (vector,) = await self.embedder.embed([text])
@@ -224,13 +221,17 @@ class SemanticMemoryProvider(ContextProvider):
         query = _user_text(context.input_messages)
         if scope is None or not query:
             return None
-        hits = await self.recall(scope, query)
+        try:
+            hits = await self.recall(scope, query)
+        except AgentkeepError as exc:  # memory unavailable: the run goes on without it
+            _log.warning("recall failed for %s: %s", scope, exc)
+            return None
         if not hits:
             return None
         lines = ["Memories from earlier conversations with this user (most relevant first):"]
         for hit in hits:
             record = hit.record
-            when = (record.updated_at or record.created_at).date().isoformat()
+            when = record.created_at.date().isoformat()  # when it was said, in that session
             source = f"session {record.source_session_id}, " if record.source_session_id else ""
             lines.append(f"- {record.text} ({source}{when})")
         return AIContext(messages=[Message(self.role, "\n".join(lines))])
@@ -241,16 +242,21 @@ class SemanticMemoryProvider(ContextProvider):
         scope = self.scope(session)
         if scope is None or context.exception is not None:
             return
+        try:
+            await self.remember(scope, session, [*context.input_messages, *context.response_messages])
+        except (AgentkeepError, LookupError) as exc:
+            # The turn itself succeeded: memory bookkeeping must not report it failed (nor keep
+            # the history providers after this one from storing it). Nothing of it is remembered.
+            _log.warning("remembering a turn failed for %s: %s", scope, exc)
+
+    async def remember(self, scope: MemoryScope, session: AgentSession, messages: Sequence[Message]) -> None:
+        """Remember a turn (its facts, or its user messages as chunks; module docs)."""
         if self.extractor is not None:
-            try:
-                facts = await self.extractor.extract([*context.input_messages, *context.response_messages])
-            except ChatClientError as exc:  # the turn succeeded; the memory learns nothing from it
-                _log.warning("fact extraction failed for %s: %s", scope, exc)
-                return
+            facts = await self.extractor.extract(messages)
             items: list[tuple[str | None, str, str]] = [(f.key, f.text, "fact") for f in facts]
         else:
-            said = [m.text for m in context.input_messages if m.role == "user" and m.text.strip()]
-            items = [(None, text, "chunk") for text in said]
+            said = [m.text.strip() for m in messages if m.role == "user" and m.text.strip()]
+            items = [(None, part, "chunk") for text in said for part in _chunks(text)]
         if not items:
             return
         vectors = await self.embedder.embed([text for _, text, _ in items])
@@ -272,6 +278,16 @@ class SemanticMemoryProvider(ContextProvider):
 
     def __repr__(self) -> str:
         return f"SemanticMemoryProvider(source_id={self.source_id!r}, store={self.store!r})"
+
+
+def transcript(messages: Sequence[Message]) -> str:
+    """A turn as ``role: text`` lines (user and assistant), what extraction calls read."""
+    return "\n".join(f"{m.role}: {m.text}" for m in messages if m.text and m.role in ("user", "assistant"))
+
+
+def _chunks(text: str) -> list[str]:
+    """``text`` in pieces a memory can hold (a very long message is split, not refused)."""
+    return [text[at : at + MAX_MEMORY_TEXT] for at in range(0, len(text), MAX_MEMORY_TEXT)]
 
 
 def _user_text(messages: Sequence[Message]) -> str:

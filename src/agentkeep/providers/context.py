@@ -274,6 +274,10 @@ class ContextProvider:
     is_history_provider: bool = False
     """``True`` for history providers (their messages are stamped ``chat_history``)."""
 
+    keeps_session_state: ClassVar[bool] = True
+    """``False`` for a provider whose data lives elsewhere (a store, the session's runtime): it
+    takes no key in the session's state bag, and its hooks get ``state=None``."""
+
     uses_earlier_hooks: ClassVar[bool] = False
     """``True`` for a class that overrides the earlier ``invoking``/``invoked`` hooks (set when
     the class is made; see the module docstring)."""
@@ -312,14 +316,14 @@ class ContextProvider:
     def state_keys(self) -> tuple[str, ...]:
         """The state-bag keys this provider uses; an agent refuses two providers sharing one.
         (None for an earlier-shape provider: it keeps its data on itself.)"""
-        if self.uses_earlier_hooks:
+        if self.uses_earlier_hooks or not self.keeps_session_state:
             return ()
         return (self.session_state.state_key,)
 
     def get_state(self, session: AgentSession | None) -> Any:
         """This provider's state for ``session`` (initialized when absent; ``None`` for an
         earlier-shape provider, which keeps its data on itself)."""
-        if self.uses_earlier_hooks:
+        if self.uses_earlier_hooks or not self.keeps_session_state:
             return None
         return self.session_state.get_or_initialize_state(session)
 

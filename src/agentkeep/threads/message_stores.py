@@ -130,6 +130,7 @@ class MessageStoreHistoryProvider(HistoryProvider):
     """
 
     DEFAULT_SOURCE_ID = "chat_message_store"
+    keeps_session_state = False  # the store is in the session's runtime, its state in the thread's
 
     def __init__(
         self,
@@ -140,14 +141,6 @@ class MessageStoreHistoryProvider(HistoryProvider):
     ) -> None:
         super().__init__(source_id, **options)
         self.store_factory: ChatMessageStoreFactory = store_factory or ChatMessageStore
-
-    @property
-    def state_keys(self) -> tuple[str, ...]:
-        """None: the store is in the session's runtime space, its state in the thread's form."""
-        return ()
-
-    def get_state(self, session: AgentSession | None) -> Any:
-        return None
 
     def store_for(self, session: AgentSession) -> ChatMessageStoreProtocol:
         """The session's message store (made by the factory the first time it is asked for)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from ...errors import ConflictError, MemoryFormatError
-from ...memory.base import MemoryStore
+from ...memory.base import MAX_K, NO_CURRENT, MemoryStore, rewrite_keyed
 from ...memory.records import MemoryRecord, MemoryScope
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
 
@@ -163,6 +163,48 @@ async def replaces_refuses_a_record_that_is_no_longer_current(backend: MemorySto
         expect_equal(second.key, "block.human", "the accepted write")
         with expect_raises(ConflictError, "replaces on a key with no current record"):
             await store.add(ALICE, MemoryRecord("x", key="block.other", kind="block"), replaces=first.id)
+        fresh = await store.add(ALICE, MemoryRecord("y", key="block.new", kind="block"), replaces=NO_CURRENT)
+        with expect_raises(ConflictError, "NO_CURRENT on a key that has a current record"):
+            await store.add(ALICE, MemoryRecord("y'", key="block.new", kind="block"), replaces=NO_CURRENT)
+        expect_equal(
+            [r.id for r in await store.history(ALICE, "block.new")], [fresh.id], "the first write only"
+        )
+
+
+@_check
+async def read_modify_writes_of_one_key_lose_nothing(backend: MemoryStoreBackend) -> None:
+    """Concurrent rewrite_keyed calls of one (new) key each land: none is lost."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+
+        def adder(line: str) -> Callable[[MemoryRecord | None], MemoryRecord]:
+            def change(current: MemoryRecord | None) -> MemoryRecord:
+                text = line if current is None else f"{current.text}\n{line}"
+                return MemoryRecord(text, key="block.log", kind="block")
+
+            return change
+
+        await asyncio.gather(
+            *(rewrite_keyed(store, ALICE, "block.log", adder(f"l{n}"), attempts=20) for n in range(6))
+        )
+        (current,) = [r for r in await store.list_memories(ALICE) if r.key == "block.log"]
+        expect_equal(sorted(current.text.splitlines()), [f"l{n}" for n in range(6)], "every line")
+
+
+@_check
+async def the_same_id_in_two_scopes_is_two_records(backend: MemoryStoreBackend) -> None:
+    """Ids are unique within a scope; another scope's record of the same id is its own."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        bob = MemoryScope("bob", tenant_id="acme")
+        mine = await store.add(ALICE, fact("alice's", 0, id="shared-id"))
+        theirs = await store.add(bob, fact("bob's", 1, id="shared-id"))
+        got = await store.get(ALICE, mine.id)
+        expect(got is not None and got.text == "alice's", "each scope reads its own")
+        expect_equal(await store.delete(bob, theirs.id), True, "bob deletes his")
+        got = await store.get(ALICE, mine.id)
+        expect(got is not None and got.text == "alice's", "alice's stays")
+        later = await store.add(bob, fact("bob's new", 0))
+        found = [h.record.id for h in await store.search(ALICE, axis(0), k=5)]
+        expect(later.id not in found, "a record added after a delete in another scope is not found")
 
 
 @_check
@@ -250,6 +292,14 @@ async def bad_input_is_refused_and_changes_nothing(backend: MemoryStoreBackend) 
             MemoryRecord("x", embedding=[math.nan] * DIMENSIONS)
         with expect_raises(MemoryFormatError, "an empty text"):
             MemoryRecord("  ", embedding=axis(0))
+        with expect_raises(MemoryFormatError, "an embedding of zeros"):
+            MemoryRecord("x", embedding=[0.0] * DIMENSIONS)
+        with expect_raises(MemoryFormatError, "a naive time"):
+            MemoryRecord("x", embedding=axis(0), created_at=datetime(2026, 1, 1))
+        with expect_raises(ValueError, "k above the limit"):
+            await store.search(ALICE, axis(0), k=MAX_K + 1)
+        with expect_raises(ValueError, "replaces for a record without a key"):
+            await store.add(ALICE, fact("loose", 1), replaces=record.id)
 
 
 @_check
