@@ -106,6 +106,26 @@ def _vector(values: Sequence[float]) -> bytes:
     return array("f", values).tobytes()
 
 
+def _insert_vector(
+    db: _Db, rowid: int, scope: MemoryScope, kind: str, updated: int, vector: Sequence[float]
+) -> None:
+    db.run(
+        "INSERT INTO agentkeep_memory_vectors (memory_rowid, scope, kind, updated_at, embedding) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (rowid, scope.key, kind, updated, _vector(vector)),
+    )
+
+
+def _delete_where(db: _Db, condition: str, value: Any) -> int:
+    """Delete the records matching ``condition`` (one ``?``) with their vectors; returns how many."""
+    with db.write():
+        rowids = [r for (r,) in db.rows(f"SELECT rowid FROM agentkeep_memories WHERE {condition}", (value,))]
+        for rowid in rowids:
+            db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+        db.run(f"DELETE FROM agentkeep_memories WHERE {condition}", (value,))
+        return len(rowids)
+
+
 class SQLiteMemoryStore(MemoryStore):
     """Memories in the SQLite file at ``path`` (see the module docs).
 
@@ -303,11 +323,7 @@ class SQLiteMemoryStore(MemoryStore):
                     ),
                 )
                 if embedding is not None:
-                    db.run(
-                        "INSERT INTO agentkeep_memory_vectors "
-                        "(memory_rowid, scope, kind, updated_at, embedding) VALUES (?, ?, ?, ?, ?)",
-                        (db.last_rowid, scope.key, record.kind, updated, _vector(embedding)),
-                    )
+                    _insert_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
             return MemoryRecord(
                 record.text,
                 embedding=embedding,
@@ -373,11 +389,7 @@ class SQLiteMemoryStore(MemoryStore):
                 )
                 if vector is not None:
                     db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (row[0],))
-                    db.run(
-                        "INSERT INTO agentkeep_memory_vectors "
-                        "(memory_rowid, scope, kind, updated_at, embedding) VALUES (?, ?, ?, ?, ?)",
-                        (row[0], scope.key, changed.kind, updated, _vector(vector)),
-                    )
+                    _insert_vector(db, row[0], scope, changed.kind, updated, vector)
                 else:
                     db.run(
                         "UPDATE agentkeep_memory_vectors SET updated_at = ? WHERE memory_rowid = ?",
@@ -482,41 +494,13 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         user_key = MemoryScope(user_id, tenant_id).user_key
-
-        def job(db: _Db) -> int:
-            with db.write():
-                rowids = [
-                    r
-                    for (r,) in db.rows(
-                        "SELECT rowid FROM agentkeep_memories WHERE user_key = ?", (user_key,)
-                    )
-                ]
-                for rowid in rowids:
-                    db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-                db.run("DELETE FROM agentkeep_memories WHERE user_key = ?", (user_key,))
-                return len(rowids)
-
-        return await self._run(job)
+        return await self._run(lambda db: _delete_where(db, "user_key = ?", user_key))
 
     async def purge_expired(self) -> int:
         cutoff = self._cutoff()
         if cutoff is None:
             return 0
-
-        def job(db: _Db) -> int:
-            with db.write():
-                rowids = [
-                    r
-                    for (r,) in db.rows(
-                        "SELECT rowid FROM agentkeep_memories WHERE updated_at < ?", (cutoff,)
-                    )
-                ]
-                for rowid in rowids:
-                    db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-                db.run("DELETE FROM agentkeep_memories WHERE updated_at < ?", (cutoff,))
-                return len(rowids)
-
-        return await self._run(job)
+        return await self._run(lambda db: _delete_where(db, "updated_at < ?", cutoff))
 
     async def aclose(self) -> None:
         if self._closed:
