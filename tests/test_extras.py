@@ -22,6 +22,8 @@ CASES = [
     ("agentkeep.cli", "rich", "cli"),
     ("agentkeep.memory.sqlite", "apsw", "memory"),
     ("agentkeep.memory.sqlite", "sqlite_vec", "memory"),
+    ("agentkeep.memory.postgres", "numpy", "memory"),
+    ("agentkeep.memory.postgres", "psycopg", "postgres"),
 ]
 
 

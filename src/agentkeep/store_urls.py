@@ -24,7 +24,7 @@ an ``ImportError`` naming the extra to install).
 * :func:`open_history_provider`: a :class:`~agentkeep.providers.storage.StorageHistoryProvider`
   that owns a message store opened from the URL;
 * :func:`open_session_store`: an :class:`~agentkeep.stores.base.AgentSessionStore`;
-* :func:`open_memory_store`: a :class:`~agentkeep.memory.MemoryStore` (SQLite or memory so far).
+* :func:`open_memory_store`: a :class:`~agentkeep.memory.MemoryStore` (SQLite, PostgreSQL or memory).
 
 What they return owns what it opened: close it with ``await ....aclose()``. Nothing is connected
 yet; the first operation (or ``await store.setup()``) reaches the backend.
@@ -345,6 +345,13 @@ def open_memory_store(
         from .memory import InMemoryMemoryStore
 
         return InMemoryMemoryStore(dimensions=dimensions, ttl=ttl)
+    if location.backend == "postgres":
+        from .memory.postgres import PostgresMemoryStore
+
+        schema = location.options.get("schema", "agentkeep")
+        return PostgresMemoryStore(
+            location.url, schema=schema, dimensions=dimensions, ttl=ttl, timeout=timeout
+        )
     raise StoreURLError(
-        f"store URL {redact_url(url or '')!r}: long-term memory is kept in SQLite or memory:// for now"
+        f"store URL {redact_url(url or '')!r}: long-term memory is kept in SQLite, PostgreSQL or memory://"
     )
