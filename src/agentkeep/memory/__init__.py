@@ -7,7 +7,8 @@ What lives where:
 * :mod:`.base` — the :class:`MemoryStore` contract;
 * :mod:`.in_memory` — :class:`InMemoryMemoryStore`; :mod:`.sqlite` —
   :class:`~agentkeep.memory.sqlite.SQLiteMemoryStore`, vector search with sqlite-vec (extra
-  ``[memory]``; import it from its module);
+  ``[memory]``); :mod:`.postgres` — :class:`~agentkeep.memory.postgres.PostgresMemoryStore`
+  (extras ``[postgres]``, ``[memory]``); import these two from their modules;
 * :mod:`.embedders` — :class:`Embedder`, :class:`MiniLMEmbedder` (offline, extra
   ``[embeddings]``), :class:`CachedEmbedder`;
 * the providers: :mod:`.semantic` (:class:`SemanticMemoryProvider`, recall across sessions, and
