@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from ..errors import ConflictError
+from ..errors import ConflictError, MemoryFormatError
 from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
 
 __all__ = ["MAX_K", "NO_CURRENT", "MemoryStore", "cosine", "normalized", "rewrite_keyed"]
@@ -168,6 +168,33 @@ class MemoryStore(ABC):
         if record.embedding is None:
             return None
         return normalized(check_embedding(record.embedding, self.dimensions))
+
+    def update_vector(self, text: str | None, embedding: Sequence[float] | None) -> list[float] | None:
+        """The normalized new embedding of an update (``None``: it keeps its own).
+
+        Raises:
+            MemoryFormatError: A new text without its new embedding, or a bad embedding.
+        """
+        if text is not None and embedding is None:
+            raise MemoryFormatError("a new text needs its new embedding")
+        return None if embedding is None else normalized(check_embedding(embedding, self.dimensions))
+
+    @staticmethod
+    def updated(
+        old: MemoryRecord, *, text: str | None, vector: list[float] | None, metadata: dict[str, Any] | None
+    ) -> MemoryRecord:
+        """``old`` with an update applied (checked as a new record would be), updated now."""
+        return MemoryRecord(
+            old.text if text is None else text,
+            key=old.key,
+            kind=old.kind,
+            source_session_id=old.source_session_id,
+            metadata=old.metadata if metadata is None else metadata,
+            id=old.id,
+            created_at=old.created_at,
+            updated_at=datetime.now(UTC),
+            embedding=vector,
+        )
 
     def expired_before(self) -> datetime | None:
         """Records last updated before this time are expired (``None``: no ``ttl``)."""

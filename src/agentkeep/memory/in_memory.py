@@ -10,11 +10,10 @@ import copy
 import dataclasses
 import heapq
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import MemoryFormatError
-from .base import NO_CURRENT, MemoryStore, cosine, normalized
+from .base import NO_CURRENT, MemoryStore, cosine
 from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
 
 __all__ = ["InMemoryMemoryStore"]
@@ -84,17 +83,8 @@ class InMemoryMemoryStore(MemoryStore):
         record = self._records(scope).get(memory_id)
         if record is None or not record.current:
             raise LookupError(f"no current memory {memory_id!r} in {scope}")
-        if text is not None and embedding is None:
-            raise MemoryFormatError("a new text needs its new embedding")
-        changed = _copy(
-            record,
-            text=record.text if text is None else text,
-            embedding=record.embedding
-            if embedding is None
-            else normalized(check_embedding(embedding, self.dimensions)),
-            metadata=record.metadata if metadata is None else metadata,
-            updated_at=datetime.now(UTC),
-        )
+        vector = self.update_vector(text, embedding)
+        changed = _copy(self.updated(record, text=text, vector=vector or record.embedding, metadata=metadata))
         self._scopes[scope.key][memory_id] = changed
         return _copy(changed)
 

@@ -261,11 +261,7 @@ class PostgresMemoryStore(MemoryStore):
         embedding: Sequence[float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        if text is not None and embedding is None:
-            raise MemoryFormatError("a new text needs its new embedding")
-        vector = None if embedding is None else normalized(check_embedding(embedding, self.dimensions))
-        if metadata is not None:
-            MemoryRecord("x", metadata=metadata)  # the same checks as for a new record
+        vector = self.update_vector(text, embedding)
 
         async def operation(conn: PostgresConnection) -> MemoryRecord:
             async with conn.transaction():
@@ -280,17 +276,7 @@ class PostgresMemoryStore(MemoryStore):
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = _record(row)
-                changed = MemoryRecord(
-                    old.text if text is None else text,
-                    key=old.key,
-                    kind=old.kind,
-                    source_session_id=old.source_session_id,
-                    metadata=old.metadata if metadata is None else metadata,
-                    id=old.id,
-                    created_at=old.created_at,
-                    updated_at=datetime.now(UTC),
-                    embedding=vector,
-                )
+                changed = self.updated(old, text=text, vector=vector, metadata=metadata)
                 await conn.execute(
                     self._q(
                         "UPDATE {memories} SET text = %s, metadata = %s, updated_at = %s, "

@@ -357,9 +357,7 @@ class SQLiteMemoryStore(MemoryStore):
         embedding: Sequence[float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        if text is not None and embedding is None:
-            raise MemoryFormatError("a new text needs its new embedding")
-        vector = None if embedding is None else normalized(check_embedding(embedding, self.dimensions))
+        vector = self.update_vector(text, embedding)
 
         def job(db: _Db) -> MemoryRecord:
             with db.write():
@@ -371,17 +369,7 @@ class SQLiteMemoryStore(MemoryStore):
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row)
-                changed = MemoryRecord(
-                    old.text if text is None else text,
-                    key=old.key,
-                    kind=old.kind,
-                    source_session_id=old.source_session_id,
-                    metadata=old.metadata if metadata is None else metadata,
-                    id=old.id,
-                    created_at=old.created_at,
-                    updated_at=datetime.now(UTC),
-                    embedding=vector,
-                )
+                changed = self.updated(old, text=text, vector=vector, metadata=metadata)
                 updated = _micros(changed.updated_at or changed.created_at)
                 db.run(
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
