@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import shutil
@@ -22,12 +23,19 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from agentkeep import Agent
+from agentkeep import Agent, ChatOptions, Message
 from agentkeep.clients import ScriptedChatClient
-from agentkeep.memory import MemoryRecord, MemoryScope, MemoryStore
+from agentkeep.memory import (
+    MemoryBlocksProvider,
+    MemoryRecord,
+    MemoryScope,
+    MemoryStore,
+    ProfileMemoryProvider,
+)
 from agentkeep.memory.embedders import CachedEmbedder, MiniLMEmbedder
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.semantic import SemanticMemoryProvider, set_memory_user
@@ -132,6 +140,46 @@ async def provider_overhead(embedder: MiniLMEmbedder, stored: int) -> tuple[floa
         shutil.rmtree(folder, ignore_errors=True)
 
 
+async def other_providers_overhead() -> tuple[float, float, float]:
+    """(median ms of a turn without memory, with ProfileMemoryProvider, with MemoryBlocksProvider)
+    on the SQLite store; the scripted model answers the profile's extraction call at once, so only
+    the providers' own work is timed."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    await store.setup()
+    try:
+
+        def model(messages: Sequence[Message], options: ChatOptions) -> str:
+            if options.get("response_format") is None:
+                return "Noted."
+            return json.dumps({"name": "Maren", "city": messages[-1].text.split()[-1]})
+
+        client = ScriptedChatClient(model)
+        bare = Agent(client)
+        profile = Agent(client, context_providers=ProfileMemoryProvider(store, _Profile, client))
+        blocks = Agent(client, context_providers=MemoryBlocksProvider(store))
+        sessions = [agent.create_session() for agent in (bare, profile, blocks)]
+        for session in sessions:
+            set_memory_user(session, "maren")
+        times = []
+        for agent, session in zip((bare, profile, blocks), sessions, strict=True):
+            times.append(
+                await median_ms(
+                    lambda n, a=agent, s=session: a.run(f"I moved to city{n % 3}", session=s), 100
+                )
+            )
+        return times[0], times[1], times[2]
+    finally:
+        await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class _Profile:
+    name: str | None = None
+    city: str | None = None
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description="Long-term memory: store latency, embedding throughput.")
     parser.add_argument("--quick", action="store_true", help="1k and 10k memories only")
@@ -162,6 +210,12 @@ async def main() -> None:
         "(target <= 20 ms)"
     )
     await embedder.aclose()
+    bare, profile, blocks = await other_providers_overhead()
+    print(
+        f"per turn on SQLite (scripted model): ProfileMemoryProvider adds {profile - bare:.2f} ms "
+        f"(profile read, extraction call, merge), MemoryBlocksProvider {blocks - bare:.2f} ms "
+        "(blocks read, two tools)"
+    )
 
 
 if __name__ == "__main__":
