@@ -36,6 +36,7 @@ module holds the clients, their configuration and lifecycle, and the error mappi
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
@@ -83,7 +84,13 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletion
     from openai.types.responses import Response
 
-__all__ = ["OpenAIChatClient", "OpenAIResponsesClient", "to_chat_messages", "to_response_items"]
+__all__ = [
+    "OpenAIChatClient",
+    "OpenAIEmbedder",
+    "OpenAIResponsesClient",
+    "to_chat_messages",
+    "to_response_items",
+]
 
 _NOT_NEEDED = "not-needed"
 _DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -618,3 +625,104 @@ def _finish_reason(response: Response, contents: Sequence[Content]) -> str:
         reason = details.reason if details is not None else None
         return "length" if reason in (None, "max_output_tokens") else str(reason)
     return "tool_calls" if any(isinstance(c, FunctionCallContent) for c in contents) else "stop"
+
+
+class OpenAIEmbedder:
+    """An :class:`~agentkeep.memory.Embedder` for any server with the OpenAI embeddings API
+    (``POST /v1/embeddings``): OpenAI, vLLM, llama.cpp's server, ...
+
+    Texts go in batches of ``batch_size``; the vectors come back in order, normalized (a server that
+    answers with one vector per token, as llama.cpp's does for a model without pooling, has them
+    averaged). It shares
+    the chat clients' configuration, lifecycle and typed errors (an unreachable server is a
+    :class:`~agentkeep.errors.ModelUnavailableError`, a refused request a
+    :class:`~agentkeep.errors.ChatRequestError`).
+
+    Args:
+        model: The embedding model's name (default: ``OPENAI_MODEL``).
+        dimensions: The length of its vectors (a reply of another length is refused).
+        base_url: The API's base URL (default: ``OPENAI_BASE_URL``, else OpenAI's).
+        api_key: The API key (default: ``OPENAI_API_KEY``; none needed with a base URL).
+        client: An :class:`openai.AsyncOpenAI` to use (left open by :meth:`aclose`).
+        batch_size: Texts per request.
+        timeout: Seconds per request.
+        max_retries: The SDK's retries of a failed request.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        dimensions: int,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        client: AsyncOpenAI | None = None,
+        batch_size: int = 128,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+    ) -> None:
+        if dimensions <= 0 or batch_size <= 0:
+            raise ValueError("dimensions and batch_size must be positive")
+        self.dimensions = dimensions
+        self.batch_size = batch_size
+        self._http = OpenAIChatClient(
+            model, base_url=base_url, api_key=api_key, client=client, timeout=timeout, max_retries=max_retries
+        )
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One normalized vector per text, in order.
+
+        Raises:
+            ModelUnavailableError: The server cannot be reached or did not answer in time.
+            ChatRequestError: The server refused the request (no model name, bad input).
+            ChatClientError: A reply of another length or count than asked for.
+        """
+        if not texts:
+            return []
+        model = self._http._model_for({})  # pyright: ignore[reportPrivateUsage]
+        sdk = await self._http._sdk()  # pyright: ignore[reportPrivateUsage]
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            with self._http._mapped_errors():  # pyright: ignore[reportPrivateUsage]
+                reply = await sdk.embeddings.create(model=model, input=batch)
+            items = sorted(reply.data, key=lambda item: item.index)
+            if len(items) != len(batch):
+                raise ChatClientError(f"{self.base_url}: {len(items)} embeddings for {len(batch)} texts")
+            for item in items:
+                vector = self._vector(item.embedding)
+                if len(vector) != self.dimensions:
+                    raise ChatClientError(
+                        f"{self.base_url}: an embedding of {len(vector)} dimensions, not {self.dimensions}"
+                    )
+                length = math.sqrt(math.fsum(v * v for v in vector))
+                vectors.append([v / length for v in vector] if length else vector)
+        return vectors
+
+    def _vector(self, given: Any) -> list[float]:
+        """A reply's embedding as one vector: a server that gives one vector per token (llama.cpp's,
+        for a model without pooling) has its token vectors averaged (mean pooling).
+
+        Raises:
+            ChatClientError: Not a vector of numbers (nor a list of them).
+        """
+        try:
+            if given and isinstance(given[0], list):
+                rows = [[float(v) for v in row] for row in cast("list[list[Any]]", given)]
+                return [math.fsum(column) / len(rows) for column in zip(*rows, strict=True)]
+            return [float(v) for v in cast("list[Any]", given)]
+        except (TypeError, ValueError) as exc:
+            raise ChatClientError(f"{self.base_url}: an embedding that is not a vector of numbers") from exc
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL."""
+        return self._http.base_url
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if this object created it."""
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        model, url = self._http.model, self.base_url
+        return f"OpenAIEmbedder(model={model!r}, base_url={url!r}, dimensions={self.dimensions})"

