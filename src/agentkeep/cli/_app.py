@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # the Redis import needs the [redis] extra only when it is us
 __all__ = ["app", "main"]
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 app = typer.Typer(
     name="agentkeep",
@@ -156,18 +157,28 @@ def _reported() -> Generator[None]:
         raise typer.Exit(130) from None
 
 
-def _with_store(url: str | None, job: Callable[[MessageStore], Awaitable[T]]) -> T:
-    """Open the store, run ``job`` on it and close it, all in one event loop."""
+def _in_one_loop(
+    open_: Callable[[], S],
+    setup: Callable[[S], Awaitable[None]],
+    close: Callable[[S], Awaitable[None]],
+    job: Callable[[S], Awaitable[T]],
+) -> T:
+    """Open a store, set it up, run ``job`` on it and close it, all in one event loop."""
 
     async def run() -> T:
-        store = open_store(url)
+        store = open_()
         try:
-            await setup_store(store)
+            await setup(store)
             return await job(store)
         finally:
-            await close_store(store)
+            await close(store)
 
     return asyncio.run(run())
+
+
+def _with_store(url: str | None, job: Callable[[MessageStore], Awaitable[T]]) -> T:
+    """Open the message store, run ``job`` on it and close it, all in one event loop."""
+    return _in_one_loop(lambda: open_store(url), setup_store, close_store, job)
 
 
 # -- chat ---------------------------------------------------------------------------------------------
@@ -684,15 +695,7 @@ def _with_memory(url: str | None, job: Callable[[MemoryStore], Awaitable[T]]) ->
     if location.backend == "sqlite" and location.path is not None and not location.path.exists():
         raise CLIError(f"no memory store at {location.path}")
 
-    async def run() -> T:
-        store = open_memory_store(url)
-        try:
-            await store.setup()
-            return await job(store)
-        finally:
-            await store.aclose()
-
-    return asyncio.run(run())
+    return _in_one_loop(lambda: open_memory_store(url), lambda s: s.setup(), lambda s: s.aclose(), job)
 
 
 @memory_app.command("list")

@@ -142,6 +142,14 @@ class MemoryStore(ABC):
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
         """Every record that held ``key`` in ``scope``, oldest first (the last is current)."""
 
+    async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
+        """The current record of ``key`` in ``scope`` (expired ones too), or ``None``.
+
+        The stores answer from their index on the current record of a key; this default reads
+        the key's whole history.
+        """
+        return next((r for r in await self.history(scope, key) if r.current), None)
+
     @abstractmethod
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         """Remove every memory of a user in a tenant (all agents, history and embeddings);
@@ -259,7 +267,7 @@ async def rewrite_keyed(
     """
     cutoff = store.expired_before()
     for _ in range(attempts):
-        current = next((r for r in await store.history(scope, key) if r.current), None)
+        current = await store.current(scope, key)
         live = current
         if live is not None and cutoff is not None and (live.updated_at or live.created_at) < cutoff:
             live = None  # expired: gone for readers, so changed as if absent

@@ -122,6 +122,10 @@ class InMemoryMemoryStore(MemoryStore):
         best = heapq.nsmallest(k, scored, key=lambda item: (-item[0], item[1].id))
         return [MemoryHit(_copy(r), score) for score, r in best]  # only the hits are copied
 
+    async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
+        found = next((r for r in self._records(scope).values() if r.key == key and r.current), None)
+        return None if found is None else _copy(found)
+
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
         found = [_copy(r) for r in self._records(scope).values() if r.key == key]
         found.sort(key=lambda r: (r.created_at, r.id))

@@ -366,6 +366,20 @@ class PostgresMemoryStore(MemoryStore):
 
         return await self._run(operation)
 
+    async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
+        async def operation(conn: PostgresConnection) -> MemoryRecord | None:
+            cursor = await conn.execute(
+                self._q(
+                    f"SELECT {_COLUMNS} FROM {{memories}} "
+                    "WHERE scope = %s AND key = %s AND superseded_by IS NULL"
+                ),
+                (scope.key, key),
+            )
+            row = await cursor.fetchone()
+            return None if row is None else _record(row)
+
+        return await self._run(operation)
+
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
         async def operation(conn: PostgresConnection) -> list[MemoryRecord]:
             cursor = await conn.execute(

@@ -30,7 +30,7 @@ key can never name a profile field or a memory block.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
@@ -209,9 +209,13 @@ class SemanticMemoryProvider(ContextProvider):
         self.dedupe_threshold = dedupe_threshold
         self.role: Literal["system", "user"] = role
 
-    async def recall(self, scope: MemoryScope, text: str) -> list[MemoryHit]:
-        """The memories of ``scope`` most like ``text`` (what a run would be given)."""
-        (vector,) = await self.embedder.embed([text])
+    async def recall(
+        self, scope: MemoryScope, text: str, *, vector: list[float] | None = None
+    ) -> list[MemoryHit]:
+        """The memories of ``scope`` most like ``text`` (what a run would be given; ``vector``:
+        ``text``'s embedding, when the caller has it)."""
+        if vector is None:
+            (vector,) = await self.embedder.embed([text])
         return await self.store.search(scope, vector, k=self.top_k, min_score=self.min_score)
 
     async def before_run(
@@ -222,7 +226,10 @@ class SemanticMemoryProvider(ContextProvider):
         if scope is None or not query:
             return None
         try:
-            hits = await self.recall(scope, query)
+            (vector,) = await self.embedder.embed([query])
+            # The input is remembered after the run: its embedding is made once, here.
+            context.metadata[self._vectors_key] = {query.strip(): vector}
+            hits = await self.recall(scope, query, vector=vector)
         except AgentkeepError as exc:  # memory unavailable: the run goes on without it
             _log.warning("recall failed for %s: %s", scope, exc)
             return None
@@ -243,14 +250,27 @@ class SemanticMemoryProvider(ContextProvider):
         if scope is None or context.exception is not None:
             return
         try:
-            await self.remember(scope, session, [*context.input_messages, *context.response_messages])
+            turn = [*context.input_messages, *context.response_messages]
+            await self.remember(scope, session, turn, known=context.metadata.get(self._vectors_key))
         except (AgentkeepError, LookupError) as exc:
             # The turn itself succeeded: memory bookkeeping must not report it failed (nor keep
             # the history providers after this one from storing it). Nothing of it is remembered.
             _log.warning("remembering a turn failed for %s: %s", scope, exc)
 
-    async def remember(self, scope: MemoryScope, session: AgentSession, messages: Sequence[Message]) -> None:
-        """Remember a turn (its facts, or its user messages as chunks; module docs)."""
+    @property
+    def _vectors_key(self) -> str:
+        return f"{self.source_id}:vectors"
+
+    async def remember(
+        self,
+        scope: MemoryScope,
+        session: AgentSession,
+        messages: Sequence[Message],
+        *,
+        known: Mapping[str, list[float]] | None = None,
+    ) -> None:
+        """Remember a turn (its facts, or its user messages as chunks; module docs); ``known``:
+        embeddings already made, by text."""
         if self.extractor is not None:
             facts = await self.extractor.extract(messages)
             items: list[tuple[str | None, str, str]] = [(f.key, f.text, "fact") for f in facts]
@@ -259,9 +279,14 @@ class SemanticMemoryProvider(ContextProvider):
             items = [(None, part, "chunk") for text in said for part in _chunks(text)]
         if not items:
             return
-        vectors = await self.embedder.embed([text for _, text, _ in items])
-        for (key, text, kind), vector in zip(items, vectors, strict=True):
-            await self._remember(scope, session, MemoryRecord(text, embedding=vector, key=key, kind=kind))
+        vectors = dict(known or {})
+        missing = list(dict.fromkeys(text for _, text, _ in items if text not in vectors))
+        if missing:
+            vectors.update(zip(missing, await self.embedder.embed(missing), strict=True))
+        for key, text, kind in items:
+            await self._remember(
+                scope, session, MemoryRecord(text, embedding=vectors[text], key=key, kind=kind)
+            )
 
     async def _remember(self, scope: MemoryScope, session: AgentSession, record: MemoryRecord) -> None:
         """Add ``record``, or refresh the near-identical memory of its key and kind (module docs)."""

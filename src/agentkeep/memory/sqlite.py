@@ -469,6 +469,17 @@ class SQLiteMemoryStore(MemoryStore):
 
         return await self._run(job)
 
+    async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
+        def job(db: _Db) -> MemoryRecord | None:
+            row = db.one(
+                f"SELECT {_COLUMNS} FROM agentkeep_memories "
+                "WHERE scope = ? AND key = ? AND superseded_by IS NULL",
+                (scope.key, key),
+            )
+            return None if row is None else self._record(row)
+
+        return await self._run(job)
+
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
         def job(db: _Db) -> list[MemoryRecord]:
             rows = db.rows(

@@ -224,18 +224,10 @@ class ChatAgent(Agent):
             session = (thread if thread is not None else self.get_new_thread()).session
         if chat_options:
             options = {**(options or {}), **check_chat_options(chat_options, what="run()")}
-        if stream:
-            return super().run(
-                messages,
-                stream=True,
-                session=session,
-                tools=tools,
-                options=options,
-                compaction_strategy=compaction_strategy,
-                tokenizer=tokenizer,
-            )
-        return super().run(
+        run: Any = super().run  # one call for both overloads (stream is a plain bool here)
+        return run(
             messages,
+            stream=stream,
             session=session,
             tools=tools,
             options=options,
