@@ -3,7 +3,8 @@ agent, with embeddings for recall (the guide is ``docs/memory.md``).
 
 What lives where:
 
-* :mod:`.records` — :class:`MemoryRecord`, :class:`MemoryScope`, :class:`MemoryHit`;
+* :mod:`.records` — :class:`MemoryRecord`, :class:`MemoryScope`, :class:`MemoryHit`,
+  :class:`MemoryScopeSummary`;
 * :mod:`.base` — the :class:`MemoryStore` contract;
 * :mod:`.in_memory` — :class:`InMemoryMemoryStore`; :mod:`.sqlite` —
   :class:`~agentkeep.memory.sqlite.SQLiteMemoryStore`, vector search with sqlite-vec (extra
@@ -21,7 +22,14 @@ from .blocks import MemoryBlock, MemoryBlocksProvider
 from .embedders import CachedEmbedder, Embedder, MiniLMEmbedder
 from .in_memory import InMemoryMemoryStore
 from .profile import ProfileMemoryProvider
-from .records import MAX_MEMORY_TEXT, MemoryHit, MemoryRecord, MemoryScope, check_embedding
+from .records import (
+    MAX_MEMORY_TEXT,
+    MemoryHit,
+    MemoryRecord,
+    MemoryScope,
+    MemoryScopeSummary,
+    check_embedding,
+)
 from .semantic import (
     MEMORY_USER_KEY,
     ExtractedFact,
@@ -46,6 +54,7 @@ __all__ = [
     "MemoryHit",
     "MemoryRecord",
     "MemoryScope",
+    "MemoryScopeSummary",
     "MemoryStore",
     "MiniLMEmbedder",
     "ProfileMemoryProvider",

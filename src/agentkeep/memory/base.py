@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from ..errors import ConflictError, MemoryFormatError
-from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["MAX_K", "NO_CURRENT", "MemoryStore", "cosine", "normalized", "rewrite_keyed"]
 
@@ -151,6 +151,18 @@ class MemoryStore(ABC):
         return next((r for r in await self.history(scope, key) if r.current), None)
 
     @abstractmethod
+    async def scopes(
+        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[MemoryScopeSummary]:
+        """The scopes of one tenant (exactly ``tenant_id``; ``None``: the scopes without a tenant)
+        that hold current memories, the most recently updated first (then by key), with their
+        counts of current, unexpired memories; ``q`` keeps the users whose id contains it.
+
+        Raises:
+            ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
+        """
+
+    @abstractmethod
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         """Remove every memory of a user in a tenant (all agents, history and embeddings);
         returns how many records were removed."""
@@ -231,6 +243,18 @@ class MemoryStore(ABC):
             backend=self.backend,
             conversation_id=scope.key,
         )
+
+    @staticmethod
+    def check_page(limit: int, offset: int) -> None:
+        """Refuse a page of :meth:`scopes` that asks for nothing sensible.
+
+        Raises:
+            ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
+        """
+        if not 1 <= limit <= MAX_K:
+            raise ValueError(f"limit must be between 1 and {MAX_K}")
+        if offset < 0:
+            raise ValueError("offset must not be negative")
 
     @staticmethod
     def check_query(k: int, min_score: float | None) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import MemoryFormatError
 from .base import NO_CURRENT, MemoryStore, cosine
-from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["InMemoryMemoryStore"]
 
@@ -130,6 +130,24 @@ class InMemoryMemoryStore(MemoryStore):
         found = [_copy(r) for r in self._records(scope).values() if r.key == key]
         found.sort(key=lambda r: (r.created_at, r.id))
         return found
+
+    async def scopes(
+        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[MemoryScopeSummary]:
+        self.check_page(limit, offset)
+        prefix = MemoryScope.tenant_prefix(tenant_id)
+        found: list[MemoryScopeSummary] = []
+        for key, records in self._scopes.items():
+            if not key.startswith(prefix):
+                continue
+            scope = MemoryScope.from_key(key)
+            live = [r for r in records.values() if self._live(r)]
+            if live and (not q or q in scope.user_id):
+                newest = max(r.updated_at or r.created_at for r in live)
+                found.append(MemoryScopeSummary(scope, len(live), newest))
+        found.sort(key=lambda s: s.scope.key)
+        found.sort(key=lambda s: s.updated_at, reverse=True)
+        return found[offset : offset + limit]
 
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         user_key = MemoryScope(user_id, tenant_id).user_key

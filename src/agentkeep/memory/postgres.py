@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from .._db.postgres import DEFAULT_SCHEMA, PostgresConnection, PostgresDatabase, PostgresPool
 from ..errors import ConflictError, MemoryFormatError
 from .base import NO_CURRENT, MemoryStore, normalized
-from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["PostgresMemoryStore"]
 
@@ -390,6 +390,37 @@ class PostgresMemoryStore(MemoryStore):
                 (scope.key, key),
             )
             return [_record(row) for row in await cursor.fetchall()]
+
+        return await self._run(operation)
+
+    async def scopes(
+        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[MemoryScopeSummary]:
+        self.check_page(limit, offset)
+        prefix = MemoryScope.tenant_prefix(tenant_id)
+        cutoff = self._cutoff()
+        # starts_with, strpos: byte-wise, whatever the database's collation says of the separator
+        query = "SELECT scope, count(*), max(updated_at) FROM {memories} WHERE starts_with(scope, %s) "
+        query += "AND superseded_by IS NULL"
+        args: list[Any] = [prefix]
+        if q:
+            query += " AND strpos(substr(user_key, %s), %s) > 0"
+            args += [len(prefix) + 1, q]
+        if cutoff is not None:
+            query += " AND updated_at >= %s"
+            args.append(cutoff)
+        query += ' GROUP BY scope ORDER BY max(updated_at) DESC, scope COLLATE "C" LIMIT %s OFFSET %s'
+        args += [limit, offset]
+
+        async def operation(conn: PostgresConnection) -> list[MemoryScopeSummary]:
+            cursor = await conn.execute(self._q(query), args)
+            rows = await cursor.fetchall()
+            return [
+                MemoryScopeSummary(
+                    MemoryScope.from_key(key), int(count), datetime.fromtimestamp(newest / 1_000_000, UTC)
+                )
+                for key, count, newest in rows
+            ]
 
         return await self._run(operation)
 

@@ -26,7 +26,14 @@ from ..errors import MemoryFormatError
 from ..messages import new_message_id
 from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
 
-__all__ = ["MAX_MEMORY_TEXT", "MemoryHit", "MemoryRecord", "MemoryScope", "check_embedding"]
+__all__ = [
+    "MAX_MEMORY_TEXT",
+    "MemoryHit",
+    "MemoryRecord",
+    "MemoryScope",
+    "MemoryScopeSummary",
+    "check_embedding",
+]
 
 MAX_MEMORY_TEXT: Final = 16_384
 """The longest text (in characters) a memory may hold: memories are facts and chunks, not files."""
@@ -74,6 +81,24 @@ class MemoryScope:
     def key(self) -> str:
         """The scope as one string that no other scope shares (what stores partition by)."""
         return _SEPARATOR.join((self.tenant_id or "", self.user_id, self.agent_id or ""))
+
+    @classmethod
+    def from_key(cls, key: str) -> MemoryScope:
+        """The scope whose :attr:`key` is ``key`` (as a store keeps it).
+
+        Raises:
+            MemoryFormatError: Not a scope's key.
+        """
+        parts = key.split(_SEPARATOR)
+        if len(parts) != 3:
+            raise MemoryFormatError(f"{key!r} is not a memory scope's key")
+        tenant, user, agent = parts
+        return cls(user, tenant_id=tenant or None, agent_id=agent or None)
+
+    @staticmethod
+    def tenant_prefix(tenant_id: str | None) -> str:
+        """What the :attr:`key` of every scope of ``tenant_id`` (exactly that tenant) starts with."""
+        return (tenant_id or "") + _SEPARATOR
 
     @property
     def user_key(self) -> str:
@@ -176,3 +201,13 @@ class MemoryHit:
 
     record: MemoryRecord
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryScopeSummary:
+    """A scope that holds memories: whose they are, how many are current, when one last changed
+    (what :meth:`~agentkeep.memory.MemoryStore.scopes` lists)."""
+
+    scope: MemoryScope
+    memories: int
+    updated_at: datetime

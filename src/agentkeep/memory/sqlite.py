@@ -40,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from ..errors import MemoryFormatError, StorageClosedError, StorageError, StorageUnavailableError
 from .base import NO_CURRENT, MemoryStore, normalized
-from .records import MemoryHit, MemoryRecord, MemoryScope, check_embedding
+from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
 
@@ -488,6 +488,36 @@ class SQLiteMemoryStore(MemoryStore):
                 (scope.key, key),
             )
             return [self._record(row) for row in rows]
+
+        return await self._run(job)
+
+    async def scopes(
+        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[MemoryScopeSummary]:
+        self.check_page(limit, offset)
+        prefix = MemoryScope.tenant_prefix(tenant_id)
+        cutoff = self._cutoff()
+
+        def job(db: _Db) -> list[MemoryScopeSummary]:
+            # a range of the (scope, id) index: the tenant's scopes only (the separator is the
+            # last character before ' ', so every key of the tenant sorts below prefix[:-1] + ' ')
+            sql = (
+                "SELECT scope, count(*), max(updated_at) FROM agentkeep_memories "
+                "WHERE scope > ? AND scope < ? AND superseded_by IS NULL"
+            )
+            args: list[Any] = [prefix, prefix[:-1] + " "]
+            if q:
+                sql += " AND instr(substr(user_key, ?), ?) > 0"
+                args += [len(prefix) + 1, q]
+            if cutoff is not None:
+                sql += " AND updated_at >= ?"
+                args.append(cutoff)
+            sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
+            rows = db.rows(sql, [*args, limit, offset])
+            return [
+                MemoryScopeSummary(MemoryScope.from_key(key), count, _time(newest))
+                for key, count, newest in rows
+            ]
 
         return await self._run(job)
 

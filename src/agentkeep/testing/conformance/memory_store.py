@@ -4,7 +4,7 @@ Describe your store with a :class:`MemoryStoreBackend` and run :data:`MEMORY_STO
 against it (see :mod:`agentkeep.testing.conformance`). Covered: round trips, exact scopes
 (another user, tenant or agent never sees a record), similarity order and filters, keys that
 supersede (with history), updates, deletion, ``forget`` of a user, expiry, bad input, concurrent
-writers of one key, and (for durable stores) reopening.
+writers of one key, the scopes of a tenant, and (for durable stores) reopening.
 """
 
 from __future__ import annotations
@@ -335,6 +335,51 @@ async def listing_is_newest_first(backend: MemoryStoreBackend) -> None:
         )
         expect_equal([r.text for r in await store.list_memories(ALICE, limit=2)], ["m4", "m3"], "limit")
         expect_equal([r.text for r in await store.list_memories(ALICE, kind="chunk")], ["m3", "m1"], "kind")
+
+
+@_check
+async def scopes_lists_one_tenants_users_newest_first(backend: MemoryStoreBackend) -> None:
+    """scopes lists the scopes of exactly one tenant that hold current, unexpired memories, the most
+    recently updated first, with their counts; q filters by user id; pages by limit and offset."""
+    async with backend.open(dimensions=DIMENSIONS, ttl=3600) as store:
+        start = datetime.now(UTC) - timedelta(minutes=30)
+        travel = MemoryScope("alice", tenant_id="acme", agent_id="travel")
+        bob = MemoryScope("bob", tenant_id="acme")
+        await store.add(ALICE, fact("a1", 0, key="k", created_at=start))
+        await store.add(ALICE, fact("a2", 1, key="k", created_at=start + timedelta(minutes=1)))
+        await store.add(ALICE, MemoryRecord("name: Alice", key="profile.name", created_at=start))
+        await store.add(bob, fact("b1", 2, created_at=start + timedelta(minutes=5)))
+        await store.add(travel, fact("t1", 3, created_at=start + timedelta(minutes=3)))
+        await store.add(
+            MemoryScope("carol", tenant_id="acme"), fact("old", 4, created_at=start - timedelta(hours=2))
+        )
+        await store.add(MemoryScope("alice", tenant_id="acme::team"), fact("narrowed", 5))
+        await store.add(MemoryScope("alice", tenant_id="acm"), fact("prefix", 6))
+        await store.add(MemoryScope("alice"), fact("no tenant", 7))
+        listed = await store.scopes(tenant_id="acme")
+        expect_equal(
+            [(s.scope, s.memories) for s in listed],
+            [(bob, 1), (travel, 1), (ALICE, 2)],
+            "acme's scopes, newest first, superseded and expired memories not counted",
+        )
+        expect(listed[0].updated_at == start + timedelta(minutes=5), "a scope's newest update")
+        expect_equal([s.scope for s in await store.scopes(tenant_id="acme", q="lic")], [travel, ALICE], "q")
+        expect_equal(
+            [s.scope for s in await store.scopes(tenant_id="acme", limit=1, offset=1)], [travel], "page"
+        )
+        expect_equal(
+            [s.scope for s in await store.scopes(tenant_id=None)], [MemoryScope("alice")], "no tenant"
+        )
+        expect_equal(
+            [s.scope.tenant_id for s in await store.scopes(tenant_id="acme::team")],
+            ["acme::team"],
+            "narrowed",
+        )
+        expect_equal(await store.scopes(tenant_id="globex"), [], "a tenant with none")
+        await store.forget(user_id="bob", tenant_id="acme")
+        expect_equal([s.scope for s in await store.scopes(tenant_id="acme")], [travel, ALICE], "after forget")
+        with expect_raises(ValueError, "limit 0"):
+            await store.scopes(tenant_id="acme", limit=0)
 
 
 @_check
