@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
@@ -21,6 +21,9 @@ from agentkeep.storage.sqlite import SQLiteMessageStore
 from agentkeep.stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import ThreadedUvicorn
+
+if TYPE_CHECKING:
+    from tests.host.memory_host import MemoryHost
 
 __all__ = ["ALICE", "BOB", "Hosted", "conversation", "keys_of", "run", "shape", "user"]
 
@@ -77,6 +80,19 @@ class Hosted:
 
 
 @pytest.fixture
+def served(tmp_path: Path) -> Iterator[MemoryHost]:
+    """A host whose agent keeps long-term memory (``tests.host.memory_host``), served."""
+    from tests.host.memory_host import MemoryHost
+
+    host = MemoryHost(tmp_path)
+    host.server.start()
+    try:
+        yield host
+    finally:
+        host.server.stop()
+
+
+@pytest.fixture
 def hosted(tmp_path: Path) -> Iterator[Hosted]:
     served = Hosted(tmp_path, api_keys=keys_of(ALICE, BOB))
     served.server.start()
@@ -93,6 +109,7 @@ async def run(
     *,
     key: str | None,
     tools: list[dict[str, Any]] | None = None,
+    as_user: str | None = None,
 ) -> list[dict[str, Any]]:
     body = {
         "threadId": thread,
@@ -104,6 +121,8 @@ async def run(
         "forwardedProps": {},
     }
     headers = {"Accept": "text/event-stream"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    if as_user is not None:
+        headers["X-Agentkeep-User"] = as_user
     events: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(timeout=30) as client,

@@ -87,6 +87,36 @@ def postgres_store() -> Iterator[str]:
     asyncio.run(drop_schema(schema))
 
 
+async def test_serve_keeps_each_users_memory_with_the_local_models(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """``--memory recall --memory blocks``: the local chat model and the packaged embedding model;
+    what a user said in one conversation is in their memory (found by meaning through the memory
+    API), in the history's SQLite file, and another tenant sees none of it."""
+    keys = tmp_path / "keys"
+    alice, bob = add_key(env, "alice", keys), add_key(env, "bob", keys)
+    path = tmp_path / "served.db"
+    arguments = ("--store", f"sqlite://{path}", "--api-key-file", str(keys), "--memory", "recall")
+    with serving(env, *arguments, "--memory", "blocks") as url:
+        events = await run(url, "monday", [user("My dog is called Pixel.")], key=alice, as_user="ada")
+        assert events[-1]["type"] == "RUN_FINISHED", events
+        events = await run(url, "friday", [user("I play the cello.")], key=alice, as_user="ada")
+        assert events[-1]["type"] == "RUN_FINISHED", events
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            as_alice = {"Authorization": f"Bearer {alice}"}
+            listed = (
+                await client.get("/api/memory/memories", params={"user": "ada"}, headers=as_alice)
+            ).json()
+            assert [m["text"] for m in listed["memories"]] == ["I play the cello.", "My dog is called Pixel."]
+            found = await client.get(
+                "/api/memory/search", params={"user": "ada", "q": "pets", "k": 1}, headers=as_alice
+            )
+            assert found.json()["hits"][0]["text"] == "My dog is called Pixel."  # by meaning: no word shared
+            as_bob = {"Authorization": f"Bearer {bob}"}
+            assert (await client.get("/api/memory/users", headers=as_bob)).json()["users"] == []
+    one_line_error(run_cli(env, "serve", "--memory", "recall", "--memory", "facts"), "not both")
+
+
 async def test_two_server_processes_on_one_postgres_store_serve_one_conversation(
     env: dict[str, str], postgres_store: str
 ) -> None:

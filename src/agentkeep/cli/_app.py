@@ -115,6 +115,27 @@ class ImportFormat(StrEnum):
     MAF = "maf"
 
 
+class MemoryKind(StrEnum):
+    """The memory providers of ``serve --memory``."""
+
+    RECALL = "recall"
+    FACTS = "facts"
+    BLOCKS = "blocks"
+
+
+MemoryStoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--memory-store",
+        metavar="URL",
+        envvar="AGENTKEEP_MEMORY_STORE",
+        help="Where memories live: sqlite:///path/to/file.db or postgresql://... (default: the SQLite "
+        "file in the user's data folder, shared with history; for serve, its --store).",
+        show_default=False,
+    ),
+]
+
+
 _ROLE_STYLES = {
     "user": "bold green",
     "assistant": "bold cyan",
@@ -565,23 +586,34 @@ def serve(
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", min=1, metavar="N", help="Upper bound on tokens per reply.")
     ] = None,
+    memory: Annotated[
+        list[MemoryKind] | None,
+        typer.Option(
+            "--memory",
+            help="Keep long-term memory of each user (X-Agentkeep-User): recall (what they said), "
+            "facts (facts the model extracts), blocks (blocks the model edits); repeatable.",
+        ),
+    ] = None,
+    memory_store: MemoryStoreOption = None,
 ) -> None:
     """Serve the agent `chat` over HTTP (AG-UI at /agents/chat), its sessions in the store."""
     with _reported():
         from ..host._serve import ServeSettings
         from ..host._serve import serve as run_server
 
-        settings = ServeSettings(
-            store_url=store,
-            model_path=None if model is None else str(model),
-            base_url=base_url,
-            api_model=api_model,
-            api_key_file=None if api_key_file is None else str(api_key_file),
-            instructions=instructions or None,
-            history_limit=history_limit,
-            max_tokens=max_tokens,
-        )
         try:
+            settings = ServeSettings(
+                store_url=store,
+                model_path=None if model is None else str(model),
+                base_url=base_url,
+                api_model=api_model,
+                api_key_file=None if api_key_file is None else str(api_key_file),
+                instructions=instructions or None,
+                history_limit=history_limit,
+                max_tokens=max_tokens,
+                memory=tuple(kind.value for kind in memory or ()),
+                memory_store_url=memory_store,
+            )
             run_server(settings, host=host, port=port, workers=workers)
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
@@ -593,6 +625,14 @@ def inspect(
     host: HostOption = "127.0.0.1",
     port: PortOption = 8000,
     api_key_file: ApiKeyFileOption = None,
+    memory_store: Annotated[
+        str | None,
+        typer.Option(
+            "--memory-store",
+            metavar="URL",
+            help="Show the users' long-term memories in this store too (sqlite:///file.db, postgresql://...).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the session inspector over the store (a web page at /inspector/; no model runs)."""
     with _reported():
@@ -600,7 +640,9 @@ def inspect(
 
         print(f"the inspector: http://{host}:{port}/inspector/", flush=True)
         try:
-            run_inspector(store, host=host, port=port, api_key_file=api_key_file)
+            run_inspector(
+                store, host=host, port=port, api_key_file=api_key_file, memory_store_url=memory_store
+            )
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
 
@@ -661,17 +703,6 @@ def main() -> None:
 
 # -- memory -------------------------------------------------------------------------------------------
 
-MemoryStoreOption = Annotated[
-    str | None,
-    typer.Option(
-        "--memory-store",
-        metavar="URL",
-        envvar="AGENTKEEP_MEMORY_STORE",
-        help="Where memories live: sqlite:///path/to/file.db (default: the SQLite file in the user's "
-        "data folder, shared with history).",
-        show_default=False,
-    ),
-]
 UserOption = Annotated[str, typer.Option("--user", "-u", metavar="ID", help="The user.")]
 TenantOption = Annotated[str | None, typer.Option("--tenant", metavar="ID", help="The user's tenant.")]
 AgentOption = Annotated[

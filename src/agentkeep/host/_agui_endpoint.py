@@ -32,6 +32,7 @@ from ..errors import ToolError
 from ..stores import session_version
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._http import EventStreamResponse, HTTPProblem, error_response, run_error, spanned
+from ._memory import bind_user, user_of
 from ._turns import SessionTurn
 
 if TYPE_CHECKING:
@@ -89,12 +90,13 @@ class AGUIRoute:
                 tools = client_tools(run_input)
             except ToolError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+            user = user_of(request)
         except HTTPProblem as exc:
             await exc.response()(request.scope, request.receive, send)
             return
         encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         parent: telemetry.Span = request.scope.get("state", {}).get("span") or telemetry.Span()
-        batches = self._events(hosted, tenant, run_input, sent, tools, parent)
+        batches = self._events(hosted, tenant, user, run_input, sent, tools, parent)
         chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
         response = EventStreamResponse(chunks, media_type=encoder.get_content_type())
         await response(request.scope, request.receive, send)
@@ -103,6 +105,7 @@ class AGUIRoute:
         self,
         hosted: HostedAgent,
         tenant: str,
+        user: str | None,
         run_input: RunAgentInput,
         sent: list[dict[str, Any]],
         tools: list[Any],
@@ -130,6 +133,7 @@ class AGUIRoute:
                     cache=(host.sessions, key),
                     attempts=host.save_attempts,
                 )
+                bind_user(turn.session, user, conversation_id=thread)
                 if session_version(turn.session) is None:
                     await turn.save()  # a new conversation is stored before its first run
                 new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))

@@ -18,6 +18,7 @@ from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
 from ._http import AccessLog, HTTPProblem, is_loopback
+from ._memory import install_memory_api
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache
@@ -25,6 +26,7 @@ from .inspector import install_inspector
 
 if TYPE_CHECKING:
     from ..agent import Agent
+    from ..memory import Embedder, MemoryStore
 
 __all__ = ["AgentHost", "HostedAgent"]
 
@@ -55,7 +57,8 @@ class HostedAgent:
 class AgentHost:
     """Agents served over HTTP: AG-UI at ``POST /agents/{name}``, the OpenAI Responses API at
     ``/v1/responses`` (``model`` = the agent's name) with the Conversations subset, the stateless
-    ``/v1/chat/completions``, the sessions API under ``/api/``, ``/healthz`` and ``/readyz``.
+    ``/v1/chat/completions``, the sessions and memory APIs under ``/api/``, ``/healthz`` and
+    ``/readyz``.
 
     Args:
         api_keys: The keys requests authenticate with (``Authorization: Bearer``), each mapped to
@@ -69,6 +72,11 @@ class AgentHost:
             and tried again before the turn reports a conflict.
         warm_sessions: How many conversations' session objects (and their providers' caches,
             such as the loaded history) are kept between turns.
+        memory_store: The long-term memory the agents' memory providers keep, shown by the memory
+            API and the inspector (closed with the host). Which user a turn's memories belong
+            to is what the request names (``X-Agentkeep-User``; see ``docs/host.md``).
+        memory_embedder: What the memory API and the inspector search memories with (``None``:
+            listing only).
 
     Example:
         ```python
@@ -90,6 +98,8 @@ class AgentHost:
         run_timeout: float = 300.0,
         save_attempts: int = 3,
         warm_sessions: int = 1024,
+        memory_store: MemoryStore | None = None,
+        memory_embedder: Embedder | None = None,
     ) -> None:
         self.api_keys = api_keys
         self.max_body_bytes = max_body_bytes
@@ -99,6 +109,8 @@ class AgentHost:
         self.agents: dict[str, HostedAgent] = {}
         self.locks = ConversationLocks()
         self.sessions = SessionCache(warm_sessions)
+        self.memory_store = memory_store
+        self.memory_embedder = memory_embedder
         self.on_startup: list[Callable[[], Awaitable[object]]] = []
         """Called (awaited, in order) when the app starts: load a model, open a pool."""
         self.on_shutdown: list[Callable[[], Awaitable[object]]] = []
@@ -131,9 +143,11 @@ class AgentHost:
         return self._app
 
     async def aclose(self) -> None:
-        """Close every agent's session store, then run :attr:`on_shutdown`."""
+        """Close every agent's session store and the memory store, then run :attr:`on_shutdown`."""
         for hosted in self.agents.values():
             await hosted.session_store.aclose()
+        if self.memory_store is not None:
+            await self.memory_store.aclose()
         for close in self.on_shutdown:
             await close()
 
@@ -157,6 +171,7 @@ class AgentHost:
         app.openapi = openapi
         install_responses(self, app)
         install_sessions_api(self, app)
+        install_memory_api(self, app)
         install_chat_completions(self, app)
         install_inspector(self, app)
 

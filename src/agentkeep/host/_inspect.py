@@ -1,6 +1,6 @@
 """``agentkeep inspect``: the session inspector over a store, with no agent that runs.
 
-An :class:`InspectorHost` serves only the sessions API, the inspector page and the health
+An :class:`InspectorHost` serves only the sessions and memory APIs, the inspector page and the health
 endpoints, over one store URL (its message log and its sessions, under the agent name ``chat``
 that ``agentkeep serve`` uses). Without API keys it serves loopback clients only and shows them
 the whole store, every conversation under its stored id (the operator of the store can read it
@@ -20,9 +20,10 @@ from ..clients.base import BaseChatClient, ChatOptions, ChatResponse, ChatRespon
 from ..encryption import KeyRing
 from ..errors import ModelUnavailableError
 from ..messages import Message
-from ..store_urls import open_history_provider, open_session_store
+from ..store_urls import open_history_provider, open_memory_store, open_session_store
 from ._app import AgentHost
 from ._auth import WHOLE_STORE, ApiKeys
+from ._memory import install_memory_api
 from ._serve import is_loopback_address
 from ._sessions_api import install_sessions_api
 from .inspector import install_inspector
@@ -40,6 +41,7 @@ class InspectorHost(AgentHost):
 
     def _install(self, app: FastAPI) -> None:
         install_sessions_api(self, app)
+        install_memory_api(self, app)
         install_inspector(self, app)
 
 
@@ -56,8 +58,12 @@ class _NoModel(BaseChatClient):
         yield  # pragma: no cover - an async generator that never yields
 
 
-def build_inspector(store_url: str | None, *, api_key_file: str | Path | None = None) -> InspectorHost:
-    """The inspector host over ``store_url`` (default: the embedded SQLite file).
+def build_inspector(
+    store_url: str | None, *, api_key_file: str | Path | None = None, memory_store_url: str | None = None
+) -> InspectorHost:
+    """The inspector host over ``store_url`` (default: the embedded SQLite file), with the users'
+    memories in ``memory_store_url`` when given (searched with the packaged embedding model,
+    loaded on the first search).
 
     Raises:
         ApiKeyFileError, KeyRingError, StoreURLError: A bad key file, key ring or store URL.
@@ -67,7 +73,15 @@ def build_inspector(store_url: str | None, *, api_key_file: str | Path | None = 
     key_ring = KeyRing.from_env()
     history = open_history_provider(store_url, key_ring=key_ring)
     agent = Agent(_NoModel(), name=AGENT_NAME, context_providers=[history])
-    host = InspectorHost(api_keys=api_keys)
+    memory_store = None if memory_store_url is None else open_memory_store(memory_store_url)
+    embedder = None
+    if memory_store is not None:
+        from ..memory.embedders import MiniLMEmbedder
+
+        embedder = MiniLMEmbedder()
+    host = InspectorHost(api_keys=api_keys, memory_store=memory_store, memory_embedder=embedder)
+    if embedder is not None:
+        host.on_shutdown.append(embedder.aclose)
     host.add_agent(AGENT_NAME, agent, session_store=open_session_store(store_url, key_ring=key_ring))
     host.on_shutdown.append(history.aclose)
     return host
@@ -79,6 +93,7 @@ def inspect(
     host: str = "127.0.0.1",
     port: int = 8000,
     api_key_file: str | Path | None = None,
+    memory_store_url: str | None = None,
 ) -> None:
     """Serve the inspector until interrupted.
 
@@ -93,5 +108,8 @@ def inspect(
             "whole store; give --api-key-file (agentkeep api-keys add TENANT --file F makes one)"
         )
     uvicorn.run(
-        build_inspector(store_url, api_key_file=api_key_file).app, host=host, port=port, log_level="info"
+        build_inspector(store_url, api_key_file=api_key_file, memory_store_url=memory_store_url).app,
+        host=host,
+        port=port,
+        log_level="info",
     )

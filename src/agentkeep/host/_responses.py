@@ -37,12 +37,14 @@ from fastapi.sse import format_sse_event
 from .. import telemetry
 from ..contents import FunctionCallContent, TextContent
 from ..errors import MessageFormatError
+from ..memory.semantic import memory_scope
 from ..messages import Message
 from ..providers.storage import StorageHistoryProvider
 from ..sessions import AgentSession
 from ..stores import session_version
 from ..tools import FunctionTool
 from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error, spanned
+from ._memory import bind_user, readable_by, user_of
 from ._responses_wire import (
     LiveOutput,
     conversation_items,
@@ -80,6 +82,7 @@ class ResponsesRequest(pydantic.BaseModel):
     conversation: str | dict[str, Any] | None = None
     store: bool = True
     stream: bool = False
+    user: str | None = None
     max_output_tokens: int | None = pydantic.Field(default=None, ge=1)
 
 
@@ -254,10 +257,11 @@ class _Responses:
                 raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} input items")
             tools = _tools(body)
             conversation_id = self._conversation_id(body)
+            user = user_of(request, body.user)
         except HTTPProblem as exc:
             return exc.response()
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
-        run = self._run(hosted, tenant, conversation_id, body, new, tools, parent)
+        run = self._run(hosted, tenant, user, conversation_id, body, new, tools, parent)
         if body.stream:
             first = await anext(run)  # a refusal before the run starts is an HTTP error
             if first["type"] == "problem":
@@ -292,6 +296,7 @@ class _Responses:
         self,
         hosted: HostedAgent,
         tenant: str,
+        user: str | None,
         conversation_id: str | None,
         body: ResponsesRequest,
         new: list[Message],
@@ -322,6 +327,9 @@ class _Responses:
                 prior: Sequence[Message] = []
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
+                    bind_user(turn.session, user, conversation_id=conversation_id)
+                    bound = memory_scope(turn.session)
+                    user = None if bound is None else bound.user_id  # a branch is the same user's
                     self._check_previous(turn, body.previous_response_id)
                     history = await turn.history(keep_for_run=body.store)
                     branch = self._branch_point(turn, body.previous_response_id, history)
@@ -330,13 +338,15 @@ class _Responses:
                         prefix = await _history_until(hosted.agent, turn.session, branch)
                         if body.store:
                             conversation = new_conversation_id()
-                            turn = await self._new_conversation(hosted, tenant, conversation, prefix)
+                            turn = await self._new_conversation(
+                                hosted, tenant, conversation, prefix, user=user
+                            )
                         else:
                             prior = prefix
                     elif not body.store:
                         prior = history
                 elif body.store:  # the new conversation exists before its first run
-                    turn = await self._new_conversation(hosted, tenant, conversation, [])
+                    turn = await self._new_conversation(hosted, tenant, conversation, [], user=user)
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
@@ -401,14 +411,16 @@ class _Responses:
         messages: Sequence[Message],
         *,
         state: dict[str, Any] | None = None,
+        user: str | None = None,
     ) -> SessionTurn:
         """A new stored conversation with ``state`` in its session and ``messages`` in its
-        history (a branch's prefix, a created conversation's items)."""
+        history (a branch's prefix, a created conversation's items), bound to ``user``."""
         turn = await SessionTurn.load(
             hosted.agent, hosted.session_store, tenant, conversation, attempts=self.host.save_attempts
         )
         for key, value in (state or {}).items():
             turn.session.state[key] = value
+        bind_user(turn.session, user, conversation_id=conversation)
         await turn.save()
         provider = hosted.agent.history_provider()
         if provider is not None and messages:
@@ -429,7 +441,7 @@ class _Responses:
                 for hosted in self.host.agents.values():
                     turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
                     record = _record(turn.session, response_id)
-                    if record is not None:
+                    if record is not None and readable_by(turn.session, user_of(request)):
                         return JSONResponse(record["response"])
             raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
         except HTTPProblem as exc:
@@ -458,7 +470,9 @@ class _Responses:
                 "created_at": int(time.time()),
                 "metadata": metadata,
             }
-            await self._new_conversation(hosted, tenant, conversation, items, state={_CONVERSATION: created})
+            await self._new_conversation(
+                hosted, tenant, conversation, items, state={_CONVERSATION: created}, user=user_of(request)
+            )
             return JSONResponse(created)
         except MessageFormatError as exc:
             return error_response(400, "invalid_request", str(exc))
@@ -470,7 +484,10 @@ class _Responses:
         if not is_conversation_id(conversation_id):
             raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
         hosted = self._first_agent()
-        return hosted, await self._existing(hosted, tenant, conversation_id)
+        turn = await self._existing(hosted, tenant, conversation_id)
+        if not readable_by(turn.session, user_of(request)):
+            raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
+        return hosted, turn
 
     async def get_conversation(self, conversation_id: str, request: Request) -> Response:
         try:

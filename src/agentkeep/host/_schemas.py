@@ -1,4 +1,4 @@
-"""The JSON bodies of the sessions API (``/api/``), as pydantic models for the app's OpenAPI
+"""The JSON bodies of the sessions and memory APIs (``/api/``), as pydantic models for the app's OpenAPI
 document. The endpoints build these bodies themselves; the models describe them."""
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ __all__ = [
     "CompactionResult",
     "ErrorBody",
     "GroupsPage",
+    "MemoryHit",
+    "MemoryHits",
+    "MemoryInfo",
+    "MemoryList",
+    "MemoryScopeInfo",
+    "MemoryUsers",
     "MessageGroupInfo",
     "MessagesPage",
     "SessionInfo",
@@ -109,3 +115,42 @@ class CompactionResult(BaseModel):
     changed: bool
     recorded: bool = Field(description="Whether the compaction was recorded (never on a preview)")
     epoch: int | None
+
+
+class MemoryScopeInfo(BaseModel):
+    user: str
+    agent: str | None = Field(description="None: the memories the user's agents share")
+    memories: int = Field(description="Current memories")
+    updated_at: str = Field(description="ISO time of the newest change")
+
+
+class MemoryUsers(BaseModel):
+    tenant: str | None
+    users: list[MemoryScopeInfo] = Field(description="Most recently updated first")
+    offset: int
+    limit: int
+    more: bool
+
+
+class MemoryInfo(BaseModel):
+    id: str
+    text: str
+    kind: str = Field(description="fact, chunk, profile, block, ...")
+    key: str | None = Field(description="What it is about; a newer memory of the key replaces it")
+    source_session_id: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    updated_at: str | None
+    superseded_by: str | None = Field(description="The memory that replaced it (history only)")
+
+
+class MemoryList(BaseModel):
+    memories: list[MemoryInfo]
+
+
+class MemoryHit(MemoryInfo):
+    score: float = Field(description="Cosine similarity to the query")
+
+
+class MemoryHits(BaseModel):
+    hits: list[MemoryHit] = Field(description="Best first")

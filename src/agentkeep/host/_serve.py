@@ -3,34 +3,44 @@
 The agent keeps its history in the store's message log (a durable history provider loading the
 newest ``history_limit`` messages) and its session in the same store's session part, so any
 number of processes on one PostgreSQL or Redis store serve the same conversations: that is how
-the server scales out. Worker processes (``workers > 1``) build their host from the settings in
-the environment variable :data:`SETTINGS_VARIABLE` (:func:`create_app` is uvicorn's factory).
+the server scales out. With ``--memory`` the agent also keeps long-term memory of each user
+(:mod:`agentkeep.host._memory` says how a request names its user) in ``--memory-store`` (by
+default the history's SQLite file or PostgreSQL database). Worker processes (``workers > 1``)
+build their host from the settings in the environment variable :data:`SETTINGS_VARIABLE`
+(:func:`create_app` is uvicorn's factory).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from ..agent import Agent
+from ..clients.base import ChatClient
 from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
 from ..encryption import KeyRing
-from ..store_urls import open_history_provider, open_session_store
+from ..errors import StoreURLError
+from ..providers.context import ContextProvider
+from ..store_urls import open_history_provider, open_memory_store, open_session_store, parse_store_url
 from ._app import AgentHost
 from ._auth import ApiKeys
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from ..memory import MemoryStore
+    from ..memory.embedders import CachedEmbedder, MiniLMEmbedder
+
 __all__ = ["SETTINGS_VARIABLE", "ServeSettings", "build_host", "create_app", "is_loopback_address", "serve"]
 
 SETTINGS_VARIABLE: Final = "AGENTKEEP_SERVE_SETTINGS"
 DEFAULT_INSTRUCTIONS: Final = "You are a helpful assistant. Answer briefly."
+MEMORY_KINDS: Final = ("recall", "facts", "blocks")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +56,28 @@ class ServeSettings:
     history_limit: int = 50
     max_tokens: int | None = None
     agent_name: str = "chat"
+    memory: tuple[str, ...] = ()
+    """The memory providers: ``recall`` (semantic recall of what the user said), ``facts``
+    (semantic recall of facts the model extracts; instead of ``recall``), ``blocks`` (memory
+    blocks the model edits)."""
+    memory_store_url: str | None = None
+    """Where memories live (``None``: the history store's URL, when that is SQLite or PostgreSQL)."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.memory) - set(MEMORY_KINDS)
+        if unknown:
+            raise ValueError(f"unknown memory {sorted(unknown)}: choose from {', '.join(MEMORY_KINDS)}")
+        if {"recall", "facts"} <= set(self.memory):
+            raise ValueError("choose recall or facts, not both: facts is recall of extracted facts")
 
     def to_json(self) -> str:
         return msgspec.json.encode(asdict(self)).decode()
 
     @classmethod
     def from_json(cls, text: str) -> ServeSettings:
-        return cls(**msgspec.json.decode(text))
+        fields = msgspec.json.decode(text)
+        fields["memory"] = tuple(fields.get("memory", ()))
+        return cls(**fields)
 
 
 def build_host(settings: ServeSettings) -> AgentHost:
@@ -72,10 +97,17 @@ def build_host(settings: ServeSettings) -> AgentHost:
         max_tokens=settings.max_tokens,
     )
     history = open_history_provider(settings.store_url, load_limit=settings.history_limit, key_ring=key_ring)
+    memory = _memory(settings, client)
     agent = Agent(
-        client, instructions=settings.instructions, name=settings.agent_name, context_providers=[history]
+        client,
+        instructions=settings.instructions,
+        name=settings.agent_name,
+        context_providers=[history, *memory.providers],
     )
-    host = AgentHost(api_keys=api_keys)
+    host = AgentHost(api_keys=api_keys, memory_store=memory.store, memory_embedder=memory.embedder)
+    if memory.model is not None:
+        host.on_startup.append(memory.model.load)  # the first turn does not wait for the model
+        host.on_shutdown.append(memory.model.aclose)
     host.add_agent(
         settings.agent_name, agent, session_store=open_session_store(settings.store_url, key_ring=key_ring)
     )
@@ -85,6 +117,44 @@ def build_host(settings: ServeSettings) -> AgentHost:
     if isinstance(client, SupportsAclose):
         host.on_shutdown.append(client.aclose)
     return host
+
+
+@dataclass(slots=True)
+class _Memory:
+    store: MemoryStore | None = None
+    model: MiniLMEmbedder | None = None
+    embedder: CachedEmbedder | None = None
+    providers: list[ContextProvider] = field(default_factory=list[ContextProvider])
+
+
+def _memory(settings: ServeSettings, client: ChatClient) -> _Memory:
+    """The memory store, embedder and providers ``settings.memory`` asks for (none: nothing).
+
+    Raises:
+        StoreURLError: No store that keeps memories.
+        ImportError: The memory or embeddings extra is missing (named).
+    """
+    if not settings.memory:
+        return _Memory()
+    from ..memory import MemoryBlocksProvider, SemanticMemoryProvider
+    from ..memory.embedders import CachedEmbedder, MiniLMEmbedder
+    from ..memory.semantic import FactExtractor
+
+    url = settings.memory_store_url or settings.store_url
+    if url is not None and parse_store_url(url).backend == "redis":
+        raise StoreURLError(
+            "long-term memory is not kept in Redis: give --memory-store (SQLite or PostgreSQL)"
+        )
+    made = _Memory(open_memory_store(url))
+    assert made.store is not None
+    if "recall" in settings.memory or "facts" in settings.memory:
+        made.model = MiniLMEmbedder()
+        made.embedder = CachedEmbedder(made.model)
+        extractor = FactExtractor(client) if "facts" in settings.memory else None
+        made.providers.append(SemanticMemoryProvider(made.store, made.embedder, extractor=extractor))
+    if "blocks" in settings.memory:
+        made.providers.append(MemoryBlocksProvider(made.store))
+    return made
 
 
 def create_app() -> FastAPI:

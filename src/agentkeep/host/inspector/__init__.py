@@ -19,6 +19,8 @@ loopback clients as the local tenant, the page included.
   ``max_tokens``, ``target_tokens``): the preview (before/after counts, the groups that would go),
   or with ``apply`` the same recorded non-destructively.
 * ``DELETE /inspector/session?agent=&id=``: the session's history and session.
+* ``/inspector/memory...``: the memory panel, on a host that keeps long-term memory (a tenant's
+  users, each one's memories, search, a key's history, delete, forget; see :mod:`._memory_panel`).
 
 Every answer carries a Content-Security-Policy that lets only the page's own files run (no inline
 script, nothing from another origin, no framing), and htmx is configured not to evaluate code from
@@ -27,24 +29,26 @@ another site cannot send it without the browser asking the host first (CORS), so
 loopback it still cannot make a person's browser compact or delete. Exports are fetched by the
 script from the sessions API (with the key) and saved as files.
 
-The data comes from the sessions API's queries (:class:`~agentkeep.host._sessions_api.SessionsAPI`).
+The data comes from the sessions API's queries (:class:`~agentkeep.host._sessions_api.SessionsAPI`)
+and the memory API's (:class:`~agentkeep.host._memory.MemoryAPI`). The templates, the headers
+and the check on changes live in :mod:`._pages`.
 """
 
 from __future__ import annotations
 
-import mimetypes
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-import jinja2
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from ...compaction.plans import StrategyName
+from .._auth import WHOLE_STORE
 from .._http import HTTPProblem
 from .._sessions_api import CompactionRequest, SessionsAPI
+from ._memory_panel import install_memory_panel
+from ._pages import PACKAGE, from_this_page, render
 
 if TYPE_CHECKING:
     from .._app import AgentHost
@@ -53,32 +57,6 @@ __all__ = ["install_inspector"]
 
 SESSIONS_PER_PAGE = 50
 MESSAGES_PER_PAGE = 50
-
-mimetypes.init()  # Starlette names static files' types with it; its first use reads system files
-_PACKAGE = resources.files("agentkeep.host.inspector")
-_TEMPLATES = jinja2.Environment(
-    # read once, at import: rendering in the event loop never touches the disk
-    loader=jinja2.DictLoader(
-        {item.name: item.read_text("utf-8") for item in (_PACKAGE / "templates").iterdir() if item.is_file()}
-    ),
-    autoescape=True,  # message text is untrusted: everything is escaped
-    undefined=jinja2.StrictUndefined,
-)
-
-
-_HEADERS: dict[str, str] = {
-    # Only the page's own files run or load: no inline script, no other origin, no framing.
-    "Content-Security-Policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-
-def _render(name: str, **values: Any) -> HTMLResponse:
-    return HTMLResponse(_TEMPLATES.get_template(name).render(**values), headers=_HEADERS)
 
 
 def _results(messages: list[dict[str, Any]]) -> dict[str, str]:
@@ -98,14 +76,20 @@ class _Inspector:
         self.api = SessionsAPI(host)
 
     async def page(self) -> HTMLResponse:
-        return _render("page.html", agents=list(self.host.agents))
+        whole_store = self.host.api_keys is None and self.host.local_tenant == WHOLE_STORE
+        return render(
+            "page.html",
+            agents=list(self.host.agents),
+            memory=self.host.memory_store is not None,
+            whole_store=whole_store,
+        )
 
     async def sessions(self, request: Request, agent: str = "", q: str = "", offset: int = 0) -> Response:
         try:
             tenant = self.host.tenant_of(request)
             page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
             store = self.host.agents[agent].session_store.backend
-            return _render("sessions.html", page=page, agent=agent, q=q, store=store)
+            return render("sessions.html", page=page, agent=agent, q=q, store=store)
         except HTTPProblem as exc:
             return exc.response()
 
@@ -128,7 +112,7 @@ class _Inspector:
 
     async def session(self, request: Request, agent: str = "", id: str = "", raw: bool = False) -> Response:
         try:
-            return _render("session.html", **await self._messages(request, agent, id, raw, 0))
+            return render("session.html", **await self._messages(request, agent, id, raw, 0))
         except HTTPProblem as exc:
             return exc.response()
 
@@ -136,7 +120,7 @@ class _Inspector:
         try:
             tenant = self.host.tenant_of(request)
             groups = await self.api.groups_page(tenant, agent, id, tokenizer="estimate")
-            return _render(
+            return render(
                 "groups.html",
                 groups=groups,
                 agent=agent,
@@ -151,19 +135,9 @@ class _Inspector:
         self, request: Request, agent: str = "", id: str = "", raw: bool = False, offset: int = 0
     ) -> Response:
         try:
-            return _render("messages.html", **await self._messages(request, agent, id, raw, offset))
+            return render("messages.html", **await self._messages(request, agent, id, raw, offset))
         except HTTPProblem as exc:
             return exc.response()
-
-
-def _from_this_page(request: Request) -> None:
-    """Refuse a change not made by the page's own script (see the module docs).
-
-    Raises:
-        HTTPProblem: 403.
-    """
-    if request.headers.get("hx-request") != "true":
-        raise HTTPProblem(403, "forbidden", "changes are made from the inspector page")
 
 
 def _form_number(form: dict[str, list[str]], name: str) -> int | None:
@@ -208,7 +182,7 @@ class _Changes:
         host, api = self.inspector.host, self.inspector.api
         try:
             tenant = host.tenant_of(request)
-            _from_this_page(request)
+            from_this_page(request)
             form = parse_qs((await host.body_of(request)).decode("utf-8", "replace"))
             strategy = (form.get("strategy") or [""])[0]
             if strategy not in set(StrategyName):
@@ -221,7 +195,7 @@ class _Changes:
             )
             groups = await api.groups_page(tenant, agent, id, tokenizer="estimate")
             report = await api.compaction(tenant, agent, id, body, dry_run=not apply)
-            return _render(
+            return render(
                 "compaction.html",
                 report=report,
                 groups=groups,
@@ -235,9 +209,9 @@ class _Changes:
         host, api = self.inspector.host, self.inspector.api
         try:
             tenant = host.tenant_of(request)
-            _from_this_page(request)
+            from_this_page(request)
             await api.delete_session(tenant, agent, id)
-            response = _render("deleted.html", session=id)
+            response = render("deleted.html", session=id)
             response.headers["HX-Trigger"] = "reload"  # the sessions list loads again
             return response
         except HTTPProblem as exc:
@@ -260,8 +234,9 @@ def install_inspector(host: AgentHost, app: FastAPI) -> None:
     changes = _Changes(inspector)
     app.post("/inspector/compaction", response_model=None, include_in_schema=False)(changes.compaction)
     app.delete("/inspector/session", response_model=None, include_in_schema=False)(changes.delete)
+    install_memory_panel(host, app)
     app.mount(
         "/inspector/static",
-        StaticFiles(directory=str(_PACKAGE / "static"), check_dir=False),
+        StaticFiles(directory=str(PACKAGE / "static"), check_dir=False),
         name="inspector-static",
     )

@@ -44,6 +44,18 @@
         document.getElementById("status").textContent = "Export failed: " + error.message;
       });
   });
+  // Two views, sessions and memory (when the host keeps memories): one shown at a time.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest(".views button") : null;
+    if (!button) {
+      return;
+    }
+    var memory = button.id === "show-memory";
+    document.getElementById("sessions-view").hidden = memory;
+    document.getElementById("memory-view").hidden = !memory;
+    document.getElementById("show-sessions").classList.toggle("current", !memory);
+    document.getElementById("show-memory").classList.toggle("current", memory);
+  });
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("key-form");
     if (!form) {
