@@ -55,6 +55,13 @@ async def test_list_search_and_forget(env: dict[str, str], tmp_path: Path, minil
     )
     assert "Pixel" in found
     assert "[session s-1]" in found
+    users = ok(run(env, "memory", "users", "--tenant", "acme", *where))
+    assert "maren" in users
+    assert "bob" in users
+    assert "maren" not in ok(run(env, "memory", "users", "--tenant", "acme", "--q", "bo", *where))
+    assert "no users with memories in tenant nobody" in ok(
+        run(env, "memory", "users", "--tenant", "nobody", *where)
+    )
     forgot = ok(run(env, "memory", "forget", "--user", "maren", "--tenant", "acme", "--yes", *where))
     assert forgot.strip() == "forgot 3 memories of acme::maren"
     assert "no memories" in ok(run(env, "memory", "list", "--user", "maren", "--tenant", "acme", *where))

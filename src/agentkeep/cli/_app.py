@@ -757,6 +757,36 @@ def memory_list(
         console.print(table)
 
 
+@memory_app.command("users")
+def memory_users(
+    tenant: TenantOption = None,
+    q: Annotated[
+        str | None, typer.Option("--q", metavar="TEXT", help="Only users whose id has TEXT.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, metavar="N", help="Show at most N.")] = 50,
+    memory_store: MemoryStoreOption = None,
+) -> None:
+    """List the users of a tenant that have memories, most recently updated first."""
+    with _reported():
+        if tenant is not None:
+            scope_of("-", tenant, None)  # the tenant is checked before anything is read
+        found = _with_memory(memory_store, lambda store: store.scopes(tenant_id=tenant, q=q, limit=limit))
+        console = _stdout()
+        where = f"tenant {tenant}" if tenant else "no tenant"
+        if not found:
+            console.print(Text(f"no users with memories in {where}"))
+            return
+        table = Table(title=f"users with memories in {where}", title_justify="left")
+        for column in ("user", "agent", "memories", "updated"):
+            table.add_column(column)
+        for summary in found:
+            updated = summary.updated_at.strftime("%Y-%m-%d %H:%M")
+            table.add_row(
+                summary.scope.user_id, summary.scope.agent_id or "shared", str(summary.memories), updated
+            )
+        console.print(table)
+
+
 @memory_app.command("search")
 def memory_search(
     query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
