@@ -36,7 +36,7 @@ def recalling(messages: Sequence[Message]) -> str:
 
 class MemoryHost:
     def __init__(self, folder: Path, *, searchable: bool = True) -> None:
-        path = folder / "host.db"
+        self.path = path = folder / "host.db"
         self.memories = SQLiteMemoryStore(path, dimensions=64)
         self.embedder = HashingEmbedder(64)
         history = StorageHistoryProvider(SQLiteMessageStore(path), "history", load_limit=50, owns_store=True)
@@ -51,6 +51,14 @@ class MemoryHost:
         self.host.on_shutdown.append(history.aclose)
         self.server = ThreadedUvicorn(self.host.app, name="agentkeep host", lifespan="on")
         self.url = self.server.url
+
+    async def stored(self, conversation_id: str) -> list[Message]:
+        """The raw history of a stored conversation (``alice::t``)."""
+        store = SQLiteMessageStore(self.path)
+        try:
+            return (await store.read(conversation_id, raw=True)).messages
+        finally:
+            await store.aclose()
 
     def client(self, key: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)

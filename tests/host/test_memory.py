@@ -42,7 +42,7 @@ async def test_a_users_memories_follow_them_across_conversations_and_nobody_else
         assert said(events) == "recalled nothing", (key, as_user)
     scopes = await served.memories.scopes(tenant_id="alice")
     assert [(s.scope.user_id, s.memories) for s in scopes] == [("jonas", 1), ("maren", 2)]
-    assert await served.memories.scopes(tenant_id="bob") != []  # bob's maren has her own
+    assert [s.scope.user_id for s in await served.memories.scopes(tenant_id="bob")] == ["maren"]
     bobs = await served.memories.list_memories(MemoryScope("maren", tenant_id="bob"))
     assert [m.text for m in bobs] == ["What is my dog called?"]
 
@@ -54,12 +54,20 @@ async def test_a_conversation_belongs_to_its_first_user(served: MemoryHost) -> N
     # the same conversation without a user header: still maren's, her memories recalled
     events = await run(url, "t", [*first, *answer, user("Where do I live?")], key=ALICE[0])
     assert said(events) == "recalled: I live in Porto."
-    # another user naming it: as if it did not exist, and nothing is stored
-    before = await served.memories.list_memories(MemoryScope("jonas", tenant_id="alice"))
+    # another user naming it: not found, and nothing is stored, nor is the owner changed
+    history = [m.text for m in await served.stored("alice::t")]
     events = await run(url, "t", [user("Where does she live?")], key=ALICE[0], as_user="jonas")
     assert events[-1]["type"] == "RUN_ERROR"
     assert events[-1]["code"] == "not_found"
-    assert await served.memories.list_memories(MemoryScope("jonas", tenant_id="alice")) == before
+    assert await served.memories.scopes(tenant_id="alice", q="jonas") == []
+    assert [m.text for m in await served.stored("alice::t")] == history
+    events = await run(url, "t", [user("Where do I live?")], key=ALICE[0], as_user="maren")
+    assert said(events) == "recalled: Where do I live? / I live in Porto."
+    # an existing conversation without a user is bound by the first turn that names one
+    await run(url, "loose", [user("hello")], key=ALICE[0])
+    assert said(await run(url, "loose", [user("I live in Porto too.")], key=ALICE[0], as_user="jonas"))
+    events = await run(url, "loose", [user("x")], key=ALICE[0], as_user="maren")
+    assert events[-1]["code"] == "not_found"
     # a malformed user id is refused before anything runs
     async with served.client(ALICE[0]) as client:
         body = {
@@ -74,6 +82,10 @@ async def test_a_conversation_belongs_to_its_first_user(served: MemoryHost) -> N
         assert refused.status_code == 400
         refused = await client.post("/agents/chat", json=body, headers={"X-Agentkeep-User": "x" * 300})
         assert refused.status_code == 400
+        twice = [("X-Agentkeep-User", "maren"), ("X-Agentkeep-User", "jonas")]
+        refused = await client.post("/agents/chat", json=body, headers=httpx.Headers(twice))
+        assert refused.status_code == 400
+        assert "one X-Agentkeep-User header" in refused.json()["error"]["message"]
 
 
 async def test_the_responses_api_takes_its_own_user_field(served: MemoryHost) -> None:
@@ -90,6 +102,27 @@ async def test_the_responses_api_takes_its_own_user_field(served: MemoryHost) ->
         with pytest.raises(openai.NotFoundError):
             await sdk.responses.retrieve(first.id, extra_headers={"X-Agentkeep-User": "jonas"})
         assert (await sdk.responses.retrieve(first.id)).output_text == "recalled nothing"
+        # the conversation's items and description are hers only
+        jonas = {"X-Agentkeep-User": "jonas"}
+        with pytest.raises(openai.NotFoundError):
+            await sdk.conversations.items.list(f"conv_{first.id[5:37]}", extra_headers=jonas)
+        with pytest.raises(openai.NotFoundError):
+            await sdk.conversations.retrieve(f"conv_{first.id[5:37]}", extra_headers=jonas)
+        assert (await sdk.conversations.items.list(f"conv_{first.id[5:37]}")).data
+        # a user id beyond ASCII names the same user in the body and in the header (UTF-8)
+        umlaut = await sdk.responses.create(model="chat", input="Ich heiße Jürgen.", user="Jürgen")
+    async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+        same = await client.post(
+            "/v1/responses",
+            json={"model": "chat", "input": "Wie heiße ich?", "previous_response_id": umlaut.id},
+            headers=[
+                (b"Authorization", f"Bearer {ALICE[0]}".encode()),
+                (b"X-Agentkeep-User", "Jürgen".encode()),
+            ],
+        )
+        assert same.status_code == 200, same.text
+        assert same.json()["output"][0]["content"][0]["text"] == "recalled: Ich heiße Jürgen."
+    async with openai.AsyncOpenAI(base_url=f"{served.url}/v1", api_key=ALICE[0], max_retries=0) as sdk:
         # header and body naming two users
         with pytest.raises(openai.BadRequestError):
             await sdk.responses.create(
@@ -158,6 +191,11 @@ async def test_the_memory_api_lists_searches_shows_history_deletes_and_forgets(s
         assert (await alice.get("/api/memory/memories")).status_code == 400
         assert (await alice.get("/api/memory/search", params={"user": "maren"})).status_code == 400
         assert (await alice.get("/api/memory/users", params={"limit": 0})).status_code == 400
+        assert (await alice.get("/api/memory/users", params={"offset": 10**30})).status_code == 400
+        assert (await alice.get("/api/memory/memories", params={"user": " maren"})).status_code == 400
+        wrong_type = await alice.get("/api/memory/users", params={"limit": "many"})
+        assert wrong_type.status_code == 422
+        assert wrong_type.json()["error"]["type"] == "invalid_request"
         # forget: every memory of maren in alice's tenant, history too; bob's maren stays
         forgot = await alice.delete("/api/memory/memories", params={"user": "maren"})
         assert forgot.json() == {"removed": 3}  # the tea, and the block's two versions
@@ -169,6 +207,26 @@ async def test_the_memory_api_lists_searches_shows_history_deletes_and_forgets(s
         assert len((await bob.get("/api/memory/memories", params={"user": "maren"})).json()["memories"]) == 1
     async with httpx.AsyncClient(base_url=served.url) as anonymous:
         assert (await anonymous.get("/api/memory/users")).status_code == 401
+
+
+async def test_a_host_without_keys_answers_to_loopback_names_only() -> None:
+    """A page of another site whose name points at 127.0.0.1 (DNS rebinding) is refused."""
+    keyless = AgentHost()
+    keyless.add_agent("chat", Agent(ScriptedChatClient(recalling), name="chat"))
+    server = ThreadedUvicorn(keyless.app, name="keyless host")
+    server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            port = server.url.rsplit(":", 1)[1]
+            assert (await client.get("/api/agents/chat/sessions")).status_code != 403
+            for name in ("localhost", "127.0.0.1", "[::1]"):
+                answer = await client.get("/api/agents/chat/sessions", headers={"Host": f"{name}:{port}"})
+                assert answer.status_code != 403, name
+            rebound = await client.get("/api/agents/chat/sessions", headers={"Host": f"evil.example:{port}"})
+            assert rebound.status_code == 403
+            assert "loopback names" in rebound.json()["error"]["message"]
+    finally:
+        server.stop()
 
 
 async def test_a_host_without_memory_or_embedder_says_so(tmp_path: Path) -> None:

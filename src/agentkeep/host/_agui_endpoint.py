@@ -133,9 +133,11 @@ class AGUIRoute:
                     cache=(host.sessions, key),
                     attempts=host.save_attempts,
                 )
-                bind_user(turn.session, user, conversation_id=thread)
-                if session_version(turn.session) is None:
-                    await turn.save()  # a new conversation is stored before its first run
+                bound = bind_user(turn.session, user, conversation_id=thread)
+                if bound or session_version(turn.session) is None:
+                    # a new conversation, or one just bound to its user, is stored before its run:
+                    # of two turns naming two users at once, one owns it before anything is written
+                    await turn.save()
                 new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
                 stream = EventStream()
                 async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from ..stores import AgentSessionStore, NoopSessionStore
 from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
-from ._http import AccessLog, HTTPProblem, is_loopback
+from ._http import AccessLog, HTTPProblem, error_response, is_loopback
 from ._memory import install_memory_api
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
@@ -52,6 +53,13 @@ class HostedAgent:
             bare.default_history_provider = None
             self._stateless = bare
         return self._stateless
+
+
+async def _invalid_parameters(_: Request, exc: Exception) -> JSONResponse:
+    """A query or path parameter of the wrong type, answered in the host's error shape."""
+    errors: Any = exc.errors() if isinstance(exc, RequestValidationError) else []
+    details = [{k: v for k, v in error.items() if k in ("type", "loc", "msg")} for error in errors]
+    return error_response(422, "invalid_request", "invalid parameters", details=details)
 
 
 class AgentHost:
@@ -154,6 +162,7 @@ class AgentHost:
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
+        app.add_exception_handler(RequestValidationError, _invalid_parameters)
         self._install(app)
         app.add_middleware(AccessLog)  # outermost of the middleware: AG-UI turns are logged too
         app.get("/healthz")(self._healthz)
@@ -206,6 +215,10 @@ class AgentHost:
                 raise HTTPProblem(
                     403, "forbidden", "this host serves loopback clients only (it has no API keys)"
                 )
+            if not is_loopback(request.url.hostname):
+                # A page of another site whose name was made to point at 127.0.0.1 (DNS
+                # rebinding) is "same origin" to the browser, but still names its own host.
+                raise HTTPProblem(403, "forbidden", "a host without API keys answers to loopback names only")
             tenant = self.local_tenant
         else:
             found = self.api_keys.tenant_of(request.headers.get("authorization"))

@@ -73,6 +73,7 @@ def build_inspector(
     key_ring = KeyRing.from_env()
     history = open_history_provider(store_url, key_ring=key_ring)
     agent = Agent(_NoModel(), name=AGENT_NAME, context_providers=[history])
+    sessions = open_session_store(store_url, key_ring=key_ring)
     memory_store = None if memory_store_url is None else open_memory_store(memory_store_url)
     embedder = None
     if memory_store is not None:
@@ -82,7 +83,7 @@ def build_inspector(
     host = InspectorHost(api_keys=api_keys, memory_store=memory_store, memory_embedder=embedder)
     if embedder is not None:
         host.on_shutdown.append(embedder.aclose)
-    host.add_agent(AGENT_NAME, agent, session_store=open_session_store(store_url, key_ring=key_ring))
+    host.add_agent(AGENT_NAME, agent, session_store=sessions)
     host.on_shutdown.append(history.aclose)
     return host
 

@@ -5,10 +5,11 @@
 application says it is serving: the ``X-Agentkeep-User`` header on any protocol, or the Responses
 API's own ``user`` field (both at once must agree). The first turn that names a user binds the
 conversation to that user (:func:`~agentkeep.memory.semantic.set_memory_user`, kept in the
-session's state); a later turn may leave the user out, and one that names another user is
-answered as if the conversation did not exist (another user must not learn it does). A turn of a
-conversation with no user reads and writes no memories. A tenant can only ever name users of its
-own: every memory scope carries the tenant.
+session's state and saved before the run); a later turn may leave the user out, and one that
+names another user is refused as not found. A request naming no user acts for the tenant. A turn
+of a conversation with no user reads and writes no memories. A tenant can only ever name users of
+its own: every memory scope carries the tenant. The ``/api/`` endpoints are the tenant's
+administration: they see all its users.
 
 **The API**, over the host's memory store (``AgentHost(memory_store=...)``; 404 on a host with none):
 
@@ -29,14 +30,15 @@ own: there ``tenant=`` names the tenant to look at (absent: the scopes without o
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import ChatClientError, IsolationError, MemoryFormatError
+from ..errors import ChatClientError, IsolationError, MemoryFormatError, StorageError
 from ..memory import MemoryRecord, MemoryScope, MemoryStore
-from ..memory.base import MAX_K
 from ..memory.semantic import memory_scope, set_memory_user
 from ._auth import WHOLE_STORE
 from ._http import HTTPProblem
@@ -58,6 +60,48 @@ __all__ = [
 
 USER_HEADER: Final = "X-Agentkeep-User"
 MAX_USER_ID: Final = 256
+MAX_PAGE: Final = 500
+"""The most users one page of ``/api/memory/users`` lists."""
+MAX_OFFSET: Final = 1_000_000_000
+MAX_MEMORIES: Final = 1_000
+"""The most memories one ``/api/memory/memories`` answer lists (newest first)."""
+
+
+def checked_user(user: str) -> str:
+    """``user`` if it can name a user (see :class:`~agentkeep.memory.MemoryScope`), at most
+    :data:`MAX_USER_ID` characters, without surrounding white space (``" maren"`` is not another
+    user: it is refused).
+
+    Raises:
+        HTTPProblem: 400.
+    """
+    if len(user) > MAX_USER_ID:
+        raise HTTPProblem(400, "invalid_request", f"a user id is at most {MAX_USER_ID} characters")
+    if user != user.strip():
+        raise HTTPProblem(400, "invalid_request", "a user id has no white space around it")
+    try:
+        MemoryScope(user)
+    except MemoryFormatError as exc:
+        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+    return user
+
+
+def _header(request: Request) -> str | None:
+    """The ``X-Agentkeep-User`` header as UTF-8 (Starlette's own reading is Latin-1), once.
+
+    Raises:
+        HTTPProblem: 400 for two of them, or bytes that are not UTF-8.
+    """
+    name = USER_HEADER.lower().encode("ascii")
+    values: list[bytes] = [value for key, value in request.scope.get("headers", ()) if key.lower() == name]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise HTTPProblem(400, "invalid_request", f"one {USER_HEADER} header, not {len(values)}")
+    try:
+        return values[0].decode("utf-8").strip(" \t")  # HTTP's optional white space
+    except UnicodeDecodeError as exc:
+        raise HTTPProblem(400, "invalid_request", f"the {USER_HEADER} header is not UTF-8") from exc
 
 
 def user_of(request: Request, named: str | None = None) -> str | None:
@@ -67,38 +111,34 @@ def user_of(request: Request, named: str | None = None) -> str | None:
     Raises:
         HTTPProblem: 400 for a malformed id, or two that differ.
     """
-    header = request.headers.get(USER_HEADER)
+    header = _header(request)
     if header is not None and named is not None and header != named:
         raise HTTPProblem(400, "invalid_request", f"the {USER_HEADER} header and the body name two users")
     user = header if header is not None else named
-    if user is None:
-        return None
-    if len(user) > MAX_USER_ID:
-        raise HTTPProblem(400, "invalid_request", f"a user id is at most {MAX_USER_ID} characters")
-    try:
-        MemoryScope(user)
-    except MemoryFormatError as exc:
-        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-    return user
+    return None if user is None else checked_user(user)
 
 
-def bind_user(session: AgentSession, user_id: str | None, *, conversation_id: str) -> None:
-    """Bind ``session`` to ``user_id`` on its first turn that names one (see the module docs).
+def bind_user(session: AgentSession, user_id: str | None, *, conversation_id: str) -> bool:
+    """Bind ``session`` to ``user_id`` on its first turn that names one (see the module docs);
+    whether it was bound just now (the caller saves it before the run, so that of two turns
+    naming two users at once only one can own the conversation).
 
     Raises:
         IsolationError: The conversation is another user's (answered as not found).
     """
     if user_id is None:
-        return
+        return False
     bound = memory_scope(session)
     if bound is None:
         set_memory_user(session, user_id)
-    elif bound.user_id != user_id:
+        return True
+    if bound.user_id != user_id:
         raise IsolationError(
             f"conversation {conversation_id!r} belongs to another user",
             backend="host",
             conversation_id=conversation_id,
         )
+    return False
 
 
 def readable_by(session: AgentSession, user_id: str | None) -> bool:
@@ -129,6 +169,17 @@ def _text(value: str | None, name: str, *, required: bool = True) -> str | None:
             raise HTTPProblem(400, "invalid_request", f"give {name}")
         return None
     return value
+
+
+@contextlib.asynccontextmanager
+async def _store_errors() -> AsyncGenerator[None]:
+    """The memory store's failures as answers: bad input 400, a store that cannot answer 503."""
+    try:
+        yield
+    except (MemoryFormatError, ValueError) as exc:
+        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+    except StorageError as exc:
+        raise HTTPProblem(503, "store_unavailable", str(exc)) from exc
 
 
 class MemoryAPI:
@@ -167,18 +218,18 @@ class MemoryAPI:
         Raises:
             HTTPProblem: 400 for a missing or malformed id.
         """
+        named = checked_user(str(_text(user, "user")))
         try:
-            return MemoryScope(str(_text(user, "user")), tenant_id=tenant, agent_id=agent or None)
+            return MemoryScope(named, tenant_id=tenant, agent_id=agent or None)
         except MemoryFormatError as exc:
             raise HTTPProblem(400, "invalid_request", str(exc)) from exc
 
     async def users(self, tenant: str | None, *, q: str, limit: int, offset: int) -> dict[str, Any]:
         """A page of the tenant's memory scopes (one more is asked for, to tell if there are more)."""
-        if not 1 <= limit <= MAX_K or offset < 0:
-            raise HTTPProblem(400, "invalid_request", f"limit is 1 to {MAX_K}, offset 0 or more")
-        found = await self.store.scopes(
-            tenant_id=tenant, q=q or None, limit=min(limit + 1, MAX_K), offset=offset
-        )
+        if not 1 <= limit <= MAX_PAGE or not 0 <= offset <= MAX_OFFSET:
+            raise HTTPProblem(400, "invalid_request", f"limit is 1 to {MAX_PAGE}, offset 0 to {MAX_OFFSET:,}")
+        async with _store_errors():
+            found = await self.store.scopes(tenant_id=tenant, q=q or None, limit=limit + 1, offset=offset)
         return {
             "tenant": tenant,
             "users": [
@@ -195,12 +246,11 @@ class MemoryAPI:
             "more": len(found) > limit,
         }
 
-    async def memories(
-        self, scope: MemoryScope, *, kind: str | None, limit: int | None
-    ) -> list[dict[str, Any]]:
-        if limit is not None and not 1 <= limit <= 10_000:
-            raise HTTPProblem(400, "invalid_request", "limit is 1 to 10,000")
-        records = await self.store.list_memories(scope, kind=kind or None, limit=limit)
+    async def memories(self, scope: MemoryScope, *, kind: str | None, limit: int) -> list[dict[str, Any]]:
+        if not 1 <= limit <= MAX_MEMORIES:
+            raise HTTPProblem(400, "invalid_request", f"limit is 1 to {MAX_MEMORIES:,}")
+        async with _store_errors():
+            records = await self.store.list_memories(scope, kind=kind or None, limit=limit)
         return [memory_json(r) for r in records]
 
     async def search(self, scope: MemoryScope, query: str | None, *, k: int) -> list[dict[str, Any]]:
@@ -219,20 +269,25 @@ class MemoryAPI:
             (vector,) = await embedder.embed([text])
         except (ImportError, ChatClientError) as exc:
             raise HTTPProblem(503, "model_unavailable", f"the embedding model cannot run: {exc}") from exc
-        hits = await self.store.search(scope, vector, k=k)
+        async with _store_errors():
+            hits = await self.store.search(scope, vector, k=k)
         return [{"score": round(hit.score, 4), **memory_json(hit.record)} for hit in hits]
 
     async def history(self, scope: MemoryScope, key: str | None) -> list[dict[str, Any]]:
-        return [memory_json(r) for r in await self.store.history(scope, str(_text(key, "key")))]
+        async with _store_errors():
+            return [memory_json(r) for r in await self.store.history(scope, str(_text(key, "key")))]
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> None:
-        if not await self.store.delete(scope, memory_id):
+        async with _store_errors():
+            deleted = await self.store.delete(scope, memory_id)
+        if not deleted:
             raise HTTPProblem(404, "not_found", f"no memory {memory_id!r} of {scope.user_id!r}")
 
     async def forget(self, tenant: str | None, user: str | None) -> int:
         """Remove every memory of the user in the tenant (every agent's); how many were removed."""
         scope = self.scope(tenant, user)
-        return await self.store.forget(user_id=scope.user_id, tenant_id=tenant)
+        async with _store_errors():
+            return await self.store.forget(user_id=scope.user_id, tenant_id=tenant)
 
 
 class _Routes:
@@ -263,7 +318,7 @@ class _Routes:
         user: str | None = None,
         agent: str | None = None,
         kind: str | None = None,
-        limit: int | None = None,
+        limit: int = MAX_MEMORIES,
         tenant: str | None = None,
     ) -> Response:
         try:

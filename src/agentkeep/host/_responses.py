@@ -327,7 +327,8 @@ class _Responses:
                 prior: Sequence[Message] = []
                 if conversation_id is not None:
                     turn = await self._existing(hosted, tenant, conversation_id, warm=True)
-                    bind_user(turn.session, user, conversation_id=conversation_id)
+                    if bind_user(turn.session, user, conversation_id=conversation_id):
+                        await turn.save()  # its owner is decided before anything is written
                     bound = memory_scope(turn.session)
                     user = None if bound is None else bound.user_id  # a branch is the same user's
                     self._check_previous(turn, body.previous_response_id)

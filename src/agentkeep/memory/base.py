@@ -160,6 +160,7 @@ class MemoryStore(ABC):
 
         Raises:
             ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
+            MemoryFormatError: A malformed ``tenant_id``.
         """
 
     @abstractmethod

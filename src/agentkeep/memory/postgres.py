@@ -130,6 +130,8 @@ class PostgresMemoryStore(MemoryStore):
                     "WHERE key IS NOT NULL AND superseded_by IS NULL",
                     "CREATE INDEX IF NOT EXISTS memories_scope ON {memories} (scope, updated_at)",
                     "CREATE INDEX IF NOT EXISTS memories_user ON {memories} (user_key)",
+                    # byte order, whatever the database's collation: a tenant's scopes are a range
+                    'CREATE INDEX IF NOT EXISTS memories_scope_bytes ON {memories} (scope COLLATE "C")',
                 ):
                     await conn.execute(self._q(index))
                 await conn.execute(
@@ -399,10 +401,11 @@ class PostgresMemoryStore(MemoryStore):
         self.check_page(limit, offset)
         prefix = MemoryScope.tenant_prefix(tenant_id)
         cutoff = self._cutoff()
-        # starts_with, strpos: byte-wise, whatever the database's collation says of the separator
-        query = "SELECT scope, count(*), max(updated_at) FROM {memories} WHERE starts_with(scope, %s) "
-        query += "AND superseded_by IS NULL"
-        args: list[Any] = [prefix]
+        # a range in byte order (the index on scope COLLATE "C"): the separator is the last
+        # character before " ", so every key of the tenant sorts below prefix[:-1] + " "
+        query = 'SELECT scope, count(*), max(updated_at) FROM {memories} WHERE scope COLLATE "C" > %s '
+        query += 'AND scope COLLATE "C" < %s AND superseded_by IS NULL'
+        args: list[Any] = [prefix, prefix[:-1] + " "]
         if q:
             query += " AND strpos(substr(user_key, %s), %s) > 0"
             args += [len(prefix) + 1, q]

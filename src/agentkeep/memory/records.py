@@ -95,9 +95,14 @@ class MemoryScope:
         tenant, user, agent = parts
         return cls(user, tenant_id=tenant or None, agent_id=agent or None)
 
-    @staticmethod
-    def tenant_prefix(tenant_id: str | None) -> str:
-        """What the :attr:`key` of every scope of ``tenant_id`` (exactly that tenant) starts with."""
+    @classmethod
+    def tenant_prefix(cls, tenant_id: str | None) -> str:
+        """What the :attr:`key` of every scope of ``tenant_id`` (exactly that tenant) starts with.
+
+        Raises:
+            MemoryFormatError: A malformed tenant id (one that could reach into another's keys).
+        """
+        cls("-", tenant_id=tenant_id)  # checked as any scope's tenant is
         return (tenant_id or "") + _SEPARATOR
 
     @property

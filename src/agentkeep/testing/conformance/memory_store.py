@@ -355,15 +355,25 @@ async def scopes_lists_one_tenants_users_newest_first(backend: MemoryStoreBacken
         )
         await store.add(MemoryScope("alice", tenant_id="acme::team"), fact("narrowed", 5))
         await store.add(MemoryScope("alice", tenant_id="acm"), fact("prefix", 6))
+        await store.add(MemoryScope("alice", tenant_id="acmez"), fact("longer", 6))
+        await store.add(
+            MemoryScope("zed", tenant_id="acme", agent_id="alice"), fact("agent", 6, created_at=start)
+        )
         await store.add(MemoryScope("alice"), fact("no tenant", 7))
         listed = await store.scopes(tenant_id="acme")
+        zed = MemoryScope("zed", tenant_id="acme", agent_id="alice")
         expect_equal(
             [(s.scope, s.memories) for s in listed],
-            [(bob, 1), (travel, 1), (ALICE, 2)],
+            [(bob, 1), (travel, 1), (ALICE, 2), (zed, 1)],
             "acme's scopes, newest first, superseded and expired memories not counted",
         )
         expect(listed[0].updated_at == start + timedelta(minutes=5), "a scope's newest update")
-        expect_equal([s.scope for s in await store.scopes(tenant_id="acme", q="lic")], [travel, ALICE], "q")
+        expect_equal(
+            [s.scope for s in await store.scopes(tenant_id="acme", q="lic")],
+            [travel, ALICE],
+            "q: the user id only",
+        )
+        expect_equal(await store.scopes(tenant_id="acme", q="acme"), [], "q never matches the tenant")
         expect_equal(
             [s.scope for s in await store.scopes(tenant_id="acme", limit=1, offset=1)], [travel], "page"
         )
@@ -377,9 +387,13 @@ async def scopes_lists_one_tenants_users_newest_first(backend: MemoryStoreBacken
         )
         expect_equal(await store.scopes(tenant_id="globex"), [], "a tenant with none")
         await store.forget(user_id="bob", tenant_id="acme")
-        expect_equal([s.scope for s in await store.scopes(tenant_id="acme")], [travel, ALICE], "after forget")
+        expect_equal(
+            [s.scope for s in await store.scopes(tenant_id="acme")], [travel, ALICE, zed], "after forget"
+        )
         with expect_raises(ValueError, "limit 0"):
             await store.scopes(tenant_id="acme", limit=0)
+        with expect_raises(MemoryFormatError, "a tenant that holds the separator"):
+            await store.scopes(tenant_id="acme\x1falice")
 
 
 @_check
