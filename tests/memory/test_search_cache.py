@@ -126,6 +126,19 @@ def test_scope_vectors_find_what_a_full_sort_finds_through_puts_and_removes() ->
     assert len(vectors.nearest(query, 1_000)) == len(live)
 
 
+def test_a_large_matrix_is_scored_in_parts_on_helper_threads_with_the_same_result() -> None:
+    vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(70_000))
+    cache = VectorCache(1 << 30)
+    query = np.asarray(vector(9), dtype=np.float32)
+    query /= np.linalg.norm(query)
+    try:
+        alone = vectors.nearest(query, 20, kind="fact")
+        assert vectors.nearest(query, 20, kind="fact", helpers=cache.helpers) == alone
+        assert len(alone) == 20
+    finally:
+        cache.close()
+
+
 def test_the_cache_evicts_the_least_recently_used_scope_past_its_bytes() -> None:
     one = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(100))
     cache = VectorCache(int(one.nbytes * 2.5))
