@@ -22,108 +22,48 @@ import contextlib
 import json
 import os
 import threading
-from array import array
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 try:
     import apsw
+    import numpy as np
     import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "the SQLite memory store needs apsw and sqlite-vec: pip install 'agentkeep[memory]'"
+        "the SQLite memory store needs apsw, sqlite-vec and numpy: pip install 'agentkeep[memory]'"
     ) from exc
 
 from ..errors import MemoryFormatError, StorageClosedError, StorageError, StorageUnavailableError
+from ._sqlite_file import (
+    Db,
+    create_or_upgrade,
+    delete_vector,
+    forget_user,
+    has_vector,
+    log_change,
+    micros,
+    purge_before,
+    put_vector,
+    vector_bytes,
+)
+from ._vector_cache import DEFAULT_CACHE_BYTES, DEFAULT_MIN_VECTORS, ScopeVectors, VectorCache, behind
 from .base import NO_CURRENT, MemoryStore, normalized
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
 
 T = TypeVar("T")
-_LAYOUT: Final = 1
-# vec0 keeps each scope's vectors in chunks of this many; a scope takes at least one chunk
-# (64 x 384 x 4 bytes = 96 KiB), where the default 1,024 took 1.5 MiB per user. Searches of large
-# scopes are as fast (measured: 3.0 ms for 10k vectors either way).
-_CHUNK: Final = 64
 _COLUMNS: Final = (
     "rowid, id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 )
 
 
-class _Db:
-    """The store's connection with typed calls (apsw's own stubs leave values untyped) and
-    write transactions that take the write lock at once (``BEGIN IMMEDIATE``)."""
-
-    def __init__(self, connection: apsw.Connection) -> None:
-        self._connection: Any = connection
-        self.cancelled = threading.Event()
-        """Set when the caller of the current job gave up: its write rolls back instead of committing."""
-
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._connection.execute(sql, args))
-
-    def one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        found = self.rows(sql, args)
-        return found[0] if found else None
-
-    def run(self, sql: str, args: Sequence[Any] = ()) -> None:
-        self._connection.execute(sql, args)
-
-    @property
-    def last_rowid(self) -> int:
-        return int(self._connection.last_insert_rowid())
-
-    @contextmanager
-    def write(self) -> Generator[None]:
-        self._connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            if self.cancelled.is_set():
-                raise StorageClosedError("the write was cancelled by its caller", backend="sqlite")
-        except BaseException:
-            self._connection.execute("ROLLBACK")
-            raise
-        self._connection.execute("COMMIT")
-
-    def close(self) -> None:
-        self._connection.close()
-
-
-def _micros(value: datetime) -> int:
-    return int(value.timestamp() * 1_000_000)
-
-
 def _time(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, UTC)
-
-
-def _vector(values: Sequence[float]) -> bytes:
-    return array("f", values).tobytes()
-
-
-def _insert_vector(
-    db: _Db, rowid: int, scope: MemoryScope, kind: str, updated: int, vector: Sequence[float]
-) -> None:
-    db.run(
-        "INSERT INTO agentkeep_memory_vectors (memory_rowid, scope, kind, updated_at, embedding) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (rowid, scope.key, kind, updated, _vector(vector)),
-    )
-
-
-def _delete_where(db: _Db, condition: str, value: Any) -> int:
-    """Delete the records matching ``condition`` (one ``?``) with their vectors; returns how many."""
-    with db.write():
-        rowids = [r for (r,) in db.rows(f"SELECT rowid FROM agentkeep_memories WHERE {condition}", (value,))]
-        for rowid in rowids:
-            db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-        db.run(f"DELETE FROM agentkeep_memories WHERE {condition}", (value,))
-        return len(rowids)
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -134,22 +74,38 @@ class SQLiteMemoryStore(MemoryStore):
         dimensions: The length of every embedding (fixed for the file once written).
         ttl: Seconds after its last update at which a memory expires.
         timeout: Seconds to wait for another process's write lock.
+        search_cache_bytes: Memory for the vectors of large scopes, held as matrices so their
+            searches are one matrix-vector product (see :mod:`._vector_cache`); least recently
+            searched scopes go first. ``0``: no cache, every search by sqlite-vec.
+        cache_min_vectors: Scopes with fewer vectors are searched by sqlite-vec (as fast, and
+            not worth the memory).
     """
 
     backend = "sqlite"
 
     def __init__(
-        self, path: str | os.PathLike[str], *, dimensions: int, ttl: float | None = None, timeout: float = 5.0
+        self,
+        path: str | os.PathLike[str],
+        *,
+        dimensions: int,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        search_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_min_vectors: int = DEFAULT_MIN_VECTORS,
     ) -> None:
         super().__init__(dimensions=dimensions, ttl=ttl)
+        if cache_min_vectors < 0:
+            raise ValueError("cache_min_vectors must not be negative")
         self.path = Path(path)
         self.timeout = timeout
+        self._cache = VectorCache(search_cache_bytes)
+        self._cache_min_vectors = cache_min_vectors
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-memory")
-        self._connection: _Db | None = None
+        self._connection: Db | None = None
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------------------
-    async def _run(self, job: Callable[[_Db], T], *, closing: bool = False) -> T:
+    async def _run(self, job: Callable[[Db], T], *, closing: bool = False) -> T:
         if self._closed and not closing:
             raise StorageClosedError("the sqlite memory store is closed", backend=self.backend)
         cancelled = threading.Event()
@@ -164,7 +120,7 @@ class SQLiteMemoryStore(MemoryStore):
                 await future
             raise
 
-    def _call(self, job: Callable[[_Db], T], cancelled: threading.Event, closing: bool) -> T:
+    def _call(self, job: Callable[[Db], T], cancelled: threading.Event, closing: bool) -> T:
         if cancelled.is_set() or (self._closed and not closing):
             raise StorageClosedError("the sqlite memory store is closed", backend=self.backend)
         try:
@@ -179,7 +135,7 @@ class SQLiteMemoryStore(MemoryStore):
         except apsw.Error as exc:
             raise StorageError(f"sqlite memory store at {self.path}: {exc}", backend=self.backend) from exc
 
-    def _open(self) -> _Db:
+    def _open(self) -> Db:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = apsw.Connection(str(self.path))
         try:
@@ -187,71 +143,13 @@ class SQLiteMemoryStore(MemoryStore):
             connection.load_extension(sqlite_vec.loadable_path())
             connection.enable_load_extension(False)
             connection.set_busy_timeout(int(self.timeout * 1000))
-            db = _Db(connection)
+            db = Db(connection)
             db.run("PRAGMA journal_mode=WAL")
-            self._create(db)
+            create_or_upgrade(db, self.path, self.dimensions)
         except BaseException:
             connection.close()
             raise
         return db
-
-    def _create(self, db: _Db) -> None:
-        with db.write():
-            db.run(
-                "CREATE TABLE IF NOT EXISTS agentkeep_memory_meta "
-                "(name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            found: dict[str, str] = dict(db.rows("SELECT name, value FROM agentkeep_memory_meta"))  # pyright: ignore[reportAssignmentType]
-            if found:
-                if int(found.get("layout", 0)) > _LAYOUT:
-                    raise StorageError(
-                        f"{self.path} holds memories of a newer layout ({found['layout']})",
-                        backend=self.backend,
-                    )
-                if int(found["dimensions"]) != self.dimensions:
-                    raise MemoryFormatError(
-                        f"{self.path} holds {found['dimensions']}-dimension embeddings, not {self.dimensions}"
-                    )
-                return
-            db.run(
-                # AUTOINCREMENT: a deleted record's rowid is never given to a later one, so a
-                # vector row can never point at another record (of another scope)
-                """CREATE TABLE agentkeep_memories (
-                    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-                    id TEXT NOT NULL,
-                    scope TEXT NOT NULL,
-                    user_key TEXT NOT NULL,
-                    key TEXT,
-                    kind TEXT NOT NULL,
-                    text TEXT NOT NULL,
-                    source_session_id TEXT,
-                    metadata TEXT NOT NULL,
-                    created_at INTEGER NOT NULL,
-                    updated_at INTEGER NOT NULL,
-                    superseded_by TEXT
-                )"""
-            )
-            db.run("CREATE UNIQUE INDEX agentkeep_memories_id ON agentkeep_memories (scope, id)")
-            db.run("CREATE INDEX agentkeep_memories_scope ON agentkeep_memories (scope, updated_at)")
-            db.run("CREATE INDEX agentkeep_memories_user ON agentkeep_memories (user_key)")
-            db.run(
-                "CREATE UNIQUE INDEX agentkeep_memories_current_key ON agentkeep_memories (scope, key) "
-                "WHERE key IS NOT NULL AND superseded_by IS NULL"
-            )
-            db.run(
-                f"""CREATE VIRTUAL TABLE agentkeep_memory_vectors USING vec0(
-                    memory_rowid INTEGER PRIMARY KEY,
-                    scope TEXT PARTITION KEY,
-                    kind TEXT,
-                    updated_at INTEGER,
-                    embedding float[{self.dimensions}] distance_metric=cosine,
-                    chunk_size={_CHUNK}
-                )"""
-            )
-            db.run(
-                "INSERT INTO agentkeep_memory_meta (name, value) VALUES ('layout', ?), ('dimensions', ?)",
-                (str(_LAYOUT), str(self.dimensions)),
-            )
 
     def _record(self, row: Sequence[Any], embedding: list[float] | None = None) -> MemoryRecord:
         _, memory_id, key, kind, text, source, metadata, created, updated, superseded = row
@@ -270,7 +168,7 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _cutoff(self) -> int | None:
         cutoff = self.expired_before()
-        return None if cutoff is None else _micros(cutoff)
+        return None if cutoff is None else micros(cutoff)
 
     # -- the contract --------------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -283,7 +181,7 @@ class SQLiteMemoryStore(MemoryStore):
         embedding = self.checked(record)
         metadata = json.dumps(record.metadata)
 
-        def job(db: _Db) -> MemoryRecord:
+        def job(db: Db) -> MemoryRecord:
             with db.write():
                 if db.one(
                     "SELECT 1 FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, record.id)
@@ -303,8 +201,8 @@ class SQLiteMemoryStore(MemoryStore):
                             "UPDATE agentkeep_memories SET superseded_by = ? WHERE rowid = ?",
                             (record.id, rowid),
                         )
-                        db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-                updated = _micros(record.updated_at or record.created_at)
+                        delete_vector(db, scope.key, rowid)
+                updated = micros(record.updated_at or record.created_at)
                 db.run(
                     "INSERT INTO agentkeep_memories (id, scope, user_key, key, kind, text, "
                     "source_session_id, metadata, created_at, updated_at) "
@@ -318,12 +216,12 @@ class SQLiteMemoryStore(MemoryStore):
                         record.text,
                         record.source_session_id,
                         metadata,
-                        _micros(record.created_at),
+                        micros(record.created_at),
                         updated,
                     ),
                 )
                 if embedding is not None:
-                    _insert_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
+                    put_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
             return MemoryRecord(
                 record.text,
                 embedding=embedding,
@@ -339,7 +237,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
-        def job(db: _Db) -> MemoryRecord | None:
+        def job(db: Db) -> MemoryRecord | None:
             row = db.one(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND id = ?",
                 (scope.key, memory_id),
@@ -359,7 +257,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> MemoryRecord:
         vector = self.update_vector(text, embedding)
 
-        def job(db: _Db) -> MemoryRecord:
+        def job(db: Db) -> MemoryRecord:
             with db.write():
                 row = db.one(
                     f"SELECT {_COLUMNS} FROM agentkeep_memories "
@@ -370,32 +268,32 @@ class SQLiteMemoryStore(MemoryStore):
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row)
                 changed = self.updated(old, text=text, vector=vector, metadata=metadata)
-                updated = _micros(changed.updated_at or changed.created_at)
+                updated = micros(changed.updated_at or changed.created_at)
                 db.run(
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
                     (changed.text, json.dumps(changed.metadata), updated, row[0]),
                 )
                 if vector is not None:
-                    db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (row[0],))
-                    _insert_vector(db, row[0], scope, changed.kind, updated, vector)
-                else:
+                    put_vector(db, row[0], scope, changed.kind, updated, vector)
+                elif has_vector(db, row[0]):  # its time moved: the expiry filter reads it
                     db.run(
                         "UPDATE agentkeep_memory_vectors SET updated_at = ? WHERE memory_rowid = ?",
                         (updated, row[0]),
                     )
+                    log_change(db, scope.key, row[0], 0)
             return changed
 
         return await self._run(job)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
-        def job(db: _Db) -> bool:
+        def job(db: Db) -> bool:
             with db.write():
                 row = db.one(
                     "SELECT rowid FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, memory_id)
                 )
                 if row is None:
                     return False
-                db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (row[0],))
+                delete_vector(db, scope.key, row[0])
                 db.run("DELETE FROM agentkeep_memories WHERE rowid = ?", (row[0],))
                 return True
 
@@ -406,7 +304,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[MemoryRecord]:
         cutoff = self._cutoff()
 
-        def job(db: _Db) -> list[MemoryRecord]:
+        def job(db: Db) -> list[MemoryRecord]:
             sql = f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL"
             args: list[Any] = [scope.key]
             if kind is not None:
@@ -433,44 +331,141 @@ class SQLiteMemoryStore(MemoryStore):
         min_score: float | None = None,
     ) -> list[MemoryHit]:
         self.check_query(k, min_score)
-        query = _vector(normalized(check_embedding(embedding, self.dimensions)))
+        query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
         cutoff = self._cutoff()
 
-        def job(db: _Db) -> list[MemoryHit]:
-            # One statement, so one snapshot: the k nearest vectors of the scope and their
-            # records, each record checked to be of this scope and current.
-            nearest = (
-                "SELECT memory_rowid, distance FROM agentkeep_memory_vectors "
-                "WHERE embedding MATCH ? AND k = ? AND scope = ?"
-            )
-            args: list[Any] = [query, k, scope.key]
-            if kind is not None:
-                nearest += " AND kind = ?"
-                args.append(kind)
-            if cutoff is not None:
-                nearest += " AND updated_at >= ?"
-                args.append(cutoff)
-            columns = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
-            rows = db.rows(
-                f"SELECT {columns}, v.distance FROM ({nearest}) AS v "
-                "JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid "
-                "WHERE m.scope = ? AND m.superseded_by IS NULL ORDER BY v.distance",
-                [*args, scope.key],
-            )
-            hits: list[MemoryHit] = []
-            for row in rows:
-                distance = row[-1]
-                if distance is None:  # a vector with no direction: no similarity to speak of
-                    continue
-                score = 1.0 - float(distance)
-                if min_score is None or score >= min_score:
-                    hits.append(MemoryHit(self._record(row[:-1]), score))
-            return hits
+        def job(db: Db) -> list[MemoryHit]:
+            # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
+            # or read by sqlite-vec) and the records of the k nearest, each checked to be of this
+            # scope and current.
+            with db.read():
+                vectors = self._cached(db, scope.key)
+                if vectors is None:
+                    found = self._nearest_by_vec0(db, scope.key, query, k, kind, cutoff)
+                else:
+                    nearest = vectors.nearest(
+                        np.frombuffer(query, dtype=np.float32),
+                        k,
+                        kind=kind,
+                        cutoff=cutoff,
+                        helpers=self._cache.helpers,
+                    )
+                    found = self._records_of(db, scope.key, nearest)
+            return [
+                MemoryHit(self._record(row), score)
+                for row, score in found
+                if min_score is None or score >= min_score
+            ]
 
         return await self._run(job)
 
+    def _nearest_by_vec0(
+        self, db: Db, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
+    ) -> list[tuple[tuple[Any, ...], float]]:
+        nearest = (
+            "SELECT memory_rowid, distance FROM agentkeep_memory_vectors "
+            "WHERE embedding MATCH ? AND k = ? AND scope = ?"
+        )
+        args: list[Any] = [query, k, scope]
+        if kind is not None:
+            nearest += " AND kind = ?"
+            args.append(kind)
+        if cutoff is not None:
+            nearest += " AND updated_at >= ?"
+            args.append(cutoff)
+        columns = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = db.rows(
+            f"SELECT {columns}, v.distance FROM ({nearest}) AS v "
+            "JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid "
+            "WHERE m.scope = ? AND m.superseded_by IS NULL ORDER BY v.distance",
+            [*args, scope],
+        )
+        # a distance of None would be a vector with no direction (refused on the way in)
+        return [(row[:-1], 1.0 - float(row[-1])) for row in rows if row[-1] is not None]
+
+    def _records_of(
+        self, db: Db, scope: str, nearest: list[tuple[int, float]]
+    ) -> list[tuple[tuple[Any, ...], float]]:
+        if not nearest:
+            return []
+        marks = ", ".join("?" * len(nearest))
+        rows = db.rows(
+            f"SELECT {_COLUMNS} FROM agentkeep_memories "
+            f"WHERE rowid IN ({marks}) AND scope = ? AND superseded_by IS NULL",
+            [*(rowid for rowid, _ in nearest), scope],
+        )
+        by_rowid = {row[0]: row for row in rows}
+        return [(by_rowid[rowid], score) for rowid, score in nearest if rowid in by_rowid]
+
+    def _cached(self, db: Db, scope: str) -> ScopeVectors | None:
+        """The scope's vectors from the cache, brought up to the snapshot's change counter
+        (built if the scope is large enough and missing), or ``None``: search with sqlite-vec."""
+        if self._cache.max_bytes == 0:
+            return None
+        row = db.one("SELECT id, seq, vectors FROM agentkeep_memory_scopes WHERE scope = ?", (scope,))
+        vectors = self._cache.get(scope)
+        if row is None or (vectors is not None and vectors.scope_id != row[0]):
+            self._cache.drop(scope)  # forgotten (and maybe written again since)
+            vectors = None
+            if row is None:
+                return None
+        scope_id, seq, count = row
+        try:
+            if vectors is None:
+                if count < self._cache_min_vectors or not self._cache.fits(count, self.dimensions):
+                    return None
+                vectors = self._load(db, scope, scope_id, seq)
+            elif vectors.seq != seq:
+                changes = db.rows(
+                    "SELECT seq, memory_rowid FROM agentkeep_memory_changes "
+                    "WHERE scope_id = ? AND seq > ? ORDER BY seq",
+                    (scope_id, vectors.seq),
+                )
+                if behind(vectors, seq, (logged for logged, _ in changes)):
+                    vectors = self._load(db, scope, scope_id, seq)
+                else:
+                    self._catch_up(db, scope, vectors, {rowid for _, rowid in changes})
+                    vectors.seq = seq
+        except BaseException:
+            self._cache.drop(scope)  # half caught up: never use it again
+            raise
+        self._cache.keep(scope, vectors)
+        return vectors
+
+    def _load(self, db: Db, scope: str, scope_id: int, seq: int) -> ScopeVectors:
+        # vec0 answers "WHERE scope = ?" by scanning every scope's vectors (measured: a scope of
+        # 1,000 in a table of 20,000 cost as much as all 20,000), so the scope's current records
+        # come from their own index and each vector is read by its row id: the cost follows the
+        # scope's size, not the file's (about 8 µs a vector). kind and updated_at are the ones
+        # every write sets on the record and its vector alike.
+        rows: list[tuple[int, str, int, bytes]] = []
+        for rowid, kind, updated in db.rows(
+            "SELECT rowid, kind, updated_at FROM agentkeep_memories "
+            "WHERE scope = ? AND superseded_by IS NULL",
+            (scope,),
+        ):
+            found = db.one("SELECT embedding FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+            if found is not None:  # records without an embedding (a profile field, a block)
+                rows.append((rowid, kind, updated, found[0]))
+        return ScopeVectors.loaded(scope_id=scope_id, seq=seq, dimensions=self.dimensions, rows=rows)
+
+    @staticmethod
+    def _catch_up(db: Db, scope: str, vectors: ScopeVectors, rowids: set[int]) -> None:
+        # The log names what changed, not how: each row id's vector is read as it is now (a
+        # removed one is gone), so entries apply in any order and more than once alike.
+        for rowid in rowids:
+            row = db.one(
+                "SELECT scope, kind, updated_at, embedding FROM agentkeep_memory_vectors "
+                "WHERE memory_rowid = ?",
+                (rowid,),
+            )
+            if row is None or row[0] != scope:
+                vectors.remove(rowid)
+            else:
+                vectors.put(rowid, row[1], row[2], row[3])
+
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
-        def job(db: _Db) -> MemoryRecord | None:
+        def job(db: Db) -> MemoryRecord | None:
             row = db.one(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories "
                 "WHERE scope = ? AND key = ? AND superseded_by IS NULL",
@@ -481,7 +476,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
-        def job(db: _Db) -> list[MemoryRecord]:
+        def job(db: Db) -> list[MemoryRecord]:
             rows = db.rows(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND key = ? "
                 "ORDER BY created_at, id",
@@ -523,20 +518,21 @@ class SQLiteMemoryStore(MemoryStore):
 
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         user_key = MemoryScope(user_id, tenant_id).user_key
-        return await self._run(lambda db: _delete_where(db, "user_key = ?", user_key))
+        return await self._run(lambda db: forget_user(db, user_key))
 
     async def purge_expired(self) -> int:
         cutoff = self._cutoff()
         if cutoff is None:
             return 0
-        return await self._run(lambda db: _delete_where(db, "updated_at < ?", cutoff))
+        return await self._run(lambda db: purge_before(db, cutoff))
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True  # calls from now on are refused, also those already queued
 
-        def close(db: _Db) -> None:
+        def close(db: Db) -> None:
+            self._cache.close()
             db.close()
             self._connection = None
 

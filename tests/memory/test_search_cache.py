@@ -1,0 +1,360 @@
+"""The SQLite memory store's search cache (``memory/_vector_cache.py``): a large scope's vectors
+held as a matrix and kept coherent by the per-scope change log.
+
+Every test forces the cache with ``cache_min_vectors=1`` and compares with what sqlite-vec finds
+(a store on the same file with the cache off), across store objects on one file (as separate
+processes would be: each has its own connection and cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope
+from agentkeep.memory._vector_cache import LOG_KEEP, ScopeVectors, VectorCache
+from agentkeep.memory.sqlite import SQLiteMemoryStore
+
+DIMENSIONS = 8
+TTL = 3_600.0
+ANA = MemoryScope("ana", tenant_id="t")
+ANA_HELPER = MemoryScope("ana", tenant_id="t", agent_id="helper")
+BO = MemoryScope("bo", tenant_id="t")
+SCOPES = (ANA, ANA_HELPER, BO)
+
+
+def vector(seed: int) -> list[float]:
+    return [float(v) for v in np.random.default_rng(seed).standard_normal(DIMENSIONS)]
+
+
+def memory(
+    text: str, seed: int, *, kind: str = "fact", key: str | None = None, old: bool = False
+) -> MemoryRecord:
+    created = datetime.now(UTC) - (timedelta(seconds=2 * TTL) if old else timedelta(0))
+    return MemoryRecord(text, embedding=vector(seed), kind=kind, key=key, created_at=created)
+
+
+@asynccontextmanager
+async def stores(*caches: int | None, ttl: float | None = TTL) -> AsyncIterator[list[SQLiteMemoryStore]]:
+    """Stores on one new file: one per entry, with ``cache_min_vectors`` of that value (``None``:
+    the cache off, every search by sqlite-vec)."""
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-cache-"))
+    opened = [
+        SQLiteMemoryStore(
+            folder / "memory.db",
+            dimensions=DIMENSIONS,
+            ttl=ttl,
+            search_cache_bytes=0 if minimum is None else 1 << 20,
+            cache_min_vectors=minimum or 0,
+        )
+        for minimum in caches
+    ]
+    try:
+        for store in opened:
+            await store.setup()
+        yield opened
+    finally:
+        for store in opened:
+            await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def assert_same_hits(found: Sequence[MemoryHit], expected: Sequence[MemoryHit]) -> None:
+    """The same records with the same scores, best first; records that tie (the same vector
+    twice) may come in either order."""
+    assert len(found) == len(expected), (found, expected)
+    for got, want in zip(found, expected, strict=True):
+        assert got.score == pytest.approx(want.score, abs=1e-5)
+    scores = {hit.record.id: hit.score for hit in expected}
+    for hit in found:
+        if hit.record.id in scores:
+            assert hit.score == pytest.approx(scores[hit.record.id], abs=1e-5)
+        else:  # only a tie with the last expected one may swap a record in
+            assert hit.score == pytest.approx(expected[-1].score, abs=1e-5)
+
+
+async def ids(store: SQLiteMemoryStore, scope: MemoryScope, seed: int, **options: object) -> list[str]:
+    return [hit.record.id for hit in await store.search(scope, vector(seed), k=10, **options)]  # pyright: ignore[reportArgumentType]
+
+
+# -- the cache on its own -------------------------------------------------------------------------
+def rows(count: int, *, start: int = 1) -> list[tuple[int, str, int, bytes]]:
+    matrix = np.random.default_rng(count).standard_normal((count, DIMENSIONS)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    return [(start + n, "chunk" if n % 3 else "fact", n, matrix[n].tobytes()) for n in range(count)]
+
+
+def test_scope_vectors_find_what_a_full_sort_finds_through_puts_and_removes() -> None:
+    loaded = rows(300)
+    vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=loaded[:200])
+    for rowid, kind, updated, blob in loaded[200:]:
+        vectors.put(rowid, kind, updated, blob)  # past the reserved capacity
+    removed = set(range(1, 301, 7))
+    for rowid in removed:
+        vectors.remove(rowid)
+    vectors.remove(10_000)  # never there: nothing happens
+    replaced = rows(1, start=2)[0]
+    vectors.put(*replaced)
+    live = {row[0]: row for row in loaded if row[0] not in removed}
+    live[2] = replaced
+    assert len(vectors) == len(live)
+    query = np.asarray(vector(5), dtype=np.float32)
+    query /= np.linalg.norm(query)
+    for kind, cutoff in ((None, None), ("fact", None), (None, 150), ("chunk", 100), ("profile", None)):
+        wanted = [
+            (rowid, float(np.frombuffer(blob, dtype=np.float32) @ query))
+            for rowid, (_, row_kind, updated, blob) in live.items()
+            if (kind is None or row_kind == kind) and (cutoff is None or updated >= cutoff)
+        ]
+        wanted.sort(key=lambda pair: -pair[1])
+        found = vectors.nearest(query, 7, kind=kind, cutoff=cutoff)
+        assert [rowid for rowid, _ in found] == [rowid for rowid, _ in wanted[:7]]
+        assert [score for _, score in found] == pytest.approx([score for _, score in wanted[:7]], abs=1e-6)
+    assert len(vectors.nearest(query, 1_000)) == len(live)
+
+
+def test_a_large_matrix_is_scored_in_parts_on_helper_threads_with_the_same_result() -> None:
+    vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(70_000))
+    cache = VectorCache(1 << 30)
+    query = np.asarray(vector(9), dtype=np.float32)
+    query /= np.linalg.norm(query)
+    try:
+        alone = vectors.nearest(query, 20, kind="fact")
+        assert vectors.nearest(query, 20, kind="fact", helpers=cache.helpers) == alone
+        assert len(alone) == 20
+    finally:
+        cache.close()
+
+
+def test_the_cache_evicts_the_least_recently_used_scope_past_its_bytes() -> None:
+    one = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(100))
+    cache = VectorCache(int(one.nbytes * 2.5))
+    for name in ("a", "b"):
+        cache.keep(name, ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(100)))
+    assert cache.get("a") is not None  # now "b" is the least recently used
+    cache.keep("c", ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(100)))
+    assert ("a" in cache, "b" in cache, "c" in cache) == (True, False, True)
+    assert cache.nbytes <= cache.max_bytes
+    assert not cache.fits(1_000, DIMENSIONS)
+    cache.keep("big", ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(1_000)))
+    assert "big" not in cache, "a scope bigger than the whole budget is not held"
+    assert len(VectorCache(0)) == 0
+    with pytest.raises(ValueError, match="size"):
+        VectorCache(-1)
+
+
+# -- the store with its cache ---------------------------------------------------------------------
+async def test_writes_through_one_store_are_seen_by_the_cache_of_another() -> None:
+    async with stores(1, None) as (cached, writer):
+        first = await writer.add(ANA, memory("first", 1))
+        await writer.add(ANA, memory("second", 2))
+        assert await ids(cached, ANA, 1) == await ids(writer, ANA, 1)
+        assert ANA.key in cached._cache  # the search built it
+
+        third = await writer.add(ANA, memory("third", 3))
+        assert third.id in await ids(cached, ANA, 3)
+        await writer.update(ANA, first.id, text="first, moved", embedding=vector(30))
+        assert (await cached.search(ANA, vector(30), k=1))[0].record.id == first.id
+        assert (await cached.search(ANA, vector(30), k=1))[0].score == pytest.approx(1.0, abs=1e-5)
+        assert await writer.delete(ANA, third.id)
+        assert third.id not in await ids(cached, ANA, 3)
+
+        keyed = await writer.add(ANA, memory("Lisbon", 4, key="home_city"))
+        assert keyed.id in await ids(cached, ANA, 4)
+        moved = await writer.add(ANA, memory("Porto", 5, key="home_city"))
+        found = await ids(cached, ANA, 4)
+        assert moved.id in found
+        assert keyed.id not in found, "a superseded record is never found"
+
+        assert await writer.forget(user_id="ana", tenant_id="t") > 0
+        assert await cached.search(ANA, vector(1), k=5) == []
+        again = await writer.add(ANA, memory("after forget", 6))
+        assert await ids(cached, ANA, 1) == [again.id], "the forgotten scope's cache is rebuilt"
+        for seed in range(7, 12):
+            assert_same_hits(
+                await cached.search(ANA, vector(seed), k=3), await writer.search(ANA, vector(seed), k=3)
+            )
+
+
+async def test_kind_and_expiry_filter_through_the_cache() -> None:
+    async with stores(1, None) as (cached, writer):
+        fact = await writer.add(ANA, memory("a fact", 1))
+        chunk = await writer.add(ANA, memory("a chunk", 2, kind="chunk"))
+        stale = await writer.add(ANA, memory("an old fact", 3, old=True))
+        assert set(await ids(cached, ANA, 1)) == {fact.id, chunk.id}
+        assert await ids(cached, ANA, 1, kind="chunk") == [chunk.id]
+        assert await ids(cached, ANA, 1, kind="profile") == []
+        await writer.update(ANA, stale.id, metadata={"seen": True})  # its time moves: alive again
+        assert set(await ids(cached, ANA, 1)) == {fact.id, chunk.id, stale.id}
+        assert await writer.purge_expired() == 0
+        hits = await cached.search(ANA, vector(2), k=3, min_score=0.999)
+        assert [hit.record.id for hit in hits] == [chunk.id]
+
+
+async def test_a_record_of_another_scope_is_never_found_through_the_cache() -> None:
+    async with stores(1, 1) as (cached, other):
+        mine = await cached.add(ANA, memory("mine", 1))
+        await other.add(ANA_HELPER, memory("the helper's", 1))
+        await other.add(BO, memory("bo's", 1))
+        for store in (cached, other):
+            assert await ids(store, ANA, 1) == [mine.id]
+        theirs = await other.search(BO, vector(1), k=5)
+        assert [hit.record.text for hit in theirs] == ["bo's"]
+        assert {ANA.key, BO.key} <= set(cached._cache._scopes) | set(other._cache._scopes)
+
+
+async def test_a_cache_further_behind_than_the_log_keeps_is_rebuilt() -> None:
+    async with stores(1, None) as (cached, writer):
+        record = await writer.add(ANA, memory("moving", 1))
+        await writer.add(ANA, memory("still", 2))
+        assert len(await cached.search(ANA, vector(1), k=5)) == 2
+        for n in range(LOG_KEEP + 10):
+            await writer.update(ANA, record.id, embedding=vector(100 + n))
+        last = vector(100 + LOG_KEEP + 9)
+        assert_same_hits(await cached.search(ANA, last, k=5), await writer.search(ANA, last, k=5))
+        assert (await cached.search(ANA, last, k=1))[0].record.id == record.id
+
+
+async def test_a_budget_smaller_than_a_scope_searches_by_sqlite_vec() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-cache-"))
+    try:
+        store = SQLiteMemoryStore(
+            folder / "m.db", dimensions=DIMENSIONS, search_cache_bytes=64, cache_min_vectors=1
+        )
+        try:
+            added = [await store.add(ANA, memory(f"m{n}", n)) for n in range(5)]
+            assert (await store.search(ANA, vector(3), k=1))[0].record.id == added[3].id
+            assert len(store._cache) == 0
+        finally:
+            await store.aclose()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def downgrade_to_layout_1(path: Path) -> None:
+    """Make ``path`` a file of layout 1 (no change log: the tables of layout 2 dropped)."""
+    connection = apsw.Connection(str(path))
+    try:
+        connection.enable_load_extension(True)
+        connection.load_extension(sqlite_vec.loadable_path())
+        connection.execute("DROP TABLE agentkeep_memory_changes")
+        connection.execute("DROP TABLE agentkeep_memory_scopes")
+        connection.execute("UPDATE agentkeep_memory_meta SET value = '1' WHERE name = 'layout'")
+    finally:
+        connection.close()
+
+
+async def test_a_file_of_layout_1_is_upgraded_in_place_and_searches_the_same() -> None:
+    async with stores(None) as (old,):
+        added = [
+            await old.add(scope, memory(f"{scope.user_id} {n}", n)) for scope in SCOPES for n in range(6)
+        ]
+        path = old.path
+        await old.aclose()
+        await asyncio.to_thread(downgrade_to_layout_1, path)
+        upgraded = SQLiteMemoryStore(path, dimensions=DIMENSIONS, cache_min_vectors=1)
+        plain = SQLiteMemoryStore(path, dimensions=DIMENSIONS, search_cache_bytes=0)
+        try:
+            for scope in SCOPES:
+                mine = {r.id for r in added if r.text.startswith(scope.user_id)}
+                found = await upgraded.search(scope, vector(2), k=10)
+                assert {hit.record.id for hit in found} <= mine
+                assert_same_hits(found, await plain.search(scope, vector(2), k=10))
+            assert ANA.key in upgraded._cache
+            more = await upgraded.add(ANA, memory("after the upgrade", 99))
+            assert (await plain.search(ANA, vector(99), k=1))[0].record.id == more.id
+            assert (await upgraded.search(ANA, vector(99), k=1))[0].record.id == more.id
+        finally:
+            await upgraded.aclose()
+            await plain.aclose()
+
+
+# -- the property: cached searches find what sqlite-vec finds, whatever was written -----------------
+@dataclass(frozen=True)
+class Op:
+    name: str
+    via: int
+    scope: int = 0
+    pick: int = 0
+    seed: int = 0
+    kind: int = 0
+    key: int = 0
+    old: bool = False
+
+
+ops = st.one_of(
+    st.builds(
+        Op,
+        name=st.just("add"),
+        via=st.integers(0, 2),
+        scope=st.integers(0, 2),
+        seed=st.integers(0, 10_000),
+        kind=st.integers(0, 1),
+        key=st.integers(0, 2),
+        old=st.booleans(),
+    ),
+    st.builds(
+        Op,
+        name=st.sampled_from(["update", "touch", "delete"]),
+        via=st.integers(0, 2),
+        pick=st.integers(0, 50),
+        seed=st.integers(0, 10_000),
+    ),
+    st.builds(Op, name=st.sampled_from(["forget", "purge"]), via=st.integers(0, 2), scope=st.integers(0, 2)),
+)
+
+
+async def apply(op: Op, store: SQLiteMemoryStore, added: list[tuple[MemoryScope, str]]) -> None:
+    if op.name == "add":
+        key = None if op.key == 0 else f"k{op.key}"
+        record = memory(f"m{len(added)}", op.seed, kind=("fact", "chunk")[op.kind], key=key, old=op.old)
+        added.append((SCOPES[op.scope], (await store.add(SCOPES[op.scope], record)).id))
+    elif op.name == "purge":
+        await store.purge_expired()
+    elif op.name == "forget":
+        scope = SCOPES[op.scope]
+        await store.forget(user_id=scope.user_id, tenant_id=scope.tenant_id)
+    elif added:
+        scope, memory_id = added[op.pick % len(added)]
+        if op.name == "delete":
+            await store.delete(scope, memory_id)
+            return
+        try:
+            if op.name == "update":
+                await store.update(scope, memory_id, text=f"moved {op.seed}", embedding=vector(op.seed))
+            else:
+                await store.update(scope, memory_id, metadata={"touched": op.seed})
+        except LookupError:
+            pass  # superseded or gone: the same for every store
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=25), st.integers(0, 1_000))
+def test_cached_searches_find_what_sqlite_vec_finds(sequence: list[Op], query_seed: int) -> None:
+    async def scenario() -> None:
+        async with stores(None, 1, 1) as opened:
+            plain, cached = opened[0], opened[1:]
+            added: list[tuple[MemoryScope, str]] = []
+            for step, op in enumerate(sequence):
+                await apply(op, opened[op.via], added)
+                query = vector(query_seed + step)
+                for scope in SCOPES:
+                    for kind, k in ((None, 1), (None, 3), ("chunk", 2)):
+                        expected = await plain.search(scope, query, k=k, kind=kind)
+                        for store in cached:
+                            assert_same_hits(await store.search(scope, query, k=k, kind=kind), expected)
+
+    asyncio.run(scenario())
