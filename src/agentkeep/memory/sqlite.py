@@ -493,7 +493,7 @@ class SQLiteMemoryStore(MemoryStore):
         prefix = MemoryScope.tenant_prefix(tenant_id)
         cutoff = self._cutoff()
 
-        def job(db: _Db) -> list[MemoryScopeSummary]:
+        def job(db: Db) -> list[MemoryScopeSummary]:
             # a range of the (scope, id) index: the tenant's scopes only (the separator is the
             # last character before ' ', so every key of the tenant sorts below prefix[:-1] + ' ')
             sql = (
