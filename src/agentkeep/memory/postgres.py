@@ -2,11 +2,12 @@
 
 No vector extension is assumed (this project's machine has none: no pgvector package), so the
 search is honest brute force where it is cheapest: the records live in a table (``bytea``
-embeddings, float32), a search fetches the current vectors of its one scope through a binary
-cursor (an index on the scope reads only those rows) and scores them with numpy, and the ``k``
-best records are read back. Cost grows with the size of the *scope*, not of the table: measured
-on 2 cores about 20 ms for 10,000 vectors of one user and 160 ms for 100,000; a user with a few
-thousand memories in a table of millions searches in a few milliseconds.
+embeddings, float32), and a search scores the current vectors of its one scope with numpy, then
+reads back the ``k`` best records. A scope smaller than ``cache_min_vectors`` is fetched whole
+through a binary cursor (an index on the scope reads only those rows); a larger one is held in
+process as a matrix (:mod:`._vector_cache`) kept current by a per-scope change log that every
+write keeps, so a search fetches only what changed since the last one. Cost grows with the size
+of the *scope*, not of the table (figures in ``docs/memory.md``).
 
 The tables live in the schema of the message store (``agentkeep`` by default) and are created by
 :meth:`~PostgresMemoryStore.setup`. Needs psycopg 3 (extra ``[postgres]``) and numpy (extra
