@@ -328,8 +328,12 @@ class PostgresMemoryStore(MemoryStore):
             (scope_id, seq - len(rows), list(rows)),
         )
         if seq > LOG_KEEP:  # a cache further behind than the log keeps rebuilds
+            # Only the entries that just fell out, bounded below: an open range would walk every
+            # dead index entry left by the earlier deletes until a vacuum (adds slowed with the
+            # scope's size: 1.5 to 2.5 ms over 15,000 adds).
             await conn.execute(
-                self._q("DELETE FROM {changes} WHERE scope_id = %s AND seq <= %s"), (scope_id, seq - LOG_KEEP)
+                self._q("DELETE FROM {changes} WHERE scope_id = %s AND seq > %s AND seq <= %s"),
+                (scope_id, seq - len(rows) - LOG_KEEP, seq - LOG_KEEP),
             )
 
     async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
