@@ -1,9 +1,10 @@
-"""The SQLite memory store's search cache (``memory/_vector_cache.py``): a large scope's vectors
-held as a matrix and kept coherent by the per-scope change log.
+"""The memory stores' search cache (``memory/_vector_cache.py``): a large scope's vectors held as
+a matrix and kept coherent by the per-scope change log, on SQLite and PostgreSQL.
 
-Every test forces the cache with ``cache_min_vectors=1`` and compares with what sqlite-vec finds
-(a store on the same file with the cache off), across store objects on one file (as separate
-processes would be: each has its own connection and cache).
+Every test forces the cache with ``cache_min_vectors=1`` and compares with the store's own path
+(a store on the same data with the cache off: sqlite-vec, or PostgreSQL's fetch of the scope),
+across store objects on one file or schema (as separate processes would be: each has its own
+connections and cache).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ import pytest
 import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 
 from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope
 from agentkeep.memory._vector_cache import LOG_KEEP, ScopeVectors, VectorCache
+from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
+from tests.storage.backend_postgres import URL, drop_schema, execute, new_schema
 
 DIMENSIONS = 8
 TTL = 3_600.0
@@ -34,6 +38,9 @@ ANA = MemoryScope("ana", tenant_id="t")
 ANA_HELPER = MemoryScope("ana", tenant_id="t", agent_id="helper")
 BO = MemoryScope("bo", tenant_id="t")
 SCOPES = (ANA, ANA_HELPER, BO)
+BACKENDS = ("sqlite", "postgres")
+
+Store = SQLiteMemoryStore | PostgresMemoryStore
 
 
 def vector(seed: int) -> list[float]:
@@ -48,20 +55,34 @@ def memory(
 
 
 @asynccontextmanager
-async def stores(*caches: int | None, ttl: float | None = TTL) -> AsyncIterator[list[SQLiteMemoryStore]]:
-    """Stores on one new file: one per entry, with ``cache_min_vectors`` of that value (``None``:
-    the cache off, every search by sqlite-vec)."""
+async def stores(
+    *caches: int | None, backend: str = "sqlite", ttl: float | None = TTL
+) -> AsyncIterator[list[Store]]:
+    """Stores on one new file (or schema): one per entry, with ``cache_min_vectors`` of that value
+    (``None``: the cache off, every search by the store's own path)."""
     folder = Path(tempfile.mkdtemp(prefix="agentkeep-cache-"))
-    opened = [
-        SQLiteMemoryStore(
-            folder / "memory.db",
-            dimensions=DIMENSIONS,
-            ttl=ttl,
-            search_cache_bytes=0 if minimum is None else 1 << 20,
-            cache_min_vectors=minimum or 0,
+    schema = new_schema("akcache")
+    opened: list[Store] = []
+    for minimum in caches:
+        size, least = (0, 0) if minimum is None else (1 << 20, minimum)
+        opened.append(
+            SQLiteMemoryStore(
+                folder / "memory.db",
+                dimensions=DIMENSIONS,
+                ttl=ttl,
+                search_cache_bytes=size,
+                cache_min_vectors=least,
+            )
+            if backend == "sqlite"
+            else PostgresMemoryStore(
+                URL,
+                schema=schema,
+                dimensions=DIMENSIONS,
+                ttl=ttl,
+                search_cache_bytes=size,
+                cache_min_vectors=least,
+            )
         )
-        for minimum in caches
-    ]
     try:
         for store in opened:
             await store.setup()
@@ -70,6 +91,8 @@ async def stores(*caches: int | None, ttl: float | None = TTL) -> AsyncIterator[
         for store in opened:
             await store.aclose()
         shutil.rmtree(folder, ignore_errors=True)
+        if backend == "postgres":
+            await drop_schema(schema)
 
 
 def assert_same_hits(found: Sequence[MemoryHit], expected: Sequence[MemoryHit]) -> None:
@@ -86,7 +109,7 @@ def assert_same_hits(found: Sequence[MemoryHit], expected: Sequence[MemoryHit]) 
             assert hit.score == pytest.approx(expected[-1].score, abs=1e-5)
 
 
-async def ids(store: SQLiteMemoryStore, scope: MemoryScope, seed: int, **options: object) -> list[str]:
+async def ids(store: Store, scope: MemoryScope, seed: int, **options: object) -> list[str]:
     return [hit.record.id for hit in await store.search(scope, vector(seed), k=10, **options)]  # pyright: ignore[reportArgumentType]
 
 
@@ -157,8 +180,9 @@ def test_the_cache_evicts_the_least_recently_used_scope_past_its_bytes() -> None
 
 
 # -- the store with its cache ---------------------------------------------------------------------
-async def test_writes_through_one_store_are_seen_by_the_cache_of_another() -> None:
-    async with stores(1, None) as (cached, writer):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_writes_through_one_store_are_seen_by_the_cache_of_another(backend: str) -> None:
+    async with stores(1, None, backend=backend) as (cached, writer):
         first = await writer.add(ANA, memory("first", 1))
         await writer.add(ANA, memory("second", 2))
         assert await ids(cached, ANA, 1) == await ids(writer, ANA, 1)
@@ -189,8 +213,9 @@ async def test_writes_through_one_store_are_seen_by_the_cache_of_another() -> No
             )
 
 
-async def test_kind_and_expiry_filter_through_the_cache() -> None:
-    async with stores(1, None) as (cached, writer):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_kind_and_expiry_filter_through_the_cache(backend: str) -> None:
+    async with stores(1, None, backend=backend) as (cached, writer):
         fact = await writer.add(ANA, memory("a fact", 1))
         chunk = await writer.add(ANA, memory("a chunk", 2, kind="chunk"))
         stale = await writer.add(ANA, memory("an old fact", 3, old=True))
@@ -204,8 +229,9 @@ async def test_kind_and_expiry_filter_through_the_cache() -> None:
         assert [hit.record.id for hit in hits] == [chunk.id]
 
 
-async def test_a_record_of_another_scope_is_never_found_through_the_cache() -> None:
-    async with stores(1, 1) as (cached, other):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_record_of_another_scope_is_never_found_through_the_cache(backend: str) -> None:
+    async with stores(1, 1, backend=backend) as (cached, other):
         mine = await cached.add(ANA, memory("mine", 1))
         await other.add(ANA_HELPER, memory("the helper's", 1))
         await other.add(BO, memory("bo's", 1))
@@ -216,8 +242,9 @@ async def test_a_record_of_another_scope_is_never_found_through_the_cache() -> N
         assert {ANA.key, BO.key} <= set(cached._cache._scopes) | set(other._cache._scopes)
 
 
-async def test_a_cache_further_behind_than_the_log_keeps_is_rebuilt() -> None:
-    async with stores(1, None) as (cached, writer):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_cache_further_behind_than_the_log_keeps_is_rebuilt(backend: str) -> None:
+    async with stores(1, None, backend=backend) as (cached, writer):
         record = await writer.add(ANA, memory("moving", 1))
         await writer.add(ANA, memory("still", 2))
         assert len(await cached.search(ANA, vector(1), k=5)) == 2
@@ -262,6 +289,7 @@ async def test_a_file_of_layout_1_is_upgraded_in_place_and_searches_the_same() -
         added = [
             await old.add(scope, memory(f"{scope.user_id} {n}", n)) for scope in SCOPES for n in range(6)
         ]
+        assert isinstance(old, SQLiteMemoryStore)
         path = old.path
         await old.aclose()
         await asyncio.to_thread(downgrade_to_layout_1, path)
@@ -280,6 +308,32 @@ async def test_a_file_of_layout_1_is_upgraded_in_place_and_searches_the_same() -
         finally:
             await upgraded.aclose()
             await plain.aclose()
+
+
+async def test_a_postgres_schema_written_before_the_change_log_is_upgraded() -> None:
+    async with stores(None, backend="postgres") as (old,):
+        added = [
+            await old.add(scope, memory(f"{scope.user_id} {n}", n)) for scope in SCOPES for n in range(6)
+        ]
+        assert isinstance(old, PostgresMemoryStore)
+        for table in ("memory_changes", "memory_scopes"):
+            await execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(old.schema, table)))
+        meta = sql.Identifier(old.schema, "memory_meta")
+        await execute(sql.SQL("DELETE FROM {} WHERE name = 'change_log'").format(meta))
+        upgraded = PostgresMemoryStore(URL, schema=old.schema, dimensions=DIMENSIONS, cache_min_vectors=1)
+        try:
+            await upgraded.setup()
+            for scope in SCOPES:
+                mine = {r.id for r in added if r.text.startswith(scope.user_id)}
+                found = await upgraded.search(scope, vector(2), k=10)
+                assert {hit.record.id for hit in found} <= mine
+                assert_same_hits(found, await old.search(scope, vector(2), k=10))
+            assert ANA.key in upgraded._cache
+            more = await upgraded.add(ANA, memory("after the upgrade", 99))
+            assert (await old.search(ANA, vector(99), k=1))[0].record.id == more.id
+            assert (await upgraded.search(ANA, vector(99), k=1))[0].record.id == more.id
+        finally:
+            await upgraded.aclose()
 
 
 # -- the property: cached searches find what sqlite-vec finds, whatever was written -----------------
@@ -317,7 +371,7 @@ ops = st.one_of(
 )
 
 
-async def apply(op: Op, store: SQLiteMemoryStore, added: list[tuple[MemoryScope, str]]) -> None:
+async def apply(op: Op, store: Store, added: list[tuple[MemoryScope, str]]) -> None:
     if op.name == "add":
         key = None if op.key == 0 else f"k{op.key}"
         record = memory(f"m{len(added)}", op.seed, kind=("fact", "chunk")[op.kind], key=key, old=op.old)
@@ -344,17 +398,26 @@ async def apply(op: Op, store: SQLiteMemoryStore, added: list[tuple[MemoryScope,
 @settings(max_examples=30, deadline=None)
 @given(st.lists(ops, min_size=1, max_size=25), st.integers(0, 1_000))
 def test_cached_searches_find_what_sqlite_vec_finds(sequence: list[Op], query_seed: int) -> None:
-    async def scenario() -> None:
-        async with stores(None, 1, 1) as opened:
-            plain, cached = opened[0], opened[1:]
-            added: list[tuple[MemoryScope, str]] = []
-            for step, op in enumerate(sequence):
-                await apply(op, opened[op.via], added)
-                query = vector(query_seed + step)
-                for scope in SCOPES:
-                    for kind, k in ((None, 1), (None, 3), ("chunk", 2)):
-                        expected = await plain.search(scope, query, k=k, kind=kind)
-                        for store in cached:
-                            assert_same_hits(await store.search(scope, query, k=k, kind=kind), expected)
+    asyncio.run(same_hits_after(sequence, query_seed, backend="sqlite"))
 
-    asyncio.run(scenario())
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=20), st.integers(0, 1_000))
+def test_cached_searches_find_what_a_postgres_fetch_finds(sequence: list[Op], query_seed: int) -> None:
+    asyncio.run(same_hits_after(sequence, query_seed, backend="postgres"))
+
+
+async def same_hits_after(sequence: list[Op], query_seed: int, *, backend: str) -> None:
+    """Apply ``sequence`` through three stores on one file or schema (one with the cache off);
+    after each step, the two with a cache find what the one without finds."""
+    async with stores(None, 1, 1, backend=backend) as opened:
+        plain, cached = opened[0], opened[1:]
+        added: list[tuple[MemoryScope, str]] = []
+        for step, op in enumerate(sequence):
+            await apply(op, opened[op.via], added)
+            query = vector(query_seed + step)
+            for scope in SCOPES:
+                for kind, k in ((None, 1), (None, 3), ("chunk", 2)):
+                    expected = await plain.search(scope, query, k=k, kind=kind)
+                    for store in cached:
+                        assert_same_hits(await store.search(scope, query, k=k, kind=kind), expected)

@@ -116,7 +116,7 @@ def log_change(db: Db, scope: str, rowid: int, vectors: int) -> None:
     )
     if seq > LOG_KEEP:  # one old entry out per entry in: a cache this far behind rebuilds
         db.run(
-            "DELETE FROM agentkeep_memory_changes WHERE scope_id = ? AND seq <= ?",
+            "DELETE FROM agentkeep_memory_changes WHERE scope_id = ? AND seq = ?",
             (scope_id, seq - LOG_KEEP),
         )
 

@@ -5,14 +5,22 @@ scope, so a search reads only the scope's vectors (exact k-nearest by cosine dis
 superseded by a newer one of its key keeps its row (its history) but loses its vector, so it can
 no longer be found.
 
+sqlite-vec as packaged is built without SIMD, so an exact scan of a large scope is slow (39 ms
+for 100,000 vectors). A scope of ``cache_min_vectors`` or more is therefore searched from an
+in-process matrix of its vectors (:mod:`._vector_cache`), exactly as well, and kept coherent with
+the file (written by any process) through a per-scope change log that every write keeps: a
+search reads only what changed since the last one. The file's layout (created, or upgraded in
+place), its connection and the logged writes are in :mod:`._sqlite_file`.
+
 Python's ``sqlite3`` module cannot load extensions on every build (this machine's cannot), so the
 store talks to SQLite through ``apsw``, which bundles its own SQLite and loads ``sqlite-vec``'s
 extension itself: whether memory works never depends on how Python was built. Needs the extra
-``[memory]`` (``apsw``, ``sqlite-vec``); importing this module without them raises an
+``[memory]`` (``apsw``, ``sqlite-vec``, ``numpy``); importing this module without them raises an
 ``ImportError`` that names it. The file may be the one that holds history.
 
 apsw calls block, so every call runs on the store's own worker thread (one connection, one
-thread: writes are serialized; SQLite's own locking keeps other processes out of a write).
+thread: writes are serialized; SQLite's own locking keeps other processes out of a write), and so
+does the cache's numpy work (helped by threads of its own for the largest matrices).
 """
 
 from __future__ import annotations
