@@ -24,9 +24,8 @@ from ..agent import Agent
 from ..clients.base import ChatClient
 from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
 from ..encryption import KeyRing
-from ..errors import StoreURLError
 from ..providers.context import ContextProvider
-from ..store_urls import open_history_provider, open_memory_store, open_session_store, parse_store_url
+from ..store_urls import open_history_provider, open_memory_store, open_session_store
 from ._app import AgentHost
 from ._auth import ApiKeys
 
@@ -140,20 +139,15 @@ def _memory(settings: ServeSettings, client: ChatClient) -> _Memory:
     from ..memory.embedders import CachedEmbedder, MiniLMEmbedder
     from ..memory.semantic import FactExtractor
 
-    url = settings.memory_store_url or settings.store_url
-    if url is not None and parse_store_url(url).backend == "redis":
-        raise StoreURLError(
-            "long-term memory is not kept in Redis: give --memory-store (SQLite or PostgreSQL)"
-        )
-    made = _Memory(open_memory_store(url))
-    assert made.store is not None
+    store = open_memory_store(settings.memory_store_url or settings.store_url)
+    made = _Memory(store)
     if "recall" in settings.memory or "facts" in settings.memory:
         made.model = MiniLMEmbedder()
         made.embedder = CachedEmbedder(made.model)
         extractor = FactExtractor(client) if "facts" in settings.memory else None
-        made.providers.append(SemanticMemoryProvider(made.store, made.embedder, extractor=extractor))
+        made.providers.append(SemanticMemoryProvider(store, made.embedder, extractor=extractor))
     if "blocks" in settings.memory:
-        made.providers.append(MemoryBlocksProvider(made.store))
+        made.providers.append(MemoryBlocksProvider(store))
     return made
 
 

@@ -9,7 +9,6 @@ import threading
 from array import array
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,7 +26,6 @@ __all__ = [
     "forget_user",
     "has_vector",
     "log_change",
-    "micros",
     "purge_before",
     "put_vector",
     "vector_bytes",
@@ -88,10 +86,6 @@ class Db:
 
     def close(self) -> None:
         self._connection.close()
-
-
-def micros(value: datetime) -> int:
-    return int(value.timestamp() * 1_000_000)
 
 
 def vector_bytes(values: Sequence[float]) -> bytes:

@@ -22,6 +22,7 @@ Rules every backend keeps (the conformance suite in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -31,7 +32,16 @@ from typing import Any, Final
 from ..errors import ConflictError, MemoryFormatError
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
-__all__ = ["MAX_K", "NO_CURRENT", "MemoryStore", "cosine", "normalized", "rewrite_keyed"]
+__all__ = [
+    "MAX_K",
+    "NO_CURRENT",
+    "MemoryStore",
+    "cosine",
+    "from_micros",
+    "normalized",
+    "rewrite_keyed",
+    "to_micros",
+]
 
 MAX_K: Final = 1_000
 """The most memories one search returns."""
@@ -45,6 +55,16 @@ def normalized(vector: Sequence[float]) -> list[float]:
     """``vector`` scaled to length 1 (a zero vector stays zero)."""
     length = math.sqrt(math.fsum(v * v for v in vector))
     return [v / length for v in vector] if length else list(vector)
+
+
+def to_micros(value: datetime) -> int:
+    """``value`` as whole microseconds since the epoch (how the stores keep times)."""
+    return int(value.timestamp() * 1_000_000)
+
+
+def from_micros(micros: int) -> datetime:
+    """The UTC time ``micros`` (microseconds since the epoch) stands for."""
+    return datetime.fromtimestamp(micros / 1_000_000, UTC)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -189,6 +209,19 @@ class MemoryStore(ABC):
         if record.embedding is None:
             return None
         return normalized(check_embedding(record.embedding, self.dimensions))
+
+    @staticmethod
+    def stored(record: MemoryRecord, embedding: list[float] | None) -> MemoryRecord:
+        """What :meth:`add` returns for ``record``: a copy, current, with its stored (normalized)
+        embedding."""
+        return dataclasses.replace(
+            record, embedding=embedding, metadata=dict(record.metadata), superseded_by=None
+        )
+
+    def cutoff_micros(self) -> int | None:
+        """:meth:`expired_before` in microseconds (``None``: no ``ttl``)."""
+        cutoff = self.expired_before()
+        return None if cutoff is None else to_micros(cutoff)
 
     def update_vector(self, text: str | None, embedding: Sequence[float] | None) -> list[float] | None:
         """The normalized new embedding of an update (``None``: it keeps its own).

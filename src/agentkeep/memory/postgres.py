@@ -20,7 +20,6 @@ import asyncio
 import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, TypeVar, cast
 
 try:
@@ -44,7 +43,7 @@ from ._vector_cache import (
     VectorCache,
     behind,
 )
-from .base import NO_CURRENT, MemoryStore, normalized
+from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["PostgresMemoryStore"]
@@ -52,10 +51,6 @@ __all__ = ["PostgresMemoryStore"]
 T = TypeVar("T")
 _COLUMNS: Final = "id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 _ATTEMPTS: Final = 5
-
-
-def _micros(value: datetime) -> int:
-    return int(value.timestamp() * 1_000_000)
 
 
 def _record(row: Sequence[Any]) -> MemoryRecord:
@@ -67,8 +62,8 @@ def _record(row: Sequence[Any]) -> MemoryRecord:
         source_session_id=source,
         metadata=cast("dict[str, Any]", metadata if isinstance(metadata, dict) else json.loads(metadata)),
         id=memory_id,
-        created_at=datetime.fromtimestamp(created / 1_000_000, UTC),
-        updated_at=datetime.fromtimestamp(updated / 1_000_000, UTC),
+        created_at=from_micros(created),
+        updated_at=from_micros(updated),
         superseded_by=superseded,
     )
 
@@ -201,17 +196,13 @@ class PostgresMemoryStore(MemoryStore):
         await self.db.run(create)
         self._ready = True
 
-    def _cutoff(self) -> int | None:
-        cutoff = self.expired_before()
-        return None if cutoff is None else _micros(cutoff)
-
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
         self.check_replaces(record, replaces)
         embedding = self.checked(record)
         vector = None if embedding is None else np.asarray(embedding, dtype=np.float32).tobytes()
-        updated = _micros(record.updated_at or record.created_at)
+        updated = to_micros(record.updated_at or record.created_at)
 
         async def operation(conn: PostgresConnection) -> None:
             for _ in range(_ATTEMPTS):
@@ -231,17 +222,7 @@ class PostgresMemoryStore(MemoryStore):
             )
 
         await self._run(operation)
-        return MemoryRecord(
-            record.text,
-            embedding=embedding,
-            key=record.key,
-            kind=record.kind,
-            source_session_id=record.source_session_id,
-            metadata=dict(record.metadata),
-            id=record.id,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-        )
+        return self.stored(record, embedding)
 
     async def _add(
         self,
@@ -294,7 +275,7 @@ class PostgresMemoryStore(MemoryStore):
                 record.text,
                 record.source_session_id,
                 json.dumps(record.metadata),
-                _micros(record.created_at),
+                to_micros(record.created_at),
                 updated,
                 vector,
             ),
@@ -382,7 +363,7 @@ class PostgresMemoryStore(MemoryStore):
                     (
                         changed.text,
                         json.dumps(changed.metadata),
-                        _micros(changed.updated_at or changed.created_at),
+                        to_micros(changed.updated_at or changed.created_at),
                         None if vector is None else np.asarray(vector, dtype=np.float32).tobytes(),
                         scope.key,
                         memory_id,
@@ -414,7 +395,7 @@ class PostgresMemoryStore(MemoryStore):
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
 
         async def operation(conn: PostgresConnection) -> list[MemoryRecord]:
             cursor = await conn.execute(
@@ -440,7 +421,7 @@ class PostgresMemoryStore(MemoryStore):
     ) -> list[MemoryHit]:
         self.check_query(k, min_score)
         query = np.asarray(normalized(check_embedding(embedding, self.dimensions)), dtype=np.float32)
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
 
         async def operation(conn: PostgresConnection) -> list[MemoryHit]:
             async with conn.transaction():
@@ -608,7 +589,7 @@ class PostgresMemoryStore(MemoryStore):
     ) -> list[MemoryScopeSummary]:
         self.check_page(limit, offset)
         prefix = MemoryScope.tenant_prefix(tenant_id)
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
         # a range in byte order (the index on scope COLLATE "C"): the separator is the last
         # character before " ", so every key of the tenant sorts below prefix[:-1] + " "
         query = 'SELECT scope, count(*), max(updated_at) FROM {memories} WHERE scope COLLATE "C" > %s '
@@ -627,9 +608,7 @@ class PostgresMemoryStore(MemoryStore):
             cursor = await conn.execute(self._q(query), args)
             rows = await cursor.fetchall()
             return [
-                MemoryScopeSummary(
-                    MemoryScope.from_key(key), int(count), datetime.fromtimestamp(newest / 1_000_000, UTC)
-                )
+                MemoryScopeSummary(MemoryScope.from_key(key), int(count), from_micros(newest))
                 for key, count, newest in rows
             ]
 
@@ -657,7 +636,7 @@ class PostgresMemoryStore(MemoryStore):
         return await self._run(operation)
 
     async def purge_expired(self) -> int:
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
         if cutoff is None:
             return 0
 

@@ -32,7 +32,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -53,13 +52,12 @@ from ._sqlite_file import (
     forget_user,
     has_vector,
     log_change,
-    micros,
     purge_before,
     put_vector,
     vector_bytes,
 )
 from ._vector_cache import DEFAULT_CACHE_BYTES, DEFAULT_MIN_VECTORS, ScopeVectors, VectorCache, behind
-from .base import NO_CURRENT, MemoryStore, normalized
+from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
@@ -68,10 +66,6 @@ T = TypeVar("T")
 _COLUMNS: Final = (
     "rowid, id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 )
-
-
-def _time(micros: int) -> datetime:
-    return datetime.fromtimestamp(micros / 1_000_000, UTC)
 
 
 class SQLiteMemoryStore(MemoryStore):
@@ -169,14 +163,10 @@ class SQLiteMemoryStore(MemoryStore):
             source_session_id=source,
             metadata=json.loads(metadata),
             id=memory_id,
-            created_at=_time(created),
-            updated_at=_time(updated),
+            created_at=from_micros(created),
+            updated_at=from_micros(updated),
             superseded_by=superseded,
         )
-
-    def _cutoff(self) -> int | None:
-        cutoff = self.expired_before()
-        return None if cutoff is None else micros(cutoff)
 
     # -- the contract --------------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -210,7 +200,7 @@ class SQLiteMemoryStore(MemoryStore):
                             (record.id, rowid),
                         )
                         delete_vector(db, scope.key, rowid)
-                updated = micros(record.updated_at or record.created_at)
+                updated = to_micros(record.updated_at or record.created_at)
                 db.run(
                     "INSERT INTO agentkeep_memories (id, scope, user_key, key, kind, text, "
                     "source_session_id, metadata, created_at, updated_at) "
@@ -224,23 +214,13 @@ class SQLiteMemoryStore(MemoryStore):
                         record.text,
                         record.source_session_id,
                         metadata,
-                        micros(record.created_at),
+                        to_micros(record.created_at),
                         updated,
                     ),
                 )
                 if embedding is not None:
                     put_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
-            return MemoryRecord(
-                record.text,
-                embedding=embedding,
-                key=record.key,
-                kind=record.kind,
-                source_session_id=record.source_session_id,
-                metadata=dict(record.metadata),
-                id=record.id,
-                created_at=record.created_at,
-                updated_at=record.updated_at,
-            )
+            return self.stored(record, embedding)
 
         return await self._run(job)
 
@@ -276,7 +256,7 @@ class SQLiteMemoryStore(MemoryStore):
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row)
                 changed = self.updated(old, text=text, vector=vector, metadata=metadata)
-                updated = micros(changed.updated_at or changed.created_at)
+                updated = to_micros(changed.updated_at or changed.created_at)
                 db.run(
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
                     (changed.text, json.dumps(changed.metadata), updated, row[0]),
@@ -310,7 +290,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
 
         def job(db: Db) -> list[MemoryRecord]:
             sql = f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL"
@@ -340,7 +320,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[MemoryHit]:
         self.check_query(k, min_score)
         query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
 
         def job(db: Db) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
@@ -499,7 +479,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[MemoryScopeSummary]:
         self.check_page(limit, offset)
         prefix = MemoryScope.tenant_prefix(tenant_id)
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
 
         def job(db: Db) -> list[MemoryScopeSummary]:
             # a range of the (scope, id) index: the tenant's scopes only (the separator is the
@@ -518,7 +498,7 @@ class SQLiteMemoryStore(MemoryStore):
             sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
             rows = db.rows(sql, [*args, limit, offset])
             return [
-                MemoryScopeSummary(MemoryScope.from_key(key), count, _time(newest))
+                MemoryScopeSummary(MemoryScope.from_key(key), count, from_micros(newest))
                 for key, count, newest in rows
             ]
 
@@ -529,7 +509,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(lambda db: forget_user(db, user_key))
 
     async def purge_expired(self) -> int:
-        cutoff = self._cutoff()
+        cutoff = self.cutoff_micros()
         if cutoff is None:
             return 0
         return await self._run(lambda db: purge_before(db, cutoff))
