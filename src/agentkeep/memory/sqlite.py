@@ -377,9 +377,11 @@ class SQLiteMemoryStore(MemoryStore):
         if not nearest:
             return []
         marks = ", ".join("?" * len(nearest))
+        # "+scope": checked on the k rows read by rowid, not used as the index to read by (the
+        # planner's choice otherwise: a walk of the whole scope, 4.5 ms at 34,000 memories)
         rows = db.rows(
             f"SELECT {_COLUMNS} FROM agentkeep_memories "
-            f"WHERE rowid IN ({marks}) AND scope = ? AND superseded_by IS NULL",
+            f"WHERE rowid IN ({marks}) AND +scope = ? AND superseded_by IS NULL",
             [*(rowid for rowid, _ in nearest), scope],
         )
         by_rowid = {row[0]: row for row in rows}
