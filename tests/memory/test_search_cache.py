@@ -149,6 +149,78 @@ def test_scope_vectors_find_what_a_full_sort_finds_through_puts_and_removes() ->
     assert len(vectors.nearest(query, 1_000)) == len(live)
 
 
+LAYOUTS = ("random", "clustered", "duplicates", "spiky", "signs")
+
+
+def layout_matrix(layout: str, count: int, dimensions: int, seed: int) -> np.ndarray:
+    """Unit vectors that stress the int8 first pass: near neighbours whose scores differ by less
+    than its error, exact ties, one large component over many that quantize to zero, and
+    vectors whose components all have one size (quantized without error)."""
+    rng = np.random.default_rng(seed)
+    if layout == "clustered":
+        matrix = rng.standard_normal(dimensions) + 0.01 * rng.standard_normal((count, dimensions))
+    elif layout == "duplicates":
+        matrix = rng.standard_normal((max(1, count // 5), dimensions))[
+            rng.integers(0, max(1, count // 5), count)
+        ]
+    elif layout == "spiky":
+        matrix = 0.004 * rng.standard_normal((count, dimensions))
+        matrix[np.arange(count), rng.integers(0, dimensions, count)] += 1.0
+    elif layout == "signs":
+        matrix = rng.choice([-1.0, 1.0], size=(count, dimensions))
+    else:
+        matrix = rng.standard_normal((count, dimensions))
+    matrix = matrix.astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    layout=st.sampled_from(LAYOUTS),
+    count=st.integers(1, 400),
+    dimensions=st.sampled_from([2, 8, 384]),
+    k=st.integers(1, 25),
+    filtered=st.booleans(),
+    near=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_int8_first_pass_never_drops_one_of_the_k_best(
+    layout: str, count: int, dimensions: int, k: int, filtered: bool, near: bool, seed: int
+) -> None:
+    matrix = layout_matrix(layout, count, dimensions, seed)
+    loaded = [(n + 1, "fact" if n % 3 else "chunk", n, matrix[n].tobytes()) for n in range(count)]
+    vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=dimensions, rows=loaded)
+    rng = np.random.default_rng(seed + 1)
+    query = rng.standard_normal(dimensions).astype(np.float32)
+    if near:  # a query next to a stored vector: the best scores crowd together
+        query = matrix[seed % count] + np.float32(0.02) * query
+    query /= np.linalg.norm(query)
+    kind, cutoff = ("fact", count // 4) if filtered else (None, None)
+    scores = np.vecdot(matrix, query)
+    wanted = sorted(
+        (float(scores[n]) for n in range(count) if not filtered or (n % 3 and n >= count // 4)),
+        reverse=True,
+    )[:k]
+    found = vectors.nearest(query, k, kind=kind, cutoff=cutoff)
+    assert len({rowid for rowid, _ in found}) == len(found) == len(wanted)
+    for rowid, score in found:  # each score is the row's own float32 score ...
+        assert score == pytest.approx(float(scores[rowid - 1]), abs=1e-6)
+    # ... and they are the k best (a row may differ from the full scan's only by a tie)
+    assert [score for _, score in found] == pytest.approx(wanted, abs=1e-6)
+
+
+def test_the_int8_first_pass_leaves_few_rows_to_score_in_float32() -> None:
+    matrix = layout_matrix("random", 20_000, 384, 3)
+    loaded = [(n + 1, "fact", n, matrix[n].tobytes()) for n in range(len(matrix))]
+    vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=384, rows=loaded)
+    query = matrix[17] + np.float32(0.05) * np.random.default_rng(4).standard_normal(384).astype(np.float32)
+    query /= np.linalg.norm(query)
+    candidates = vectors._candidates(query, 10, None, None)  # pyright: ignore[reportPrivateUsage]
+    assert 10 <= len(candidates) < 1_000  # measured: about 100 of 20,000
+    assert 17 in candidates  # the position of row id 18, the vector the query was made from
+    assert [rowid for rowid, _ in vectors.nearest(query, 1)] == [18]
+
+
 def test_a_large_matrix_is_scored_in_parts_on_helper_threads_with_the_same_result() -> None:
     vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=rows(70_000))
     cache = VectorCache(1 << 30)
