@@ -48,6 +48,19 @@ async def test_the_model_embeds_in_batches_normalized(minilm: MiniLMEmbedder) ->
     assert await minilm.embed([]) == []
 
 
+async def test_batches_of_mixed_lengths_come_back_in_order_as_encode_gives_them() -> None:
+    """The embedder calls the model's modules itself, by batches of like length: each text gets
+    the vector sentence-transformers' own encode() gives it alone, whatever it was batched with."""
+    embedder = MiniLMEmbedder(batch_size=3)
+    texts = [("word " * n).strip() for n in (1, 40, 3, 300, 7, 2, 90)]  # 300 words: truncated
+    vectors = await embedder.embed(texts)
+    model = embedder._model  # pyright: ignore[reportPrivateUsage]
+    for text, vector in zip(texts, vectors, strict=True):
+        (alone,) = model.encode([text], normalize_embeddings=True, show_progress_bar=False)
+        assert vector == pytest.approx([float(v) for v in alone], abs=1e-5)
+    await embedder.aclose()
+
+
 class CountingEmbedder:
     """A tiny deterministic embedder that counts what it is asked (for the cache)."""
 

@@ -53,7 +53,7 @@ write of a read-modify-write; no id is empty, so this names none)."""
 
 def normalized(vector: Sequence[float]) -> list[float]:
     """``vector`` scaled to length 1 (a zero vector stays zero)."""
-    length = math.sqrt(math.fsum(v * v for v in vector))
+    length = math.hypot(*vector)
     return [v / length for v in vector] if length else list(vector)
 
 

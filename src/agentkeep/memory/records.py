@@ -126,10 +126,10 @@ def check_embedding(embedding: Any, dimensions: int | None = None) -> list[float
     if not isinstance(embedding, Sequence) or isinstance(embedding, str | bytes) or not embedding:
         raise MemoryFormatError("an embedding must be a non-empty sequence of numbers")
     try:
-        values = [float(v) for v in embedding]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        values = list(map(float, embedding))  # pyright: ignore[reportUnknownArgumentType]
     except (TypeError, ValueError) as exc:
         raise MemoryFormatError(f"an embedding must hold numbers: {exc}") from exc
-    if not all(math.isfinite(v) for v in values):
+    if not all(map(math.isfinite, values)):
         raise MemoryFormatError("an embedding must hold finite numbers (no NaN or infinity)")
     if not any(values):
         raise MemoryFormatError("an embedding of only zeros has no direction to compare")
