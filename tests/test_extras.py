@@ -23,6 +23,8 @@ CASES = [
     ("agentkeep.memory.sqlite", "apsw", "memory"),
     ("agentkeep.memory.sqlite", "sqlite_vec", "memory"),
     ("agentkeep.memory.postgres", "numpy", "memory"),
+    ("agentkeep.memory.sqlite", "simsimd", "memory"),
+    ("agentkeep.memory.postgres", "simsimd", "memory"),
     ("agentkeep.memory.postgres", "psycopg", "postgres"),
 ]
 
@@ -34,7 +36,7 @@ def test_a_missing_driver_names_the_extra(
     for name in [driver, *(n for n in sys.modules if n.startswith(f"{driver}."))]:
         monkeypatch.setitem(sys.modules, name, None)  # as if the driver were not installed
     for name in list(sys.modules):
-        if name == module or name.startswith((f"{module}.", "agentkeep._db.")):
+        if name == module or name.startswith((f"{module}.", "agentkeep._db.", "agentkeep.memory._")):
             monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ImportError, match=rf"pip install 'agentkeep\[{extra}\]'"):
         importlib.import_module(module)
@@ -42,7 +44,7 @@ def test_a_missing_driver_names_the_extra(
 
 def test_the_core_needs_no_extra() -> None:
     blocked = ["typer", "rich", "redis", "psycopg", "psycopg_pool", "openai", "llama_cpp"]
-    blocked += ["apsw", "sqlite_vec", "sentence_transformers", "torch"]
+    blocked += ["apsw", "sqlite_vec", "numpy", "simsimd", "sentence_transformers", "torch"]
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"

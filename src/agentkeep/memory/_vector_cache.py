@@ -38,9 +38,14 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Final
 
-import numpy as np
-import numpy.typing as npt
-import simsimd
+try:
+    import numpy as np
+    import numpy.typing as npt
+    import simsimd
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "the memory stores' search cache needs numpy and simsimd: pip install 'agentkeep[memory]'"
+    ) from exc
 
 __all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_MIN_VECTORS", "LOG_KEEP", "ScopeVectors", "VectorCache", "behind"]
 
