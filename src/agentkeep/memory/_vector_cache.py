@@ -1,10 +1,11 @@
-"""An in-process cache of large scopes' vectors, for exact search with one matrix-vector product.
+"""An in-process cache of large scopes' vectors, for exact search in memory.
 
 A search of a scope with many memories is a scan of all its vectors, whatever the store. sqlite-vec
-scans them in plain C (about 39 ms for 100,000 vectors of 384 dimensions on this project's
-machine); PostgreSQL has to ship them to the client first. Held as one float32 matrix, the same
-scan is one BLAS matrix-vector product, bounded by memory bandwidth. The stores keep such a
-matrix per large scope here and keep it *coherent* with the database by a per-scope change log:
+scans them in plain C (39 to 104 ms for 100,000 vectors of 384 dimensions on this project's
+machine, by the day); PostgreSQL has to ship them to the client first. Held in memory, the same
+scan is bounded by memory bandwidth, and by less of it when read as int8 (below). The stores
+keep such matrices per large scope here and keep them *coherent* with the database by a
+per-scope change log:
 
 * every write transaction that adds, removes or replaces a vector of a scope (or changes its
   ``updated_at``, which the expiry filter reads) bumps the scope's change counter (``seq``) and
@@ -73,6 +74,8 @@ _ROW_BYTES: Final = 8 + 4 + 8 + 4 + 4
 # 4.5 ms without).
 _PART_ROWS: Final = 16_384
 _HELPERS: Final = min(3, (os.cpu_count() or 1) - 1)
+# The arrays with a row per vector (one capacity, one order).
+_ROW_ARRAYS: Final = ("_matrix", "_codes", "_scales", "_errors", "_rowids", "_kinds", "_updated")
 # Rows quantized at once when a scope is loaded (bounds the float32 temporaries to a few MiB).
 _QUANTIZE_ROWS: Final = 4_096
 
@@ -143,16 +146,8 @@ class ScopeVectors:
     @property
     def nbytes(self) -> int:
         """What the vectors take in memory (arrays at capacity, and the position map)."""
-        arrays = (
-            self._matrix,
-            self._codes,
-            self._scales,
-            self._errors,
-            self._rowids,
-            self._kinds,
-            self._updated,
-        )
-        return sum(array.nbytes for array in arrays) + len(self._position) * _MAP_ENTRY_BYTES
+        arrays = sum(array.nbytes for array in self._row_arrays())
+        return arrays + len(self._position) * _MAP_ENTRY_BYTES
 
     def put(self, rowid: int, kind: str, updated: int, vector: bytes) -> None:
         """Add the vector of ``rowid``, or replace the one it had."""
@@ -177,15 +172,7 @@ class ScopeVectors:
         last = self._count - 1
         if at != last:
             moved = int(self._rowids[last])
-            for array in (
-                self._matrix,
-                self._codes,
-                self._scales,
-                self._errors,
-                self._rowids,
-                self._kinds,
-                self._updated,
-            ):
+            for array in self._row_arrays():
                 array[at] = array[last]
             self._position[moved] = at
         self._count = last
@@ -288,10 +275,12 @@ class ScopeVectors:
     def _code(self, kind: str) -> int:
         return self._kind_codes.setdefault(kind, len(self._kind_codes))
 
+    def _row_arrays(self) -> list[npt.NDArray[np.generic]]:
+        return [getattr(self, name) for name in _ROW_ARRAYS]
+
     def _reserve(self, capacity: int) -> None:
         count = self._count
-        for name in ("_matrix", "_codes", "_scales", "_errors", "_rowids", "_kinds", "_updated"):
-            old: npt.NDArray[np.generic] = getattr(self, name)
+        for name, old in zip(_ROW_ARRAYS, self._row_arrays(), strict=True):
             new = np.empty((capacity, *old.shape[1:]), dtype=old.dtype)
             new[:count] = old[:count]
             setattr(self, name, new)

@@ -76,8 +76,8 @@ class SQLiteMemoryStore(MemoryStore):
         dimensions: The length of every embedding (fixed for the file once written).
         ttl: Seconds after its last update at which a memory expires.
         timeout: Seconds to wait for another process's write lock.
-        search_cache_bytes: Memory for the vectors of large scopes, held as matrices so their
-            searches are one matrix-vector product (see :mod:`._vector_cache`); least recently
+        search_cache_bytes: Memory for the vectors of large scopes, held as matrices (float32
+            and int8) so their searches are scans in memory (see :mod:`._vector_cache`); least recently
             searched scopes go first. ``0``: no cache, every search by sqlite-vec.
         cache_min_vectors: Scopes with fewer vectors are searched by sqlite-vec (as fast, and
             not worth the memory).
