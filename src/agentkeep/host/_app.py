@@ -55,6 +55,13 @@ class HostedAgent:
         return self._stateless
 
 
+async def _refused(_: Request, exc: Exception) -> JSONResponse:
+    """A route's :class:`HTTPProblem`, answered in the host's error shape (the AG-UI endpoint,
+    in front of the router, answers its own)."""
+    assert isinstance(exc, HTTPProblem)
+    return exc.response()
+
+
 async def _invalid_parameters(_: Request, exc: Exception) -> JSONResponse:
     """A query or path parameter of the wrong type, answered in the host's error shape."""
     errors: Any = exc.errors() if isinstance(exc, RequestValidationError) else []
@@ -163,6 +170,7 @@ class AgentHost:
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
         app.add_exception_handler(RequestValidationError, _invalid_parameters)
+        app.add_exception_handler(HTTPProblem, _refused)
         self._install(app)
         app.add_middleware(AccessLog)  # outermost of the middleware: AG-UI turns are logged too
         app.get("/healthz")(self._healthz)

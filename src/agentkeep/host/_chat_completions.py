@@ -131,19 +131,16 @@ class _ChatCompletions:
         return hosted.stateless
 
     async def create(self, request: Request) -> Response:
+        self.host.tenant_of(request)
+        body = parsed(ChatRequest, await self.host.body_of(request), what="a chat completion request")
+        agent = self._agent(body.model)
+        if len(body.messages) > self.host.max_messages:
+            raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} messages")
         try:
-            self.host.tenant_of(request)
-            body = parsed(ChatRequest, await self.host.body_of(request), what="a chat completion request")
-            agent = self._agent(body.model)
-            if len(body.messages) > self.host.max_messages:
-                raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} messages")
-            try:
-                messages = to_messages(body.messages)
-            except MessageFormatError as exc:
-                raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-            tools = _tools(body.tools)
-        except HTTPProblem as exc:
-            return exc.response()
+            messages = to_messages(body.messages)
+        except MessageFormatError as exc:
+            raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+        tools = _tools(body.tools)
         limit = body.max_completion_tokens or body.max_tokens
         options = {} if limit is None else {"max_tokens": limit}
         completion_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())

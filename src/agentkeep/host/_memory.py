@@ -306,11 +306,8 @@ class _Routes:
     async def users(
         self, request: Request, q: str = "", limit: int = 50, offset: int = 0, tenant: str | None = None
     ) -> Response:
-        try:
-            named = self.api.tenant(self.host.tenant_of(request), tenant)
-            return JSONResponse(await self.api.users(named, q=q, limit=limit, offset=offset))
-        except HTTPProblem as exc:
-            return exc.response()
+        named = self.api.tenant(self.host.tenant_of(request), tenant)
+        return JSONResponse(await self.api.users(named, q=q, limit=limit, offset=offset))
 
     async def memories(
         self,
@@ -321,11 +318,8 @@ class _Routes:
         limit: int = MAX_MEMORIES,
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self._scope(request, user, agent, tenant)
-            return JSONResponse({"memories": await self.api.memories(scope, kind=kind, limit=limit)})
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self._scope(request, user, agent, tenant)
+        return JSONResponse({"memories": await self.api.memories(scope, kind=kind, limit=limit)})
 
     async def search(
         self,
@@ -336,11 +330,8 @@ class _Routes:
         k: int = 5,
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self._scope(request, user, agent, tenant)
-            return JSONResponse({"hits": await self.api.search(scope, q, k=k)})
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self._scope(request, user, agent, tenant)
+        return JSONResponse({"hits": await self.api.search(scope, q, k=k)})
 
     async def history(
         self,
@@ -350,11 +341,8 @@ class _Routes:
         key: str | None = None,
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self._scope(request, user, agent, tenant)
-            return JSONResponse({"memories": await self.api.history(scope, key)})
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self._scope(request, user, agent, tenant)
+        return JSONResponse({"memories": await self.api.history(scope, key)})
 
     async def delete(
         self,
@@ -364,18 +352,12 @@ class _Routes:
         agent: str | None = None,
         tenant: str | None = None,
     ) -> Response:
-        try:
-            await self.api.delete(self._scope(request, user, agent, tenant), memory_id)
-            return Response(status_code=204)
-        except HTTPProblem as exc:
-            return exc.response()
+        await self.api.delete(self._scope(request, user, agent, tenant), memory_id)
+        return Response(status_code=204)
 
     async def forget(self, request: Request, user: str | None = None, tenant: str | None = None) -> Response:
-        try:
-            named = self.api.tenant(self.host.tenant_of(request), tenant)
-            return JSONResponse({"removed": await self.api.forget(named, user)})
-        except HTTPProblem as exc:
-            return exc.response()
+        named = self.api.tenant(self.host.tenant_of(request), tenant)
+        return JSONResponse({"removed": await self.api.forget(named, user)})
 
 
 def install_memory_api(host: AgentHost, app: FastAPI) -> None:

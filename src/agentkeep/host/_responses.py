@@ -245,21 +245,18 @@ class _Responses:
 
     # -- POST /v1/responses -------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
+        tenant = self.host.tenant_of(request)
+        body = parsed(ResponsesRequest, await self.host.body_of(request), what="a Responses request")
+        hosted = self._agent(body.model)
         try:
-            tenant = self.host.tenant_of(request)
-            body = parsed(ResponsesRequest, await self.host.body_of(request), what="a Responses request")
-            hosted = self._agent(body.model)
-            try:
-                new = to_messages(body.input)
-            except MessageFormatError as exc:
-                raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-            if len(new) > self.host.max_messages:
-                raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} input items")
-            tools = _tools(body)
-            conversation_id = self._conversation_id(body)
-            user = user_of(request, body.user)
-        except HTTPProblem as exc:
-            return exc.response()
+            new = to_messages(body.input)
+        except MessageFormatError as exc:
+            raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+        if len(new) > self.host.max_messages:
+            raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} input items")
+        tools = _tools(body)
+        conversation_id = self._conversation_id(body)
+        user = user_of(request, body.user)
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
         run = self._run(hosted, tenant, user, conversation_id, body, new, tools, parent)
         if body.stream:
@@ -435,18 +432,15 @@ class _Responses:
 
     # -- GET /v1/responses/{id} -----------------------------------------------------------------
     async def get(self, response_id: str, request: Request) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            conversation = conversation_of(response_id)
-            if conversation is not None:
-                for hosted in self.host.agents.values():
-                    turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
-                    record = _record(turn.session, response_id)
-                    if record is not None and readable_by(turn.session, user_of(request)):
-                        return JSONResponse(record["response"])
-            raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        conversation = conversation_of(response_id)
+        if conversation is not None:
+            for hosted in self.host.agents.values():
+                turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
+                record = _record(turn.session, response_id)
+                if record is not None and readable_by(turn.session, user_of(request)):
+                    return JSONResponse(record["response"])
+        raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
 
     # -- conversations ------------------------------------------------------------------------------
     def _first_agent(self) -> HostedAgent:
@@ -477,8 +471,6 @@ class _Responses:
             return JSONResponse(created)
         except MessageFormatError as exc:
             return error_response(400, "invalid_request", str(exc))
-        except HTTPProblem as exc:
-            return exc.response()
 
     async def _conversation(self, request: Request, conversation_id: str) -> tuple[HostedAgent, SessionTurn]:
         tenant = self.host.tenant_of(request)
@@ -491,14 +483,11 @@ class _Responses:
         return hosted, turn
 
     async def get_conversation(self, conversation_id: str, request: Request) -> Response:
-        try:
-            _, turn = await self._conversation(request, conversation_id)
-            described: Any = turn.session.state.get(_CONVERSATION)
-            if not isinstance(described, dict):  # a conversation a response started
-                described = {"id": conversation_id, "object": "conversation", "created_at": 0, "metadata": {}}
-            return JSONResponse(described)
-        except HTTPProblem as exc:
-            return exc.response()
+        _, turn = await self._conversation(request, conversation_id)
+        described: Any = turn.session.state.get(_CONVERSATION)
+        if not isinstance(described, dict):  # a conversation a response started
+            described = {"id": conversation_id, "object": "conversation", "created_at": 0, "metadata": {}}
+        return JSONResponse(described)
 
     async def list_items(
         self,
@@ -508,27 +497,24 @@ class _Responses:
         order: Literal["asc", "desc"] = "desc",
         after: str | None = None,
     ) -> Response:
-        try:
-            if not 1 <= limit <= 100:
-                raise HTTPProblem(400, "invalid_request", "limit is 1 to 100")
-            hosted, turn = await self._conversation(request, conversation_id)
-            if order == "desc":
-                items = await _newest_items(hosted.agent, turn.session, limit, after)
-            else:
-                items = conversation_items(await _all_messages(hosted.agent, turn.session))
-                items = _after(items, after)
-            page = items[:limit]
-            return JSONResponse(
-                {
-                    "object": "list",
-                    "data": page,
-                    "first_id": page[0]["id"] if page else None,
-                    "last_id": page[-1]["id"] if page else None,
-                    "has_more": len(items) > limit,
-                }
-            )
-        except HTTPProblem as exc:
-            return exc.response()
+        if not 1 <= limit <= 100:
+            raise HTTPProblem(400, "invalid_request", "limit is 1 to 100")
+        hosted, turn = await self._conversation(request, conversation_id)
+        if order == "desc":
+            items = await _newest_items(hosted.agent, turn.session, limit, after)
+        else:
+            items = conversation_items(await _all_messages(hosted.agent, turn.session))
+            items = _after(items, after)
+        page = items[:limit]
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": page,
+                "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None,
+                "has_more": len(items) > limit,
+            }
+        )
 
 
 def _events_of(live: LiveOutput, update: Any) -> list[dict[str, Any]]:

@@ -178,11 +178,8 @@ class SessionsAPI:
     async def list_sessions(
         self, name: str, request: Request, limit: int = 50, offset: int = 0, q: str = ""
     ) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            return JSONResponse(await self.sessions_page(tenant, name, limit=limit, offset=offset, q=q))
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        return JSONResponse(await self.sessions_page(tenant, name, limit=limit, offset=offset, q=q))
 
     async def messages_page(
         self, tenant: str, name: str, session_id: str, *, raw: bool, limit: int, offset: int
@@ -215,12 +212,9 @@ class SessionsAPI:
         limit: int = 50,
         offset: int = 0,
     ) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            page = await self.messages_page(tenant, name, session_id, raw=raw, limit=limit, offset=offset)
-            return JSONResponse(page)
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        page = await self.messages_page(tenant, name, session_id, raw=raw, limit=limit, offset=offset)
+        return JSONResponse(page)
 
     async def groups_page(self, tenant: str, name: str, session_id: str, *, tokenizer: str) -> dict[str, Any]:
         """The view's message groups, as the groups endpoint answers them."""
@@ -251,11 +245,8 @@ class SessionsAPI:
     async def groups(
         self, name: str, session_id: str, request: Request, tokenizer: str = "estimate"
     ) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            return JSONResponse(await self.groups_page(tenant, name, session_id, tokenizer=tokenizer))
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        return JSONResponse(await self.groups_page(tenant, name, session_id, tokenizer=tokenizer))
 
     async def compaction(
         self, tenant: str, name: str, session_id: str, body: CompactionRequest, *, dry_run: bool
@@ -284,14 +275,11 @@ class SessionsAPI:
         return _report(session_id, report)
 
     async def _compact(self, name: str, session_id: str, request: Request, *, dry_run: bool) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            _json_body(request)
-            raw = await self.host.body_of(request)
-            body = parsed(CompactionRequest, raw, what="a compaction request", status=422)
-            return JSONResponse(await self.compaction(tenant, name, session_id, body, dry_run=dry_run))
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        _json_body(request)
+        raw = await self.host.body_of(request)
+        body = parsed(CompactionRequest, raw, what="a compaction request", status=422)
+        return JSONResponse(await self.compaction(tenant, name, session_id, body, dry_run=dry_run))
 
     async def preview(self, name: str, session_id: str, request: Request) -> Response:
         return await self._compact(name, session_id, request, dry_run=True)
@@ -302,24 +290,21 @@ class SessionsAPI:
     async def export(
         self, name: str, session_id: str, request: Request, format: Literal["json", "markdown"] = "json"
     ) -> Response:
+        tenant = self.host.tenant_of(request)
+        _, history = self.history(name)
+        key = self._key(tenant, session_id)
+        if format == "markdown":  # the view alone: one read
+            view = await history.store.read(key)
+            if not view.entries and view.last_seq == 0:
+                raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
+            text = render_markdown(session_id, view.entries)
+            return PlainTextResponse(text, media_type="text/markdown")
         try:
-            tenant = self.host.tenant_of(request)
-            _, history = self.history(name)
-            key = self._key(tenant, session_id)
-            if format == "markdown":  # the view alone: one read
-                view = await history.store.read(key)
-                if not view.entries and view.last_seq == 0:
-                    raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-                text = render_markdown(session_id, view.entries)
-                return PlainTextResponse(text, media_type="text/markdown")
-            try:
-                exported = await export_conversation(history.store, key)
-            except LookupError as exc:
-                raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
-            exported.conversation_id = session_id  # the tenant's name for it
-            return Response(exported.to_json(), media_type="application/json")
-        except HTTPProblem as exc:
-            return exc.response()
+            exported = await export_conversation(history.store, key)
+        except LookupError as exc:
+            raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
+        exported.conversation_id = session_id  # the tenant's name for it
+        return Response(exported.to_json(), media_type="application/json")
 
     async def delete_session(self, tenant: str, name: str, session_id: str) -> None:
         """Delete the tenant's conversation ``session_id``: its history and its session."""
@@ -336,11 +321,8 @@ class SessionsAPI:
         self.host.sessions.pop((tenant, hosted.name, session_id))
 
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
-        try:
-            await self.delete_session(self.host.tenant_of(request), name, session_id)
-            return Response(status_code=204)
-        except HTTPProblem as exc:
-            return exc.response()
+        await self.delete_session(self.host.tenant_of(request), name, session_id)
+        return Response(status_code=204)
 
 
 def _json_body(request: Request) -> None:

@@ -588,16 +588,15 @@ class PostgresMemoryStore(MemoryStore):
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
         self.check_page(limit, offset)
-        prefix = MemoryScope.tenant_prefix(tenant_id)
+        low, high = MemoryScope.tenant_key_range(tenant_id)
         cutoff = self.cutoff_micros()
-        # a range in byte order (the index on scope COLLATE "C"): the separator is the last
-        # character before " ", so every key of the tenant sorts below prefix[:-1] + " "
+        # a range in byte order (the index on scope COLLATE "C"): the tenant's scopes only
         query = 'SELECT scope, count(*), max(updated_at) FROM {memories} WHERE scope COLLATE "C" > %s '
         query += 'AND scope COLLATE "C" < %s AND superseded_by IS NULL'
-        args: list[Any] = [prefix, prefix[:-1] + " "]
+        args: list[Any] = [low, high]
         if q:
             query += " AND strpos(substr(user_key, %s), %s) > 0"
-            args += [len(prefix) + 1, q]
+            args += [len(low) + 1, q]
         if cutoff is not None:
             query += " AND updated_at >= %s"
             args.append(cutoff)

@@ -105,6 +105,19 @@ class MemoryScope:
         cls("-", tenant_id=tenant_id)  # checked as any scope's tenant is
         return (tenant_id or "") + _SEPARATOR
 
+    @classmethod
+    def tenant_key_range(cls, tenant_id: str | None) -> tuple[str, str]:
+        """Bounds, both exclusive, of the :attr:`key` of every scope of ``tenant_id`` (exactly
+        that tenant) in code point order (byte order of UTF-8): a range an index can read. The
+        separator is the character right before the upper bound's last one, so no other tenant's
+        key falls between them.
+
+        Raises:
+            MemoryFormatError: A malformed tenant id.
+        """
+        prefix = cls.tenant_prefix(tenant_id)
+        return prefix, prefix[:-1] + chr(ord(_SEPARATOR) + 1)
+
     @property
     def user_key(self) -> str:
         """The tenant and user (every agent): what :meth:`~agentkeep.memory.MemoryStore.forget`

@@ -5,8 +5,8 @@ scope, so a search reads only the scope's vectors (exact k-nearest by cosine dis
 superseded by a newer one of its key keeps its row (its history) but loses its vector, so it can
 no longer be found.
 
-sqlite-vec as packaged is built without SIMD, so an exact scan of a large scope is slow (39 ms
-for 100,000 vectors). A scope of ``cache_min_vectors`` or more is therefore searched from an
+sqlite-vec as packaged is built without SIMD, so an exact scan of a large scope is slow (39 to 104 ms,
+by the day, for 100,000 vectors). A scope of ``cache_min_vectors`` or more is searched from an
 in-process matrix of its vectors (:mod:`._vector_cache`), exactly as well, and kept coherent with
 the file (written by any process) through a per-scope change log that every write keeps: a
 search reads only what changed since the last one. The file's layout (created, or upgraded in
@@ -480,20 +480,19 @@ class SQLiteMemoryStore(MemoryStore):
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
         self.check_page(limit, offset)
-        prefix = MemoryScope.tenant_prefix(tenant_id)
+        low, high = MemoryScope.tenant_key_range(tenant_id)
         cutoff = self.cutoff_micros()
 
         def job(db: Db) -> list[MemoryScopeSummary]:
-            # a range of the (scope, id) index: the tenant's scopes only (the separator is the
-            # last character before ' ', so every key of the tenant sorts below prefix[:-1] + ' ')
+            # a range of the (scope, id) index: the tenant's scopes only
             sql = (
                 "SELECT scope, count(*), max(updated_at) FROM agentkeep_memories "
                 "WHERE scope > ? AND scope < ? AND superseded_by IS NULL"
             )
-            args: list[Any] = [prefix, prefix[:-1] + " "]
+            args: list[Any] = [low, high]
             if q:
                 sql += " AND instr(substr(user_key, ?), ?) > 0"
-                args += [len(prefix) + 1, q]
+                args += [len(low) + 1, q]
             if cutoff is not None:
                 sql += " AND updated_at >= ?"
                 args.append(cutoff)

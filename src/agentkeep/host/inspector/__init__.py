@@ -85,13 +85,10 @@ class _Inspector:
         )
 
     async def sessions(self, request: Request, agent: str = "", q: str = "", offset: int = 0) -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
-            store = self.host.agents[agent].session_store.backend
-            return render("sessions.html", page=page, agent=agent, q=q, store=store)
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
+        store = self.host.agents[agent].session_store.backend
+        return render("sessions.html", page=page, agent=agent, q=q, store=store)
 
     async def _messages(
         self, request: Request, agent: str, session_id: str, raw: bool, offset: int
@@ -111,33 +108,24 @@ class _Inspector:
         }
 
     async def session(self, request: Request, agent: str = "", id: str = "", raw: bool = False) -> Response:
-        try:
-            return render("session.html", **await self._messages(request, agent, id, raw, 0))
-        except HTTPProblem as exc:
-            return exc.response()
+        return render("session.html", **await self._messages(request, agent, id, raw, 0))
 
     async def groups(self, request: Request, agent: str = "", id: str = "") -> Response:
-        try:
-            tenant = self.host.tenant_of(request)
-            groups = await self.api.groups_page(tenant, agent, id, tokenizer="estimate")
-            return render(
-                "groups.html",
-                groups=groups,
-                agent=agent,
-                going=[],
-                strategies=[strategy.value for strategy in StrategyName],
-                turns=_tokens_per_turn(groups),
-            )
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = self.host.tenant_of(request)
+        groups = await self.api.groups_page(tenant, agent, id, tokenizer="estimate")
+        return render(
+            "groups.html",
+            groups=groups,
+            agent=agent,
+            going=[],
+            strategies=[strategy.value for strategy in StrategyName],
+            turns=_tokens_per_turn(groups),
+        )
 
     async def messages(
         self, request: Request, agent: str = "", id: str = "", raw: bool = False, offset: int = 0
     ) -> Response:
-        try:
-            return render("messages.html", **await self._messages(request, agent, id, raw, offset))
-        except HTTPProblem as exc:
-            return exc.response()
+        return render("messages.html", **await self._messages(request, agent, id, raw, offset))
 
 
 def _form_number(form: dict[str, list[str]], name: str) -> int | None:
@@ -180,42 +168,36 @@ class _Changes:
         self, request: Request, agent: str = "", id: str = "", apply: bool = False
     ) -> Response:
         host, api = self.inspector.host, self.inspector.api
-        try:
-            tenant = host.tenant_of(request)
-            from_this_page(request)
-            form = parse_qs((await host.body_of(request)).decode("utf-8", "replace"))
-            strategy = (form.get("strategy") or [""])[0]
-            if strategy not in set(StrategyName):
-                raise HTTPProblem(422, "invalid_request", f"no strategy {strategy!r}")
-            body = CompactionRequest(
-                strategies=[StrategyName(strategy)],
-                keep=_form_number(form, "keep"),
-                max_tokens=_form_number(form, "max_tokens"),
-                target_tokens=_form_number(form, "target_tokens"),
-            )
-            groups = await api.groups_page(tenant, agent, id, tokenizer="estimate")
-            report = await api.compaction(tenant, agent, id, body, dry_run=not apply)
-            return render(
-                "compaction.html",
-                report=report,
-                groups=groups,
-                going=_going(groups, report["excluded"]),
-                query={"agent": agent, "id": id},
-            )
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = host.tenant_of(request)
+        from_this_page(request)
+        form = parse_qs((await host.body_of(request)).decode("utf-8", "replace"))
+        strategy = (form.get("strategy") or [""])[0]
+        if strategy not in set(StrategyName):
+            raise HTTPProblem(422, "invalid_request", f"no strategy {strategy!r}")
+        body = CompactionRequest(
+            strategies=[StrategyName(strategy)],
+            keep=_form_number(form, "keep"),
+            max_tokens=_form_number(form, "max_tokens"),
+            target_tokens=_form_number(form, "target_tokens"),
+        )
+        groups = await api.groups_page(tenant, agent, id, tokenizer="estimate")
+        report = await api.compaction(tenant, agent, id, body, dry_run=not apply)
+        return render(
+            "compaction.html",
+            report=report,
+            groups=groups,
+            going=_going(groups, report["excluded"]),
+            query={"agent": agent, "id": id},
+        )
 
     async def delete(self, request: Request, agent: str = "", id: str = "") -> Response:
         host, api = self.inspector.host, self.inspector.api
-        try:
-            tenant = host.tenant_of(request)
-            from_this_page(request)
-            await api.delete_session(tenant, agent, id)
-            response = render("deleted.html", session=id)
-            response.headers["HX-Trigger"] = "reload"  # the sessions list loads again
-            return response
-        except HTTPProblem as exc:
-            return exc.response()
+        tenant = host.tenant_of(request)
+        from_this_page(request)
+        await api.delete_session(tenant, agent, id)
+        response = render("deleted.html", session=id)
+        response.headers["HX-Trigger"] = "reload"  # the sessions list loads again
+        return response
 
 
 def install_inspector(host: AgentHost, app: FastAPI) -> None:

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from .._http import HTTPProblem
 from .._memory import MemoryAPI
 from ._pages import from_this_page, render
 
@@ -58,29 +57,23 @@ class _MemoryPanel:
     async def users(
         self, request: Request, q: str = "", offset: int = 0, tenant: str | None = None
     ) -> Response:
-        try:
-            named = self._tenant(request, tenant)
-            page = await self.api.users(named, q=q, limit=USERS_PER_PAGE, offset=offset)
-            return render("memory_users.html", page=page, q=q, tenant=tenant or "")
-        except HTTPProblem as exc:
-            return exc.response()
+        named = self._tenant(request, tenant)
+        page = await self.api.users(named, q=q, limit=USERS_PER_PAGE, offset=offset)
+        return render("memory_users.html", page=page, q=q, tenant=tenant or "")
 
     async def memories(
         self, request: Request, user: str = "", agent: str | None = None, tenant: str | None = None
     ) -> Response:
-        try:
-            scope = self.api.scope(self._tenant(request, tenant), user, agent)
-            memories = await self.api.memories(scope, kind=None, limit=MEMORIES_SHOWN)
-            return render(
-                "memory.html",
-                scope=scope,
-                memories=memories,
-                shown=MEMORIES_SHOWN,
-                query=_query(scope.user_id, scope.agent_id, tenant),
-                searchable=self.host.memory_embedder is not None,
-            )
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self.api.scope(self._tenant(request, tenant), user, agent)
+        memories = await self.api.memories(scope, kind=None, limit=MEMORIES_SHOWN)
+        return render(
+            "memory.html",
+            scope=scope,
+            memories=memories,
+            shown=MEMORIES_SHOWN,
+            query=_query(scope.user_id, scope.agent_id, tenant),
+            searchable=self.host.memory_embedder is not None,
+        )
 
     async def search(
         self,
@@ -90,14 +83,9 @@ class _MemoryPanel:
         q: str = "",
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self.api.scope(self._tenant(request, tenant), user, agent)
-            hits = await self.api.search(scope, q, k=10)
-            return render(
-                "memory_hits.html", hits=hits, q=q, query=_query(scope.user_id, scope.agent_id, tenant)
-            )
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self.api.scope(self._tenant(request, tenant), user, agent)
+        hits = await self.api.search(scope, q, k=10)
+        return render("memory_hits.html", hits=hits, q=q, query=_query(scope.user_id, scope.agent_id, tenant))
 
     async def history(
         self,
@@ -107,11 +95,8 @@ class _MemoryPanel:
         key: str = "",
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self.api.scope(self._tenant(request, tenant), user, agent)
-            return render("memory_history.html", key=key, versions=await self.api.history(scope, key))
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self.api.scope(self._tenant(request, tenant), user, agent)
+        return render("memory_history.html", key=key, versions=await self.api.history(scope, key))
 
     async def delete(
         self,
@@ -121,26 +106,20 @@ class _MemoryPanel:
         id: str = "",
         tenant: str | None = None,
     ) -> Response:
-        try:
-            scope = self.api.scope(self._tenant(request, tenant), user, agent)
-            from_this_page(request)
-            await self.api.delete(scope, id)
-            response = Response(status_code=200)  # htmx removes the memory's row
-            response.headers["HX-Trigger"] = "memory-changed"
-            return response
-        except HTTPProblem as exc:
-            return exc.response()
+        scope = self.api.scope(self._tenant(request, tenant), user, agent)
+        from_this_page(request)
+        await self.api.delete(scope, id)
+        response = Response(status_code=200)  # htmx removes the memory's row
+        response.headers["HX-Trigger"] = "memory-changed"
+        return response
 
     async def forget(self, request: Request, user: str = "", tenant: str | None = None) -> Response:
-        try:
-            named = self._tenant(request, tenant)
-            from_this_page(request)
-            removed = await self.api.forget(named, user)
-            response = render("memory_forgotten.html", user=user, removed=removed)
-            response.headers["HX-Trigger"] = "memory-changed"  # the users list loads again
-            return response
-        except HTTPProblem as exc:
-            return exc.response()
+        named = self._tenant(request, tenant)
+        from_this_page(request)
+        removed = await self.api.forget(named, user)
+        response = render("memory_forgotten.html", user=user, removed=removed)
+        response.headers["HX-Trigger"] = "memory-changed"  # the users list loads again
+        return response
 
 
 def install_memory_panel(host: AgentHost, app: FastAPI) -> None:
