@@ -739,7 +739,7 @@ async def test_service_managed_tool_loop_sends_only_tool_results() -> None:
     assert client.calls[1][0].function_results[0].result == 3
     assert client.call_options[1].get("conversation_id") == session.service_session_id
     conversation_id = session.service_session_id
-    assert conversation_id is not None
+    assert isinstance(conversation_id, str)
     assert roles(client.conversations[conversation_id]) == ["user", "assistant", "tool", "assistant"]
 
 

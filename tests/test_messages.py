@@ -123,9 +123,22 @@ def test_aware_created_at_is_kept() -> None:
     assert Message("user", "x", created_at=when).created_at == when
 
 
-def test_empty_additional_properties_are_none() -> None:
-    assert Message("user", "x", additional_properties={}).additional_properties is None
+def test_additional_properties_default_to_an_own_empty_dict() -> None:
+    # As in the reference: ``msg.additional_properties[k] = v`` works on any message.
+    first, second = Message("user", "x"), Message("user", "y")
+    assert first.additional_properties == {}
+    first.additional_properties["k"] = "v"
+    assert second.additional_properties == {}
+    assert first.to_dict()["additional_properties"] == {"k": "v"}
     assert Message("user", "x", additional_properties={"a": 1}).additional_properties == {"a": 1}
+    assert "additional_properties" not in Message("user", "x").to_dict()
+
+
+def test_a_copy_has_its_own_additional_properties() -> None:
+    original = Message("user", "x", additional_properties={"a": 1})
+    clone = original.copy()
+    clone.additional_properties["b"] = 2
+    assert original.additional_properties == {"a": 1}
 
 
 def test_new_message_has_no_identity_yet() -> None:
@@ -295,8 +308,9 @@ def test_from_dict_result_is_unstamped() -> None:
 
 def test_empty_additional_properties_in_wire_are_dropped() -> None:
     message = Message.from_dict({"role": "user", "contents": [], "additional_properties": {}})
-    assert message.additional_properties is None
+    assert message.additional_properties == {}
     assert "additional_properties" not in message.to_dict()
+    assert Message.from_dict({"role": "user", "contents": []}).additional_properties == {}
 
 
 # -- malformed input ------------------------------------------------------------------------

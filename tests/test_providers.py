@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from agentkeep import (
     Agent,
     AgentSession,
@@ -297,3 +299,89 @@ async def test_providers_run_without_a_session_on_a_throwaway_state() -> None:
     await agent.run("x")
     await agent.run("x")
     assert client.call_options[1].get("instructions") == "This is run 1."
+
+
+# -- the reference's call shapes (issue 23) ---------------------------------------------------------
+
+
+def test_extend_messages_takes_a_source_id_or_anything_with_one() -> None:
+    class Named:
+        source_id = "rag"
+
+    context = SessionContext(input_messages=[])
+    original = Message("system", "context")
+    context.extend_messages("notes", [original])
+    context.extend_messages(Named(), [Message("system", "more")])
+    stored = context.context_messages["notes"][0]
+    assert stored is not original
+    assert stored.additional_properties["_attribution"] == {"source_id": "notes"}
+    assert "_attribution" not in original.additional_properties  # the caller's message is untouched
+    assert context.context_messages["rag"][0].additional_properties["_attribution"] == {
+        "source_id": "rag",
+        "source_type": "Named",
+    }
+    assert get_source_id(stored) == "notes"
+    assert get_source_type(stored) is MessageSourceType.CONTEXT_PROVIDER
+
+
+def test_extend_messages_records_the_sessions_messages_came_from_once_each() -> None:
+    context = SessionContext(session_id="now", input_messages=[])
+    marked = Message(
+        "system",
+        "memory",
+        additional_properties={"_attribution": {"source_id": "own", "origin_session_ids": ["a"]}},
+    )
+    context.extend_messages("memory", [marked], origin_session_ids=["a", "b", "a"])
+    attribution = context.context_messages["memory"][0].additional_properties["_attribution"]
+    assert attribution == {"source_id": "own", "origin_session_ids": ["a", "b"]}
+    assert marked.additional_properties["_attribution"] == {"source_id": "own", "origin_session_ids": ["a"]}
+
+
+def test_a_context_can_be_built_and_handed_a_response_as_the_reference_does() -> None:
+    from agentkeep import AgentResponse
+
+    context = SessionContext(input_messages=[])
+    assert (context.context_messages, context.instructions, context.tools, context.metadata) == (
+        {},
+        [],
+        [],
+        {},
+    )
+    assert context.response is None
+    response = AgentResponse(messages=[Message("assistant", "reply")])
+    context._response = response  # pyright: ignore[reportPrivateUsage]  # the reference's tests do this
+    assert context.response is response
+    assert texts(context.get_messages(include_response=True)) == ["reply"]
+
+
+async def test_in_memory_history_keeps_the_references_dict_shaped_state() -> None:
+    provider = InMemoryHistoryProvider()
+    state: dict[str, Any] = {}
+    await provider.save_messages("s1", [Message("user", "hi")], state=state)
+    await provider.save_messages("s1", [Message("assistant", "hello")], state=state)
+    assert texts(state["messages"]) == ["hi", "hello"]
+    assert texts(await provider.get_messages("s1", state=state)) == ["hi", "hello"]
+    session = AgentSession()
+    session.state["in_memory"] = {"messages": [Message("user", "kept")]}
+    assert texts(await provider.get_messages(session.session_id, session=session)) == ["kept"]
+
+
+async def test_in_memory_history_with_nowhere_to_keep_messages_refuses() -> None:
+    provider = InMemoryHistoryProvider()
+    with pytest.raises(ValueError, match="state"):  # never dropped silently
+        await provider.save_messages("s1", [Message("user", "lost?")])
+
+
+async def test_in_memory_history_can_skip_what_compaction_excluded() -> None:
+    state = {
+        "messages": [
+            Message("user", "u1"),
+            Message("assistant", "a1", additional_properties={"_excluded": True}),
+            Message("user", "u2"),
+        ]
+    }
+    assert texts(await InMemoryHistoryProvider(skip_excluded=True).get_messages("s", state=state)) == [
+        "u1",
+        "u2",
+    ]
+    assert len(await InMemoryHistoryProvider().get_messages("s", state=state)) == 3

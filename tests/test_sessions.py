@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import threading
 import uuid
+from collections.abc import MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from agentkeep import (
     SessionFormatError,
     StateBag,
     StateTypeError,
+    register_state_type,
 )
 from agentkeep.stores import session_version, set_session_version
 
@@ -98,7 +100,7 @@ def test_get_returns_the_stored_object() -> None:
 
 def test_initial_values() -> None:
     bag = StateBag({"a": 1, "b": [2]})
-    assert bag.keys() == ["a", "b"]
+    assert list(bag.keys()) == ["a", "b"]
     assert bag.get("b") == [2]
 
 
@@ -120,10 +122,12 @@ def test_mapping_operations() -> None:
     assert "a" in bag
     assert 5 not in bag
     assert len(bag) == 2
-    assert bag.keys() == ["a", "list"]
+    assert list(bag.keys()) == ["a", "list"]
     assert list(bag) == ["a", "list"]
     assert bag.pop("a") == [1]
-    assert bag.pop("a") is None
+    with pytest.raises(KeyError):  # as a dict's pop
+        bag.pop("a")
+    assert bag.pop("a", None) is None
     assert bag.pop("a", "fallback") == "fallback"
     del bag["list"]
     assert len(bag) == 0
@@ -131,8 +135,22 @@ def test_mapping_operations() -> None:
         del bag["list"]
     bag.set("x", 1)
     bag.clear()
-    assert bag.keys() == []
+    assert list(bag.keys()) == []
     assert "StateBag" in repr(bag)
+
+
+def test_the_bag_is_a_mutable_mapping() -> None:
+    # What the reference's code does with session.state, a plain dict there.
+    bag = StateBag({"a": 1})
+    assert isinstance(bag, MutableMapping)
+    assert bag == {"a": 1}
+    assert StateBag() == {}
+    bag.update({"b": [2]})
+    assert dict(bag.items()) == {"a": 1, "b": [2]}
+    assert sorted(bag.values(), key=str) == [1, [2]]
+    assert bag.get("missing", []) == []
+    assert bag.get("a", 0) == 1
+    assert bag.get("a", int) == 1  # a type: a typed read
 
 
 def test_iteration_is_over_a_snapshot_of_keys() -> None:
@@ -146,7 +164,7 @@ def test_mapping_operations_on_json_held_values() -> None:
     bag = StateBag.from_json_values({"a": {"name": "x"}, "b": [1]})
     assert bag.setdefault("a", "unused") == {"name": "x"}
     assert bag.pop("b") == [1]
-    assert bag.keys() == ["a"]
+    assert list(bag.keys()) == ["a"]
 
 
 # -- StateBag: JSON form and typed reads ----------------------------------------------------
@@ -463,7 +481,6 @@ def test_payload_without_type_or_state_is_accepted() -> None:
         (None, "object"),
         ([], "object"),
         ("session", "object"),
-        ({"type": "session", "session_id": "s", "state": {}}, "version"),
         ({"type": "session", "version": 2, "session_id": "s", "state": {}}, "version"),
         ({"type": "session", "version": 0, "session_id": "s", "state": {}}, "version"),
         ({"type": "session", "version": "1", "session_id": "s", "state": {}}, "version"),
@@ -491,6 +508,19 @@ def test_corrupt_payloads_are_refused(payload: Any, fragment: str) -> None:
     assert fragment in str(info.value)
     assert isinstance(info.value, AgentkeepError)
     assert isinstance(info.value, ValueError)
+
+
+def test_reference_payloads_without_a_version_are_read() -> None:
+    # The reference writes no version; its file store writes "1.0".
+    plain = AgentSession.from_dict({"type": "session", "session_id": "s", "state": {"k": "v"}})
+    assert plain.session_id == "s"
+    assert plain.state == {"k": "v"}
+    snapshot = AgentSession.from_dict({"type": "session", "version": "1.0", "session_id": "t"})
+    assert snapshot.state == {}
+    assert AgentSession.from_dict({"session_id": "only"}).session_id == "only"
+    assert AgentSession.from_dict({}).session_id  # a new id, as the reference's constructor makes
+    with pytest.raises(SessionFormatError, match="version"):
+        AgentSession.from_dict({"type": "session", "version": "1.1", "session_id": "s"})
 
 
 def test_newer_version_error_names_both_versions() -> None:
@@ -699,3 +729,91 @@ def test_the_runtime_space_is_never_serialized() -> None:
     assert restored.runtime == {}
     assert session_version(restored) is None
     assert session_version(session) == 3
+
+
+# -- the reference's shapes (issue 23) --------------------------------------------------------------
+
+
+def test_assigning_a_dict_to_state_gives_a_bag_that_serializes() -> None:
+    session = AgentSession(session_id="s1")
+    session.state = {"key": "value"}  # pyright: ignore[reportAttributeAccessIssue]  # as the reference allows
+    assert isinstance(session.state, StateBag)
+    assert session.to_dict()["state"] == {"key": "value"}
+    assert AgentSession.from_dict(session.to_dict()).state == {"key": "value"}
+
+
+def test_a_service_session_id_may_be_a_mapping_of_ids() -> None:
+    ids = {"context_id": "ctx-1", "task_id": "task-2"}
+    session = AgentSession(session_id="s", service_session_id=ids)
+    assert session.service_session_id == ids
+    restored = AgentSession.from_json(session.to_json())
+    assert restored.service_session_id == ids
+    with pytest.raises(ValueError, match="service_session_id"):
+        AgentSession(service_session_id=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="service_session_id"):
+        AgentSession(service_session_id={"bad": float("nan")})
+
+
+@dataclass
+class Memo:
+    text: str
+
+
+def _memo_out(memo: Memo) -> dict[str, Any]:
+    return {"text": memo.text}
+
+
+def _memo_in(data: Any) -> Memo:
+    return Memo(data["text"])
+
+
+register_state_type(Memo, type_id="tests.sessions.memo", encoder=_memo_out, decoder=_memo_in)
+
+
+class First:
+    def to_dict(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> First:
+        return cls()
+
+
+class Second(First):
+    pass
+
+
+register_state_type(First, type_id="tests.sessions.collision")
+
+
+def test_messages_and_registered_types_in_plain_state_come_back_as_objects() -> None:
+    register_state_type(Memo, type_id="tests.sessions.memo")  # the same registration again: a no-op
+    session = AgentSession(session_id="s")
+    session.state["notes"] = {"items": [Memo("buy milk")], "messages": [Message("user", "hi")]}
+    payload = session.to_dict()
+    assert payload["state"]["notes"]["items"] == [{"type": "tests.sessions.memo", "text": "buy milk"}]
+    assert payload["state"]["notes"]["messages"][0]["type"] == "message"
+    restored = AgentSession.from_json(session.to_json())
+    notes = restored.state["notes"]
+    assert notes["items"] == [Memo("buy milk")]
+    assert isinstance(notes["messages"][0], Message)
+    assert notes["messages"][0].text == "hi"
+    notes["items"].append(Memo("and bread"))  # the restored objects are the value now: edits persist
+    assert len(restored.to_dict()["state"]["notes"]["items"]) == 2
+
+
+def test_state_type_ids_are_unique_and_unknown_tags_stay_data() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_state_type(Second, type_id="tests.sessions.collision")
+    with pytest.raises(ValueError, match="both an encoder and a decoder"):
+        register_state_type(Second, type_id="tests.sessions.other", encoder=lambda _: {})
+    restored = AgentSession.from_dict({"session_id": "s", "state": {"v": {"type": "tests.unknown", "n": 1}}})
+    assert restored.state["v"] == {"type": "tests.unknown", "n": 1}
+
+
+def test_a_stored_value_a_registered_type_refuses_is_a_typed_error() -> None:
+    restored = AgentSession.from_dict(
+        {"session_id": "s", "state": {"m": {"type": "message", "role": "user", "contents": [123]}}}
+    )
+    with pytest.raises(StateTypeError, match="cannot be restored"):
+        restored.state["m"]

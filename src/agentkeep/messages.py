@@ -142,7 +142,7 @@ class Message:
     author_name: str | None
     message_id: str | None
     created_at: datetime | None
-    additional_properties: dict[str, Any] | None
+    additional_properties: dict[str, Any]
     extra_fields: dict[str, Any] | None
     _source: _SourceStamp | None
 
@@ -187,7 +187,7 @@ class Message:
         self.author_name = author_name
         self.message_id = message_id
         self.created_at = None if created_at is None else _check_time(created_at, "created_at")
-        self.additional_properties = additional_properties or None
+        self.additional_properties = additional_properties if additional_properties is not None else {}
         self.extra_fields = None
         self._source = None
 
@@ -213,7 +213,8 @@ class Message:
 
     # -- identity and stamps -----------------------------------------------------------------
     def copy(self) -> Message:
-        """A shallow copy (contents are shared; they are treated as immutable)."""
+        """A shallow copy: contents are shared (they are treated as immutable), the
+        ``additional_properties`` dict is copied."""
         clone = Message.__new__(Message)
         role = self.role
         clone.role = role if type(role) is str else _plain_role(role)
@@ -221,7 +222,8 @@ class Message:
         clone.author_name = self.author_name
         clone.message_id = self.message_id
         clone.created_at = self.created_at
-        clone.additional_properties = self.additional_properties
+        props = self.additional_properties
+        clone.additional_properties = dict(props) if props else {}  # a copy's edits stay its own
         clone.extra_fields = self.extra_fields
         clone._source = self._source
         return clone
@@ -324,7 +326,7 @@ class Message:
             )
         if props and not checked:
             _check_free_form(props, f"{at}additional_properties")
-        message.additional_properties = props or None  # pyright: ignore[reportUnknownMemberType]
+        message.additional_properties = props if props is not None else {}  # pyright: ignore[reportUnknownMemberType]
         kind = data.get("type")
         if kind is not None and kind != "message":  # the reference edition writes "type": "message"
             raise MessageFormatError(f"'type' is {kind!r}, expected 'message' (or no type)", path=f"{at}type")

@@ -37,21 +37,24 @@ share a stored history.
 from __future__ import annotations
 
 import threading
+import types
 import typing
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any, Final, Generic, TypeVar, cast, overload
 
 import msgspec
 
 from ._json_values import encode_json, json_problem, text_problem
 from .errors import SessionFormatError, StateTypeError
+from .state_types import StateRestoreError, encode_state_value, revive_state_value, state_type_decoder
 
 __all__ = [
     "ISOLATION_SEPARATOR",
     "SESSION_FORMAT_VERSION",
     "AgentSession",
     "ProviderSessionState",
+    "ServiceSessionId",
     "StateBag",
     "check_isolation_key",
     "encode_payload",
@@ -69,6 +72,10 @@ SESSION_FORMAT_VERSION: Final = 1
 
 _MISSING: Final = object()
 
+ServiceSessionId = str | dict[str, Any]
+"""A service-side conversation id: a string, or a mapping of ids (a service that names a
+conversation by a context and a task)."""
+
 
 def check_isolation_key(value: object) -> str:
     """``value`` if it can be a tenant's isolation key: a non-empty string without ``"::"`` that
@@ -84,6 +91,9 @@ def check_isolation_key(value: object) -> str:
         )
     return value
 
+
+_REFERENCE_VERSIONS: Final = frozenset({"1.0"})
+"""Snapshot versions of the reference's file session store, read as its shape."""
 
 _SESSION_FIELDS: Final = frozenset(
     {"type", "version", "session_id", "service_session_id", "isolation_key", "state"}
@@ -104,6 +114,9 @@ def _enc_hook(value: Any) -> Any:
 
 
 def _dec_hook(target: Any, value: Any) -> Any:
+    decoder = state_type_decoder(target) if isinstance(target, type) else None
+    if decoder is not None:  # a registered type (messages: in the shape they are stored in)
+        return decoder(value)
     from_dict = getattr(target, "from_dict", None)
     if callable(from_dict):
         return from_dict(value)
@@ -147,23 +160,43 @@ def _is_instance(value: Any, typ: Any) -> bool:
     return isinstance(origin, type) and isinstance(value, origin)
 
 
-class _Entry:
-    """One state value: object form, JSON form, or both."""
+def _is_type_expression(value: Any) -> bool:
+    """Whether ``value`` names a type (``MyState``, ``list[str]``, ``A | B``) rather than being a
+    default value (``{}``, ``[]``, ``0``): what tells ``bag.get(key, type)`` from a dict's
+    ``get(key, default)``."""
+    return (
+        isinstance(value, type)
+        or typing.get_origin(value) is not None
+        or isinstance(value, types.UnionType | typing.TypeVar)
+        or type(value).__module__ == "typing"
+    )
 
-    __slots__ = ("json", "obj", "typ")
+
+class _Entry:
+    """One state value: object form, JSON form, or both.
+
+    ``revived``: the object was made from the JSON by an untyped read (registered types restored
+    in plain structures), not stored by someone; a typed read may still convert it.
+    """
+
+    __slots__ = ("json", "obj", "revived", "typ")
 
     def __init__(self, obj: Any = _MISSING, typ: Any = None, json: Any = _MISSING) -> None:
         self.obj = obj
         self.typ = typ
         self.json = json
+        self.revived = False
 
 
-class StateBag:
+class StateBag(MutableMapping[str, Any]):
     """Thread-safe mapping from state key to value, with lazy JSON and typed reads.
 
-    Dict-style access (``bag[key]``, ``key in bag``, ``bag.setdefault(key, {})``) works on object
-    form; a value that arrived as JSON is returned as plain JSON by an untyped read. Typed reads
-    (``bag.get(key, MyState)``) turn JSON into ``MyState`` once and cache it.
+    A mutable mapping, so code written for a plain dict works on it (``bag[key]``, ``key in
+    bag``, ``bag.setdefault(key, {})``, ``items()``, ``update()``, ``bag == {...}``). Untyped reads
+    work on object form; a value that arrived as JSON comes back as JSON, with the objects of
+    registered types (:func:`~agentkeep.state_types.register_state_type`, messages) restored in
+    it. Typed reads (``bag.get(key, MyState)``) turn JSON into ``MyState`` once and cache it;
+    ``bag.get(key, default)`` with a value that is not a type is a dict's ``get``.
     """
 
     __slots__ = ("_entries", "_lock")
@@ -192,11 +225,16 @@ class StateBag:
     def get(self, key: str, type: Any = None) -> Any:
         """The value under ``key`` (``None`` if absent), read as ``type`` when given.
 
+        ``type`` may also be a default value, as in a dict's ``get`` (anything that is not a type:
+        ``bag.get("notes", [])`` gives ``[]`` when there are none).
+
         Raises:
             StateTypeError: The stored value cannot be read as ``type``.
         """
         with self._lock:
             entry = self._entries.get(key)
+            if type is not None and not _is_type_expression(type):
+                return type if entry is None else self._read(key, entry, None)
             if entry is None:
                 return None
             return self._read(key, entry, type)
@@ -241,14 +279,22 @@ class StateBag:
         if obj is not _MISSING:
             if typ is None or entry.typ == typ or _is_instance(obj, typ):
                 return obj
-            # An object someone stored is never silently converted (and so rewritten) to another type.
-            raise StateTypeError(
-                f"state value {key!r} holds a {type(obj).__name__}, which is not a {_type_name(typ)}",
-                key=key,
-            )
+            if not entry.revived:
+                # An object someone stored is never silently converted (and so rewritten) to another type.
+                raise StateTypeError(
+                    f"state value {key!r} holds a {type(obj).__name__}, which is not a {_type_name(typ)}",
+                    key=key,
+                )
+            entry.json = self._json_of(key, entry)  # read untyped before: convert what it is now
         data = entry.json
         if typ is None:
-            return data  # plain JSON; it stays the stored form, so in-place edits persist
+            try:
+                revived = revive_state_value(data, f"state.{key}")
+            except StateRestoreError as exc:
+                raise StateTypeError(f"state value {key!r} cannot be restored: {exc}", key=key) from exc
+            if revived is not data:  # objects of registered types in it: they are the value now
+                entry.obj, entry.typ, entry.revived, entry.json = revived, None, True, _MISSING
+            return revived  # otherwise plain JSON, the stored form, so in-place edits persist
         try:
             value = from_builtins(data, typ)
         except (msgspec.ValidationError, NotImplementedError, TypeError, ValueError) as exc:
@@ -257,6 +303,7 @@ class StateBag:
             ) from exc
         entry.obj = value
         entry.typ = typ
+        entry.revived = False
         entry.json = _MISSING  # the typed object is now the source of truth
         return value
 
@@ -264,7 +311,7 @@ class StateBag:
         if entry.obj is _MISSING:
             return entry.json  # checked when the session was restored
         try:
-            value = to_builtins(entry.obj)
+            value = encode_state_value(entry.obj, f"state.{key}")
         except TypeError as exc:
             raise StateTypeError(f"state value {key!r} cannot be serialized: {exc}", key=key) from exc
         except RecursionError as exc:
@@ -299,12 +346,7 @@ class StateBag:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def keys(self) -> list[str]:
-        """The keys present."""
-        with self._lock:
-            return list(self._entries)
-
-    def setdefault(self, key: str, default: Any) -> Any:
+    def setdefault(self, key: str, default: Any = None) -> Any:
         """The value under ``key``; stores and returns ``default`` when absent."""
         with self._lock:
             entry = self._entries.get(key)
@@ -313,13 +355,21 @@ class StateBag:
                 return default
             return self._read(key, entry, None)
 
-    def pop(self, key: str, default: Any = None) -> Any:
-        """Remove ``key`` and return its (untyped) value, or ``default``."""
+    def pop(self, key: str, *default: Any) -> Any:
+        """Remove ``key`` and return its (untyped) value, or ``default``.
+
+        Raises:
+            KeyError: ``key`` is absent and no default is given (as a dict's ``pop``).
+        """
         with self._lock:
-            entry = self._entries.pop(key, None)
+            entry = self._entries.get(key)
             if entry is None:
-                return default
-            return entry.obj if entry.obj is not _MISSING else entry.json
+                if default:
+                    return default[0]
+                raise KeyError(key)
+            value = self._read(key, entry, None)
+            del self._entries[key]
+            return value
 
     def clear(self) -> None:
         """Remove every value."""
@@ -337,7 +387,7 @@ class StateBag:
             return {key: self._json_of(key, entry) for key, entry in self._entries.items()}
 
     def __repr__(self) -> str:
-        return f"StateBag(keys={self.keys()!r})"
+        return f"StateBag(keys={list(self._entries)!r})"
 
 
 def encode_payload(payload: dict[str, Any]) -> bytes:
@@ -390,34 +440,68 @@ class AgentSession:
 
     __slots__ = (
         "_isolation_key",
+        "_service_session_id",
         "_session_id",
+        "_state",
         "extra_fields",
         "runtime",
-        "service_session_id",
-        "state",
     )
 
     def __init__(
         self,
         *,
         session_id: str | None = None,
-        service_session_id: str | None = None,
+        service_session_id: ServiceSessionId | None = None,
         isolation_key: str | None = None,
     ) -> None:
         if session_id is not None and (not isinstance(session_id, str) or not session_id):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError("session_id must be a non-empty string (or None for a new id)")
-        for name, value in (("session_id", session_id), ("service_session_id", service_session_id)):
-            problem = None if value is None else text_problem(value)
-            if problem is not None:
-                raise ValueError(f"{name} cannot be stored: {problem}")
+        problem = None if session_id is None else text_problem(session_id)
+        if problem is not None:
+            raise ValueError(f"session_id cannot be stored: {problem}")
         self._session_id = session_id or str(uuid.uuid4())
         self.service_session_id = service_session_id
         self._isolation_key: str | None = None
         if isolation_key is not None:
             self.isolation_key = isolation_key
-        self.state = StateBag()
+        self._state = StateBag()
         self.extra_fields: dict[str, Any] | None = None
         self.runtime: dict[str, Any] = {}
+
+    @property
+    def state(self) -> StateBag:
+        """The :class:`StateBag` providers keep their per-session data in."""
+        return self._state
+
+    @state.setter
+    def state(self, value: StateBag | Mapping[str, Any]) -> None:
+        # A mapping (``session.state = {"key": "value"}``, as the reference allows) becomes the
+        # bag's values, in object form.
+        self._state = value if isinstance(value, StateBag) else StateBag(dict(value))
+
+    @property
+    def service_session_id(self) -> ServiceSessionId | None:
+        """The service-side conversation id: a string, or a mapping of ids for services that name
+        a conversation by several (``{"context_id": ..., "task_id": ...}``); ``None`` for local
+        history."""
+        return self._service_session_id
+
+    @service_session_id.setter
+    def service_session_id(self, value: ServiceSessionId | Mapping[str, Any] | None) -> None:
+        given: object = value
+        stored: ServiceSessionId | None = None
+        if given is None:
+            problem = None
+        elif isinstance(given, str):
+            stored, problem = given, text_problem(given)
+        elif isinstance(given, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            stored = dict(cast("Mapping[str, Any]", given))
+            problem = json_problem(stored)
+        else:
+            problem = f"a {type(given).__name__}, not a string or a mapping"
+        if problem is not None:
+            raise ValueError(f"service_session_id cannot be stored: {problem}")
+        self._service_session_id = stored
 
     @property
     def session_id(self) -> str:
@@ -476,6 +560,11 @@ class AgentSession:
     def from_dict(cls, data: Any, *, checked: bool = False) -> AgentSession:
         """Restore a session from :meth:`to_dict` output; state values stay JSON until read.
 
+        The reference Python edition's payloads (no ``"version"``, or its file store's
+        ``"1.0"``) are read as they are: a missing ``session_id`` gets a new one, a missing
+        ``state`` is empty, and the messages in its state come back as messages on an untyped
+        read (see :mod:`agentkeep.state_types`).
+
         Args:
             data: The payload.
             checked: The caller knows every value in ``data`` has a faithful JSON form (it was
@@ -484,28 +573,32 @@ class AgentSession:
         Raises:
             SessionFormatError: The payload is not an object, misses fields, has fields of the
                 wrong type, holds values that cannot be written back (lone surrogates, NaN), or
-                has a version other than :data:`SESSION_FORMAT_VERSION`.
+                has a version other than :data:`SESSION_FORMAT_VERSION` (or the reference's).
         """
         if not isinstance(data, dict):
             raise SessionFormatError(f"a session payload must be an object, not {type(data).__name__}")
         payload = cast("dict[str, Any]", data)
-        if "version" not in payload:
-            raise SessionFormatError("session payload has no 'version'")
-        version: Any = payload["version"]
-        if type(version) is not int or version != SESSION_FORMAT_VERSION:
+        version: Any = payload.get("version", _MISSING)
+        # The reference writes no version (its file store writes "1.0"): its shape is read as it is.
+        reference = version is _MISSING or (isinstance(version, str) and version in _REFERENCE_VERSIONS)
+        if not reference and (type(version) is not int or version != SESSION_FORMAT_VERSION):
             raise SessionFormatError(
                 f"session payload version {version!r} is not supported (this agentkeep reads "
-                f"version {SESSION_FORMAT_VERSION})"
+                f"version {SESSION_FORMAT_VERSION}, and the reference's payloads)"
             )
         kind = payload.get("type", "session")
         if kind != "session":
             raise SessionFormatError(f"payload 'type' is {kind!r}, expected 'session'")
         session_id = payload.get("session_id")
+        if session_id is None and version is _MISSING:
+            session_id = str(uuid.uuid4())  # the reference makes one, as its constructor does
         if not isinstance(session_id, str) or not session_id:
             raise SessionFormatError("session payload 'session_id' must be a non-empty string")
         service_id = payload.get("service_session_id")
-        if service_id is not None and not isinstance(service_id, str):
-            raise SessionFormatError("session payload 'service_session_id' must be a string or null")
+        if service_id is not None and not isinstance(service_id, str | dict):
+            raise SessionFormatError(
+                "session payload 'service_session_id' must be a string, an object or null"
+            )
         isolation_key = payload.get("isolation_key")
         if isolation_key is not None and not isinstance(isolation_key, str):
             raise SessionFormatError("session payload 'isolation_key' must be a string or absent")
@@ -513,7 +606,11 @@ class AgentSession:
         if not isinstance(state, dict):
             raise SessionFormatError("session payload 'state' must be an object")
         try:
-            session = cls(session_id=session_id, service_session_id=service_id, isolation_key=isolation_key)
+            session = cls(
+                session_id=session_id,
+                service_session_id=cast("ServiceSessionId | None", service_id),
+                isolation_key=isolation_key,
+            )
         except ValueError as exc:
             raise SessionFormatError(f"session payload: {exc}") from exc
         unknown = {k: v for k, v in payload.items() if k not in _SESSION_FIELDS}
@@ -558,7 +655,7 @@ class AgentSession:
         return (
             f"AgentSession(session_id={self._session_id!r}, service_session_id={self.service_session_id!r}, "
             + (f"isolation_key={self._isolation_key!r}, " if self._isolation_key is not None else "")
-            + f"state_keys={self.state.keys()!r})"
+            + f"state_keys={list(self.state)!r})"
         )
 
 

@@ -100,6 +100,7 @@ async def test_get_session_resumes_a_service_conversation(
     # a new process would only have the id: a new client, agent and session object
     async with OpenAIResponsesClient(MODEL, base_url=responses_server.base_url) as other:
         resumed_agent = other.as_agent()
+        assert isinstance(saved, str)
         resumed = resumed_agent.get_session(service_session_id=saved)
         reply = await resumed_agent.run("What number?", session=resumed)
     assert reply.text == "echo: What number? (user messages: 2)"

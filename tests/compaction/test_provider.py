@@ -131,7 +131,7 @@ async def test_service_managed_runs_are_not_compacted() -> None:
     session = agent.create_session()
     for text in ("x", "y", "z"):
         await agent.run(text, session=session)
-    conversation = client.conversations[session.service_session_id or ""]
+    conversation = client.conversations[str(session.service_session_id or "")]
     assert len(conversation) == 6  # the service holds everything; nothing was compacted away
     assert f"compaction:{after.source_id}" not in session.runtime
 

@@ -129,7 +129,7 @@ async def test_agentkeeps_responses_client_runs_an_agent_whose_history_the_host_
         first = await agent.run("My name is Ada.", session=session)
         assert first.text == "heard 1: My name is Ada."
         saved = session.service_session_id
-        assert saved is not None
+        assert isinstance(saved, str)
         assert saved.startswith("resp_")
         resumed = agent.get_session(service_session_id=saved)
         second = await agent.run("What is my name?", session=resumed)

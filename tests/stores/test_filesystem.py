@@ -269,7 +269,7 @@ async def test_a_held_lock_times_out_instead_of_hanging(tmp_path: Path) -> None:
         async with asyncio.timeout(30):  # a hang guard: the store's own lock timeout fires first
             with pytest.raises(StorageUnavailableError, match="timed out"):
                 await store.save_session(agent, "c", session)
-        assert (await store.get_session(agent, "c")).state.keys() == []  # reads need no lock
+        assert list((await store.get_session(agent, "c")).state.keys()) == []  # reads need no lock
     await store.save_session(agent, "c", session)
     assert session_version(session) == 2
 

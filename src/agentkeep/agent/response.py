@@ -9,6 +9,7 @@ from typing import Any
 
 from ..contents import Content, TextContent, UsageDetails
 from ..messages import Message, Role
+from ..sessions import ServiceSessionId
 
 __all__ = ["AgentResponse", "AgentResponseUpdate", "AgentRunStream"]
 
@@ -30,7 +31,7 @@ class AgentResponse:
     messages: list[Message] = field(default_factory=list[Message])
     usage: UsageDetails | None = None
     response_id: str | None = None
-    conversation_id: str | None = None
+    conversation_id: ServiceSessionId | None = None
     finish_reason: str | None = None
     value: Any = None
 

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast
 
 from ..contents import Content, TextContent, UsageContent, UsageDetails
 from ..messages import Message, MessageInput, Role, normalize_messages
+from ..sessions import ServiceSessionId
 from ..tools import FunctionTool
 
 if TYPE_CHECKING:
     from ..agent import Agent
-    from ..compaction.strategies import CompactionStrategy
+    from ..compaction.strategies import StrategyLike
     from ..compaction.tokenizers import Tokenizer
     from ..providers import ContextProvider
     from ..tools import ToolLike
@@ -80,7 +81,7 @@ class ChatOptions(TypedDict, total=False):
     tools: list[FunctionTool]
     tool_choice: Literal["auto", "none", "required"]
     response_format: Any
-    conversation_id: str
+    conversation_id: ServiceSessionId
     store: bool
     model: str
     temperature: float
@@ -290,7 +291,7 @@ class BaseChatClient:
         require_per_service_call_history_persistence: bool = False,
         default_options: Mapping[str, Any] | None = None,
         max_tool_iterations: int = 10,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> Agent:
         """An :class:`~agentkeep.agent.Agent` on this client (same arguments as ``Agent``)."""

@@ -475,6 +475,11 @@ class OpenAIResponsesClient(_OpenAIClientBase):
         if instructions:
             request["instructions"] = instructions
         conversation_id = options.get("conversation_id")
+        if isinstance(conversation_id, dict):
+            raise ChatRequestError(
+                "the Responses API names a conversation by a string id, not a mapping of ids "
+                f"({sorted(conversation_id)})"
+            )
         if conversation_id:
             key = "conversation" if conversation_id.startswith("conv_") else "previous_response_id"
             request[key] = conversation_id
@@ -518,7 +523,8 @@ class OpenAIResponsesClient(_OpenAIClientBase):
         if isinstance(conversation_id, str) and conversation_id:
             return conversation_id
         if options.get("store") is False:
-            return options.get("conversation_id")  # nothing new was kept: the conversation stays
+            kept = options.get("conversation_id")  # nothing new was kept: the conversation stays
+            return kept if isinstance(kept, str) else None
         return response.id
 
     def _from_response(self, response: Response, options: ChatOptions) -> ChatResponse:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, cast, runtime_checkable
 
 from ..chat_message import ChatMessage, as_chat_messages
 from ..message_log import MessageChain, MessageView
@@ -46,9 +46,11 @@ if TYPE_CHECKING:
     from ..agent import Agent, AgentResponse
 
 __all__ = [
+    "ATTRIBUTION_KEY",
     "AIContext",
     "Context",
     "ContextProvider",
+    "HasSourceId",
     "InvokedContext",
     "InvokingContext",
     "MessageAIContextProvider",
@@ -115,54 +117,80 @@ class SessionContext:
         self,
         *,
         session_id: str | None = None,
-        service_session_id: str | None = None,
+        service_session_id: str | Mapping[str, Any] | None = None,
         input_messages: Sequence[Message] = (),
+        context_messages: Mapping[str, Sequence[Message]] | None = None,
+        instructions: Sequence[str] | None = None,
+        tools: Sequence[ToolLike] | None = None,
         options: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
         self.service_session_id = service_session_id
         self.input_messages: list[Message] = list(input_messages)
         self._context: dict[str, list[Sequence[Message]]] = {}
         self._history_sources: set[str] = set()
-        self.instructions: list[str] = []
-        self.tools: list[FunctionTool] = []
+        if context_messages:
+            for source_id, messages in context_messages.items():
+                self._context[source_id] = [list(messages)]
+        self.instructions: list[str] = list(instructions) if instructions else []
+        self.tools: list[FunctionTool] = normalize_tools(tools) if tools else []
         self.options: Mapping[str, Any] = options or {}
-        self.metadata: dict[str, Any] = {}
-        self.response: AgentResponse | None = None
+        self.metadata: dict[str, Any] = dict(metadata) if metadata else {}
+        self._response: AgentResponse | None = None
         self.exception: BaseException | None = None
+
+    @property
+    def response(self) -> AgentResponse | None:
+        """The run's response: set after the model call (``None`` before it, and when it failed)."""
+        return self._response
+
+    @response.setter
+    def response(self, value: AgentResponse | None) -> None:
+        self._response = value
 
     # -- adding --------------------------------------------------------------------------------
     def extend_messages(
         self,
-        source: str | ContextProvider,
+        source: str | ContextProvider | HasSourceId,
         messages: Sequence[Message],
         *,
         source_type: MessageSourceType | None = None,
+        origin_session_ids: Iterable[str] | None = None,
     ) -> None:
         """Add messages from a provider, stamped with its source.
 
         History providers' messages are stamped ``chat_history``, other providers'
-        ``context_provider``. Messages are stamped on copies, never on the caller's objects; a
-        view that already carries the right stamp (a loaded history) is added without copying.
+        ``context_provider``. Messages are stamped on copies, never on the caller's objects, and
+        each copy records its source in ``additional_properties["_attribution"]`` (``source_id``,
+        and the provider's class name as ``source_type`` when ``source`` is an object), as the
+        reference Python edition does; an attribution the message already carries is kept. A view
+        that already carries the right stamp (a loaded history) is added as it is, without copying.
 
         Args:
-            source: The provider, or its ``source_id``.
+            source: The provider (anything with a ``source_id``), or its ``source_id``.
             messages: The messages to add, oldest first.
             source_type: Override the stamp type.
+            origin_session_ids: The sessions these messages were drawn from (a memory provider
+                bringing in what another session said); recorded, without repeats, in each
+                message's attribution as ``origin_session_ids``.
         """
-        source_id = source if isinstance(source, str) else source.source_id
+        source_id: str = source if isinstance(source, str) else source.source_id
         if source_type is None:
-            is_history = not isinstance(source, str) and source.is_history_provider
+            is_history = not isinstance(source, str) and getattr(source, "is_history_provider", False)
             source_type = MessageSourceType.CHAT_HISTORY if is_history else MessageSourceType.CONTEXT_PROVIDER
         if not messages and not isinstance(messages, MessageView):
             self._context.setdefault(source_id, [])
             return
-        if not (
-            isinstance(messages, MessageView)
-            and messages.source_type is source_type
-            and messages.source_id == source_id
+        origins = list(dict.fromkeys(origin_session_ids)) if origin_session_ids is not None else None
+        if (
+            origins is not None
+            or not isinstance(messages, MessageView)
+            or messages.source_type is not source_type
+            or messages.source_id != source_id
         ):
-            messages = [m.with_source(source_type, source_id).ensure_identity() for m in messages]
+            provider_type = None if isinstance(source, str) else type(source).__name__
+            messages = [_attributed(m, source_type, source_id, provider_type, origins) for m in messages]
         if source_type is MessageSourceType.CHAT_HISTORY:
             self._history_sources.add(source_id)
         self._context.setdefault(source_id, []).append(messages)
@@ -253,6 +281,45 @@ class SessionContext:
     def response_messages(self) -> list[Message]:
         """The messages the run produced (empty if it failed)."""
         return list(self.response.messages) if self.response is not None else []
+
+
+ATTRIBUTION_KEY: Final = "_attribution"
+"""Where a message added by a provider records its source in ``additional_properties``."""
+
+
+@runtime_checkable
+class HasSourceId(Protocol):
+    """Anything that names a source: a provider, or an object standing for one."""
+
+    source_id: str
+
+
+def _attributed(
+    message: Message,
+    source_type: MessageSourceType,
+    source_id: str,
+    provider_type: str | None,
+    origins: list[str] | None,
+) -> Message:
+    """A stamped copy of ``message`` whose attribution names its source (see ``extend_messages``)."""
+    clone = message.copy()
+    clone.stamp(source_type, source_id)
+    props = clone.additional_properties  # the copy's own dict
+    existing: Any = props.get(ATTRIBUTION_KEY)
+    if isinstance(existing, dict):
+        attribution: dict[str, Any] = dict(cast("dict[str, Any]", existing))
+    else:
+        attribution = {"source_id": source_id}
+        if provider_type is not None:
+            attribution["source_type"] = provider_type
+    if origins:
+        known: Any = attribution.get("origin_session_ids")
+        earlier = (
+            [o for o in cast("list[Any]", known) if isinstance(o, str)] if isinstance(known, list) else []
+        )
+        attribution["origin_session_ids"] = list(dict.fromkeys([*earlier, *origins]))
+    props[ATTRIBUTION_KEY] = attribution
+    return clone.ensure_identity()
 
 
 class ContextProvider:

@@ -9,11 +9,11 @@ replaces the stored messages with fewer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from typing import Any, Literal, Protocol, Unpack, cast, runtime_checkable
 
 from ..contents import FunctionCallContent, FunctionResultContent
-from ..errors import MessageFormatError
+from ..errors import MessageFormatError, StateTypeError
 from ..message_log import MessageLog, MessageView
 from ..messages import Message
 from ..sessions import AgentSession, ProviderSessionState
@@ -91,10 +91,19 @@ class InMemoryHistoryState:
         if not isinstance(raw, list):
             raise TypeError("'messages' must be a list")
         entries = cast("list[Any]", raw)
-        try:
-            items = [Message.from_dict(item) for item in entries]
-        except MessageFormatError:  # rare: decode again, naming the bad message
-            items = [Message.from_dict(item, path=f"messages[{i}]") for i, item in enumerate(entries)]
+        if (
+            entries
+            and isinstance(entries[0], dict)
+            and cast("dict[str, Any]", entries[0]).get("type") == "message"
+        ):
+            from ..maf.sessions import message_from_maf  # the reference's messages (its sessions)
+
+            items = [message_from_maf(item, path=f"messages[{i}]") for i, item in enumerate(entries)]
+        else:
+            try:
+                items = [Message.from_dict(item) for item in entries]
+            except MessageFormatError:  # rare: decode again, naming the bad message
+                items = [Message.from_dict(item, path=f"messages[{i}]") for i, item in enumerate(entries)]
         return cls(MessageLog.from_owned(items, None))
 
 
@@ -104,12 +113,20 @@ ReducerTrigger = Literal["before_messages_retrieval", "after_message_added"]
 class InMemoryHistoryProvider(HistoryProvider):
     """History kept in the session's state bag; it persists exactly when the session does.
 
+    The hooks' ``state`` is an :class:`InMemoryHistoryState` (what an agent passes). The
+    reference's shape works too: a plain dict, whose ``"messages"`` list is the history (a session
+    whose state holds ``{"messages": [...]}`` under the provider's key, or a dict handed to
+    :meth:`get_messages` / :meth:`save_messages` directly).
+
     Args:
         source_id: Provider id and state key (default ``"in_memory"``).
         reducer: Optional :class:`ChatReducer` (e.g. ``MessageCountingChatReducer(20)``); the
             stored history is replaced by its output.
         reducer_trigger: Reduce ``"before_messages_retrieval"`` (default) or
             ``"after_message_added"``.
+        skip_excluded: Leave out of what is loaded the messages a compaction marked excluded
+            (``additional_properties["_excluded"]``, see
+            :mod:`agentkeep.compaction.annotations`); they stay stored.
         **options: The :class:`HistoryProvider` options.
     """
 
@@ -121,6 +138,7 @@ class InMemoryHistoryProvider(HistoryProvider):
         *,
         reducer: ChatReducer | None = None,
         reducer_trigger: ReducerTrigger = "before_messages_retrieval",
+        skip_excluded: bool = False,
         **options: Unpack[HistoryOptions],
     ) -> None:
         super().__init__(
@@ -129,6 +147,7 @@ class InMemoryHistoryProvider(HistoryProvider):
         )
         self.reducer = reducer
         self.reducer_trigger = reducer_trigger
+        self.skip_excluded = skip_excluded
         self.session_state = ProviderSessionState[InMemoryHistoryState](
             self._new_state, self.source_id, state_type=InMemoryHistoryState
         )
@@ -136,8 +155,29 @@ class InMemoryHistoryProvider(HistoryProvider):
     def _new_state(self, _: AgentSession | None) -> InMemoryHistoryState:
         return InMemoryHistoryState(MessageLog(self.source_id))
 
-    def _log(self, state: Any, session: AgentSession | None) -> MessageLog:
+    def _log(self, state: Any, session: AgentSession | None) -> MessageLog | list[Message]:
+        """The history to read and append to: the typed state's log, or the ``"messages"`` list of
+        a dict-shaped one.
+
+        Raises:
+            ValueError: There is neither a state nor a session to keep the messages in.
+        """
+        if state is None and session is not None:
+            try:
+                state = self.get_state(session)
+            except StateTypeError:  # not the typed state: the reference's dict, or a real mismatch
+                held: object = session.state.get(self.source_id, None)
+                if not isinstance(held, MutableMapping):
+                    raise
+                state = cast("MutableMapping[str, Any]", held)
+        if isinstance(state, MutableMapping):
+            return _dict_messages(cast("MutableMapping[str, Any]", state), self.source_id)
         if not isinstance(state, InMemoryHistoryState):
+            if session is None:
+                raise ValueError(
+                    f"{type(self).__name__} keeps messages in the session's state: pass state= "
+                    "(the provider's value in session.state) or session="
+                )
             state = self.get_state(session)
         log = cast(InMemoryHistoryState, state).messages
         if log.source_id != self.source_id:
@@ -148,9 +188,17 @@ class InMemoryHistoryProvider(HistoryProvider):
         self, session_id: str | None, *, state: Any = None, session: AgentSession | None = None, **kwargs: Any
     ) -> Sequence[Message]:
         log = self._log(state, session)
-        if self.reducer is not None and self.reducer_trigger == "before_messages_retrieval":
-            await self._reduce(log)
-        return log.view()
+        if isinstance(log, list):
+            messages: Sequence[Message] = list(log)
+        else:
+            if self.reducer is not None and self.reducer_trigger == "before_messages_retrieval":
+                await self._reduce(log)
+            messages = log.view()
+        if self.skip_excluded:
+            from ..compaction.annotations import EXCLUDED_KEY
+
+            messages = [m for m in messages if not m.additional_properties.get(EXCLUDED_KEY)]
+        return messages
 
     async def save_messages(
         self,
@@ -163,7 +211,11 @@ class InMemoryHistoryProvider(HistoryProvider):
     ) -> None:
         log = self._log(state, session)
         log.extend(messages)
-        if self.reducer is not None and self.reducer_trigger == "after_message_added":
+        if (
+            isinstance(log, MessageLog)
+            and self.reducer is not None
+            and self.reducer_trigger == "after_message_added"
+        ):
             await self._reduce(log)
 
     async def record_compaction(
@@ -179,7 +231,11 @@ class InMemoryHistoryProvider(HistoryProvider):
         ``based_on`` are kept after it). In-memory history keeps no originals: the session
         state is the history. ``None`` if ``based_on`` is not the current history."""
         log = self._log(None, session)
-        if not isinstance(based_on, MessageView) or not log.replace(view, based_on=based_on):
+        if (
+            isinstance(log, list)
+            or not isinstance(based_on, MessageView)
+            or not log.replace(view, based_on=based_on)
+        ):
             return None
         return log.view(0, len(view))
 
@@ -189,3 +245,14 @@ class InMemoryHistoryProvider(HistoryProvider):
         reduced = await self.reducer.reduce(before)
         if len(reduced) != len(before) or any(a is not b for a, b in zip(reduced, before, strict=False)):
             log.replace(reduced, based_on=before)  # keeps what concurrent runs appended meanwhile
+
+
+def _dict_messages(state: MutableMapping[str, Any], source_id: str) -> list[Message]:
+    """The ``"messages"`` list of a dict-shaped state (made when absent), checked to hold messages."""
+    messages: Any = state.setdefault("messages", [])
+    if not isinstance(messages, list) or not all(isinstance(m, Message) for m in cast("list[Any]", messages)):
+        raise StateTypeError(
+            f"state value {source_id!r}: 'messages' must be a list of Message objects",
+            key=source_id,
+        )
+    return cast("list[Message]", messages)

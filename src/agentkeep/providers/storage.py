@@ -124,10 +124,25 @@ class StorageHistoryProvider(HistoryProvider):
         """Point ``session`` at the stored conversation ``conversation_id`` (seed 001's pattern)."""
         self.session_state.save_state(session, ConversationState(conversation_id))
 
-    def _state(self, session: AgentSession | None, state: Any = None) -> ConversationState:
+    def _state(
+        self, session: AgentSession | None, state: Any = None, session_id: str | None = None
+    ) -> ConversationState:
+        """The conversation to use: the typed state's, the session's, or else the ``session_id``
+        a direct caller names (``await provider.get_messages("chat-1")``).
+
+        Raises:
+            ValueError: None of the three names a conversation.
+        """
         if isinstance(state, ConversationState):
             return state
-        return self.session_state.get_or_initialize_state(session)
+        if session is not None:
+            return self.session_state.get_or_initialize_state(session)
+        if session_id is None:
+            raise ValueError(
+                f"{type(self).__name__} needs a conversation: pass session_id (the conversation's "
+                "id), session= or the provider's state"
+            )
+        return ConversationState(session_id)
 
     # -- the session's cached view ------------------------------------------------------------------
     @property
@@ -158,7 +173,7 @@ class StorageHistoryProvider(HistoryProvider):
     async def get_messages(
         self, session_id: str | None, *, state: Any = None, session: AgentSession | None = None, **kwargs: Any
     ) -> Sequence[Message]:
-        conversation_id = self._state(session, state).conversation_id
+        conversation_id = self._state(session, state, session_id).conversation_id
         cached = self._cached(session, conversation_id)
         if cached is not None:
             update = await self._read(conversation_id, cached=True, after=cached.last_seq)
@@ -210,7 +225,7 @@ class StorageHistoryProvider(HistoryProvider):
             "agentkeep.store.append",
             **{"agentkeep.backend": self.store.backend, "agentkeep.messages": len(messages)},
         ):
-            await self.store.append(self._state(session, state).conversation_id, messages)
+            await self.store.append(self._state(session, state, session_id).conversation_id, messages)
 
     async def record_compaction(
         self,

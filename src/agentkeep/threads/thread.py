@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from ..errors import SessionFormatError, StateTypeError
 from ..providers.context import ContextProvider
-from ..sessions import AgentSession
+from ..sessions import AgentSession, ServiceSessionId
 from .message_stores import MESSAGE_STORE_KEY, ChatMessageStoreProtocol
 
 __all__ = ["THREAD_STATE_TYPE", "AgentThread", "AggregateContextProvider", "read_thread_state"]
@@ -96,12 +96,12 @@ class AgentThread:
         return self.session.session_id
 
     @property
-    def service_thread_id(self) -> str | None:
+    def service_thread_id(self) -> ServiceSessionId | None:
         """The service-side conversation id (the session's ``service_session_id``)."""
         return self.session.service_session_id
 
     @service_thread_id.setter
-    def service_thread_id(self, value: str | None) -> None:
+    def service_thread_id(self, value: ServiceSessionId | None) -> None:
         self.session.service_session_id = value
 
     @property

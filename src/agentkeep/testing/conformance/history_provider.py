@@ -146,6 +146,23 @@ async def the_session_keeps_only_the_key_and_resumes(backend: MessageStoreBacken
 
 
 @_check
+async def a_session_id_names_the_conversation_of_a_direct_call(backend: MessageStoreBackend) -> None:
+    """``save_messages("s1", ...)`` / ``get_messages("s1")`` without a session (the reference's
+    provider API) store and read conversation ``s1``; a call naming no conversation is refused."""
+    async with backend.open() as store:
+        provider = StorageHistoryProvider(store, "db")
+        await provider.save_messages("s1", [Message("user", "hi"), Message("assistant", "hello")])
+        await provider.save_messages("s1", [Message("user", "again")])
+        expect_equal(texts(await provider.get_messages("s1")), ["hi", "hello", "again"], "conversation s1")
+        expect_equal(texts(await _view(store, "s1")), ["hi", "hello", "again"], "what the store holds")
+        expect_equal(texts(await provider.get_messages("s2")), [], "another conversation")
+        with expect_raises(ValueError, "a save naming no conversation"):
+            await provider.save_messages(None, [Message("user", "lost?")])
+        with expect_raises(ValueError, "a read naming no conversation"):
+            await provider.get_messages(None)
+
+
+@_check
 async def attach_points_a_new_session_at_a_stored_conversation(backend: MessageStoreBackend) -> None:
     """``attach`` makes a new session continue an existing conversation."""
     async with backend.open() as store:
