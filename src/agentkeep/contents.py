@@ -151,9 +151,80 @@ class Content:
         """An error the model or service reported in place of content."""
         return ErrorContent(message, error_code, details)
 
+    # -- the reference's hosted-tool kinds, kept whole (see UnknownContent) --------------------------
+    @staticmethod
+    def from_code_interpreter_tool_call(**fields: Any) -> UnknownContent:
+        """A hosted code interpreter's call (``call_id``, ``inputs``, ...), as the reference writes it."""
+        return _hosted("code_interpreter_tool_call", fields)
+
+    @staticmethod
+    def from_code_interpreter_tool_result(**fields: Any) -> UnknownContent:
+        """A hosted code interpreter's result (``call_id``, ``outputs``, ...)."""
+        return _hosted("code_interpreter_tool_result", fields)
+
+    @staticmethod
+    def from_shell_tool_call(**fields: Any) -> UnknownContent:
+        """A hosted shell's call (``call_id``, ``commands``, ...)."""
+        return _hosted("shell_tool_call", fields)
+
+    @staticmethod
+    def from_shell_tool_result(**fields: Any) -> UnknownContent:
+        """A hosted shell's result (``call_id``, ``outputs``, ...)."""
+        return _hosted("shell_tool_result", fields)
+
+    @staticmethod
+    def from_image_generation_tool_call(**fields: Any) -> UnknownContent:
+        """A hosted image generator's call (``image_id``, ...)."""
+        return _hosted("image_generation_tool_call", fields)
+
+    @staticmethod
+    def from_image_generation_tool_result(**fields: Any) -> UnknownContent:
+        """A hosted image generator's result (``image_id``, ``outputs``, ...)."""
+        return _hosted("image_generation_tool_result", fields)
+
+    @staticmethod
+    def from_mcp_server_tool_call(call_id: str, tool_name: str, **fields: Any) -> UnknownContent:
+        """A call of a tool on an MCP server that the service runs (``server_name``, ``arguments``)."""
+        return _hosted("mcp_server_tool_call", {"call_id": call_id, "tool_name": tool_name, **fields})
+
+    @staticmethod
+    def from_mcp_server_tool_result(call_id: str, **fields: Any) -> UnknownContent:
+        """The result of an MCP server's tool the service ran (``output``)."""
+        return _hosted("mcp_server_tool_result", {"call_id": call_id, **fields})
+
+    @staticmethod
+    def from_hosted_file(file_id: str, **fields: Any) -> UnknownContent:
+        """A file the service keeps (``media_type``, ``name``)."""
+        return _hosted("hosted_file", {"file_id": file_id, **fields})
+
+    @staticmethod
+    def from_hosted_vector_store(vector_store_id: str, **fields: Any) -> UnknownContent:
+        """A vector store the service keeps."""
+        return _hosted("hosted_vector_store", {"vector_store_id": vector_store_id, **fields})
+
     def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every subclass overrides
         """The wire form of this content."""
         raise NotImplementedError
+
+
+def _hosted(kind: str, fields: dict[str, Any]) -> UnknownContent:
+    """A content of a kind agentkeep keeps whole, in the reference's wire shape (contents in it as
+    their wire form, unset fields left out); its values are checked as any content's are."""
+    raw: dict[str, Any] = {"type": kind}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, Content):
+            value = value.to_dict()
+        elif isinstance(value, list | tuple) and any(
+            isinstance(v, Content) for v in cast("list[Any]", value)
+        ):
+            value = [v.to_dict() if isinstance(v, Content) else v for v in cast("list[Any]", value)]
+        raw[name] = value
+    raw.setdefault("additional_properties", {})
+    content = content_from_dict(raw)
+    assert isinstance(content, UnknownContent)  # none of these kinds is one agentkeep models
+    return content
 
 
 def _finish(content: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -358,6 +429,18 @@ class UnknownContent(Content):
     def kind(self) -> str:
         """The foreign content's ``type``."""
         return cast(str, self.raw["type"])
+
+    @property
+    def type(self) -> str:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The foreign content's ``type`` (as on every content)."""
+        return cast(str, self.raw["type"])
+
+    def __getattr__(self, name: str) -> Any:
+        # The reference reads a foreign kind's fields as attributes (content.call_id).
+        raw: dict[str, Any] = object.__getattribute__(self, "raw")
+        if name in raw and not name.startswith("_"):
+            return raw[name]
+        raise AttributeError(f"{type(self).__name__} ({raw.get('type')!r}) has no field {name!r}")
 
     def to_dict(self) -> dict[str, Any]:
         if self.raw["type"] in _DECODERS:  # a known kind (or "opaque" itself) must not be read as one

@@ -19,6 +19,7 @@ from agentkeep.compaction import (
     is_summary_message,
     summarized_message_ids,
 )
+from agentkeep.compaction.tokenizers import reference_payload
 from agentkeep.messages import new_message_id
 from tests.compaction.messages import (
     assert_included_counts_match_a_recount,
@@ -107,7 +108,50 @@ def test_a_result_for_two_groups_merges_them() -> None:
 
 def test_results_without_a_call_and_bare_tool_messages_are_tool_groups() -> None:
     index = MessageIndex([user(), result("unknown"), Message("tool", "log line")])
-    assert [g.kind for g in index.groups] == [K.USER, K.TOOL_CALL, K.TOOL_CALL]
+    # Consecutive tool messages share a group (adjacency, as in the reference).
+    assert shape(index) == [("user", [0], 0), ("tool_call", [1, 2], 0)]
+    index = MessageIndex([user(), result("unknown"), assistant(), Message("tool", "log line")])
+    assert [g.kind for g in index.groups] == [K.USER, K.TOOL_CALL, K.ASSISTANT_TEXT, K.TOOL_CALL]
+
+
+def test_tool_messages_right_after_a_call_join_it_whatever_they_answer() -> None:
+    index = MessageIndex(
+        [user(), call("c1"), result("other"), Message("tool", "log"), assistant(), result("c1")]
+    )
+    assert shape(index) == [("user", [0], 0), ("tool_call", [1, 2, 3, 5], 0), ("assistant_text", [4], 0)]
+
+
+def test_reasoning_right_after_a_call_joins_it() -> None:
+    index = MessageIndex([user(), call("c1"), reasoning(), result("c1"), reasoning(), assistant()])
+    # Reasoning between the call and its results joins; after the results it does not.
+    assert shape(index) == [
+        ("user", [0], 0),
+        ("tool_call", [1, 2, 3], 0),
+        ("assistant_text", [4], 0),
+        ("assistant_text", [5], 0),
+    ]
+
+
+def test_an_ambiguous_result_pairs_with_no_declaration() -> None:
+    # Two pending declarations of one id: a result that follows neither pairs with none.
+    index = MessageIndex([call("dup"), assistant("a"), call("dup"), assistant("b"), result("dup")])
+    assert [g.first_index for g in index.groups] == [0, 1, 2, 3, 4]
+    # Right after one of them it joins that one by adjacency.
+    index = MessageIndex([call("dup"), assistant("a"), call("dup"), result("dup")])
+    assert shape(index) == [
+        ("tool_call", [0], None),
+        ("assistant_text", [1], None),
+        ("tool_call", [2, 3], None),
+    ]
+
+
+def test_an_answered_call_id_can_be_used_again() -> None:
+    index = MessageIndex([call("r"), result("r"), call("r"), assistant("between"), result("r")])
+    assert shape(index) == [
+        ("tool_call", [0, 1], None),
+        ("tool_call", [2, 4], None),
+        ("assistant_text", [3], None),
+    ]
 
 
 def test_system_messages_are_always_their_own_groups() -> None:
@@ -131,8 +175,16 @@ def test_summaries_are_recognised_by_their_mark_whatever_the_role() -> None:
     assert not is_summary_message(Message("user", "x", additional_properties={SUMMARY_PROPERTY: "no"}))
 
 
+def test_counts_are_the_references_by_default() -> None:
+    messages = [user("héllo"), assistant("abcdefgh")]
+    index = MessageIndex(messages)
+    assert [g.token_count for g in index.groups] == [len(reference_payload(m)) // 4 for m in messages]
+    assert [g.byte_count for g in index.groups] == [6, 8]  # bytes: of the text the model reads
+
+
 def test_counts_use_the_tokenizer_plus_overhead_and_utf8_bytes() -> None:
-    index = MessageIndex([user("héllo"), assistant("abcdefgh")], tokenizer=CharacterEstimatorTokenizer())
+    text_measure = CharacterEstimatorTokenizer(measure="text")
+    index = MessageIndex([user("héllo"), assistant("abcdefgh")], tokenizer=text_measure)
     assert [g.token_count for g in index.groups] == [2 + 4, 2 + 4]
     assert [g.byte_count for g in index.groups] == [6, 8]
     assert index.token_count == index.included_token_count == 12
@@ -163,8 +215,9 @@ def test_append_counts_only_new_messages() -> None:
     tokenizer = Counting()
     index = MessageIndex([user("one"), assistant("two")], tokenizer=tokenizer)
     index.append([user("three")])
-    assert tokenizer.texts == ["one", "two", "three"]
-    assert index.included_token_count == 3 * 5
+    # A tokenizer that does not count messages itself gets each message's reference payload.
+    assert tokenizer.texts == [reference_payload(m) for m in index.messages]
+    assert index.included_token_count == 3
 
 
 def test_exclude_and_include_keep_included_counts() -> None:
@@ -203,7 +256,7 @@ def test_groups_of_another_index_are_refused() -> None:
 
 
 def test_repr_is_informative() -> None:
-    index = MessageIndex([user("hi")])
+    index = MessageIndex([user("hi")], tokenizer=CharacterEstimatorTokenizer(measure="text"))
     index.exclude(index.groups[0])
     assert repr(index.groups[0]) == "MessageGroup(user, indices=[0], turn=0, tokens=5, excluded)"
     assert repr(index) == "MessageIndex(messages=1, groups=1, turns=1, included_tokens=0)"
@@ -324,10 +377,14 @@ def test_a_tool_call_and_its_results_share_one_group(history: History) -> None:
         for answered_at in history.results.get(call_id, []):
             assert index.group_of(answered_at) is group
         assert group.is_complete == all(c in history.results for c in group.call_ids)
+    after_call = False  # the message before is a call, or reasoning right after one
     for i, message in enumerate(history.messages[:-1]):
         reasoning_only = bool(message.contents) and all(c.type == "text_reasoning" for c in message.contents)
-        if reasoning_only and history.messages[i + 1].function_calls:
+        if reasoning_only and after_call:
+            assert index.group_of(i) is index.group_of(i - 1)  # it joins the call before it
+        elif reasoning_only and history.messages[i + 1].function_calls:
             assert index.group_of(i) is index.group_of(i + 1)
+        after_call = bool(message.function_calls) or (reasoning_only and after_call)
 
 
 @settings(max_examples=150, deadline=None)

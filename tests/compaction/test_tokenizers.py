@@ -16,20 +16,81 @@ from agentkeep.compaction import (
     count_message_tokens,
     message_token_text,
 )
+from agentkeep.compaction.tokenizers import reference_payload, reference_payload_length
 
 
-@pytest.mark.parametrize(("text", "tokens"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100)])
-def test_character_estimator_rounds_up_a_quarter_of_the_length(text: str, tokens: int) -> None:
+@pytest.mark.parametrize(("text", "tokens"), [("", 1), ("a", 1), ("abcd", 1), ("abcde", 1), ("x" * 401, 100)])
+def test_character_estimator_counts_a_quarter_of_the_length_as_the_reference(text: str, tokens: int) -> None:
     assert CharacterEstimatorTokenizer().count_tokens(text) == tokens
 
 
+@pytest.mark.parametrize(("text", "tokens"), [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("x" * 400, 100)])
+def test_the_text_measure_rounds_up_a_quarter_of_the_length(text: str, tokens: int) -> None:
+    assert CharacterEstimatorTokenizer(measure="text").count_tokens(text) == tokens
+
+
 def test_character_estimator_takes_another_ratio() -> None:
-    tokenizer = CharacterEstimatorTokenizer(chars_per_token=3)
+    tokenizer = CharacterEstimatorTokenizer(chars_per_token=3, measure="text")
     assert tokenizer.chars_per_token == 3
+    assert tokenizer.measure == "text"
     assert tokenizer.count_tokens("abcdefg") == 3
-    assert repr(tokenizer) == "CharacterEstimatorTokenizer(chars_per_token=3)"
+    assert repr(tokenizer) == "CharacterEstimatorTokenizer(chars_per_token=3, measure='text')"
+    assert repr(CharacterEstimatorTokenizer()) == "CharacterEstimatorTokenizer(chars_per_token=4)"
+    assert CharacterEstimatorTokenizer() == CharacterEstimatorTokenizer()
+    assert CharacterEstimatorTokenizer() != tokenizer
     with pytest.raises(ValueError, match="positive"):
         CharacterEstimatorTokenizer(chars_per_token=0)
+    with pytest.raises(ValueError, match="measure"):
+        CharacterEstimatorTokenizer(measure="words")  # type: ignore[arg-type]
+
+
+# What agent-framework-core 1.23.0 counts for these messages: its CharacterEstimatorTokenizer over
+# its _serialize_message, printed by the reference itself (the figures, not its code).
+REFERENCE_FIGURES = [
+    (Message("user", "u1 u1 u1 u1 u1", message_id="msg_0"), 31),
+    (Message("assistant", "こんにちは、元気ですか", message_id="m-1"), 31),
+    (Message("assistant", 'quote " and \\ newline\n tab\t', message_id="m-2"), 36),
+    (
+        Message(
+            "assistant",
+            [Content.from_function_call("c1", "get_weather", arguments='{"city":"Paris"}')],
+            message_id="m-3",
+        ),
+        51,
+    ),
+    (
+        Message(
+            "assistant",
+            [Content.from_function_call("c2", "get_weather", arguments={"city": "Paris"})],
+            message_id="m-4",
+        ),
+        50,
+    ),
+    (Message("tool", [Content.from_function_result("c1", result="sunny, 18°C")], message_id="m-5"), 37),
+    (
+        Message(
+            "tool",
+            [Content.from_function_result("c2", result={"sky": "sunny", "temp": 18})],
+            message_id="m-6",
+        ),
+        43,
+    ),
+    (
+        Message(
+            "assistant",
+            [Content.from_text_reasoning("thinking"), Content.from_text("done")],
+            message_id="m-7",
+        ),
+        49,
+    ),
+    (Message("system", "you are helpful"), 31),
+]
+
+
+@pytest.mark.parametrize(("message", "tokens"), REFERENCE_FIGURES)
+def test_the_default_estimator_gives_the_references_figures(message: Message, tokens: int) -> None:
+    assert count_message_tokens(message, tokenizer=CharacterEstimatorTokenizer()) == tokens
+    assert reference_payload_length(message) == len(reference_payload(message))
 
 
 def test_builtin_tokenizers_meet_the_protocol() -> None:
@@ -80,8 +141,21 @@ def test_message_text_survives_results_that_are_not_json() -> None:
     assert message_token_text(message) == '{"value":"opaque"}'
 
 
+def test_a_tokenizer_without_a_message_count_gets_the_reference_payload() -> None:
+    seen: list[str] = []
+
+    class Plain:
+        def count_tokens(self, text: str) -> int:
+            seen.append(text)
+            return len(text)
+
+    message = Message("user", "hi", message_id="m")
+    assert count_message_tokens(message, tokenizer=Plain()) == len(reference_payload(message))
+    assert seen == [reference_payload(message)]
+
+
 def test_count_message_tokens_adds_the_per_message_overhead() -> None:
-    tokenizer = CharacterEstimatorTokenizer()
+    tokenizer = CharacterEstimatorTokenizer(measure="text")
     assert (
         count_message_tokens(Message("user", "abcdefgh"), tokenizer=tokenizer) == 2 + MESSAGE_OVERHEAD_TOKENS
     )

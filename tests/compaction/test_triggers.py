@@ -7,20 +7,26 @@ from collections.abc import Callable
 import pytest
 
 from agentkeep import Content, Message
-from agentkeep.compaction import CompactionTrigger, CompactionTriggers, MessageIndex
+from agentkeep.compaction import (
+    CharacterEstimatorTokenizer,
+    CompactionTrigger,
+    CompactionTriggers,
+    MessageIndex,
+)
 
 
 def history() -> MessageIndex:
     """Two turns, one tool call: 6 messages, 5 groups, 6 * 5 = 30 tokens (each text is <= 4 chars)."""
     return MessageIndex(
-        [
+        tokenizer=CharacterEstimatorTokenizer(measure="text"),
+        messages=[
             Message("system", "sys"),
             Message("user", "q1"),
             Message("assistant", [Content.from_function_call("c1", "f")]),
             Message("tool", [Content.from_function_result("c1", result="ok")]),
             Message("user", "q2"),
             Message("assistant", "a2"),
-        ]
+        ],
     )
 
 
@@ -50,7 +56,7 @@ def test_thresholds_are_exclusive(factory: Callable[[int], CompactionTrigger], a
     index = history()
     assert factory(at_limit - 1)(index) is True
     assert factory(at_limit)(index) is False
-    with pytest.raises(ValueError, match="must not be negative"):
+    with pytest.raises(ValueError, match="must be greater than or equal to 0"):
         factory(-1)
 
 

@@ -29,7 +29,7 @@ from ..message_log import MessageChain
 from ..messages import Message, MessageSourceType, new_message_id
 from ..providers.context import ContextProvider, SessionContext
 from ..providers.history import HistoryProvider
-from ..sessions import AgentSession, from_builtins, to_builtins
+from ..sessions import AgentSession, ServiceSessionId, from_builtins, to_builtins
 from ..tools import FunctionTool, ToolLike, normalize_tools
 from .response import AgentResponse, AgentResponseUpdate
 
@@ -58,7 +58,7 @@ class RunPlan:
     providers: tuple[ContextProvider, ...]
     service_managed: bool
     per_call: bool
-    conversation_id: str | None
+    conversation_id: ServiceSessionId | None
     options: dict[str, Any]
     tools: list[FunctionTool] = field(default_factory=list[FunctionTool])
     compaction: CompactionProvider | None = None
@@ -143,7 +143,7 @@ class _LoopState:
 
     produced: list[Message] = field(default_factory=list[Message])
     usage: UsageDetails | None = None
-    conversation_id: str | None = None
+    conversation_id: ServiceSessionId | None = None
     response_id: str | None = None
     finish_reason: str | None = None
     value: Any = None
@@ -279,7 +279,7 @@ class AgentRun:
         for provider in reversed(plan.providers):
             if plan.per_call and isinstance(provider, HistoryProvider):
                 continue  # already stored after each model call
-            if isinstance(provider, CompactionProvider) and provider.phase == "after_run":
+            if isinstance(provider, CompactionProvider) and provider.defers_after_run:
                 deferred.append(provider)  # compacts what the history providers just stored
                 continue
             await self._after_one(provider, session, context)

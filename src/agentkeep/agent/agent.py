@@ -33,14 +33,14 @@ from typing import Any, Literal, TypeVar, overload
 
 from ..clients.base import ChatClient, ChatOptions
 from ..compaction.provider import CompactionProvider
-from ..compaction.strategies import CompactionStrategy
+from ..compaction.strategies import StrategyLike
 from ..compaction.tokenizers import Tokenizer
 from ..errors import ProviderConfigurationError, SessionFormatError, StateTypeError
 from ..messages import Message, MessageInput, normalize_messages
 from ..providers.context import ContextProvider
 from ..providers.history import HistoryProvider
 from ..providers.in_memory import InMemoryHistoryProvider
-from ..sessions import AgentSession
+from ..sessions import AgentSession, ServiceSessionId
 from ..tools import ToolLike, normalize_tools
 from ._run import AgentRun
 from .response import AgentResponse, AgentRunStream
@@ -90,7 +90,7 @@ class Agent:
         require_per_service_call_history_persistence: bool = False,
         default_options: Mapping[str, Any] | None = None,
         max_tool_iterations: int = 10,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
         id: str | None = None,
     ) -> None:
@@ -159,7 +159,7 @@ class Agent:
                 owners[key] = provider
 
     def _model_call_compaction(
-        self, strategy: CompactionStrategy | None, tokenizer: Tokenizer | None
+        self, strategy: StrategyLike | None, tokenizer: Tokenizer | None
     ) -> CompactionProvider | None:
         if strategy is None:
             return None
@@ -168,7 +168,7 @@ class Agent:
         )
 
     def _compaction_for_run(
-        self, strategy: CompactionStrategy | None, tokenizer: Tokenizer | None
+        self, strategy: StrategyLike | None, tokenizer: Tokenizer | None
     ) -> CompactionProvider | None:
         """The per-model-call compaction of a run, given ``run()``'s overrides."""
         if strategy is None and tokenizer is None:
@@ -194,7 +194,9 @@ class Agent:
         """A new, empty local session."""
         return AgentSession(session_id=session_id)
 
-    def get_session(self, *, service_session_id: str, session_id: str | None = None) -> AgentSession:
+    def get_session(
+        self, *, service_session_id: ServiceSessionId, session_id: str | None = None
+    ) -> AgentSession:
         """A session bound to an existing service-side conversation (service-managed history)."""
         return AgentSession(session_id=session_id, service_session_id=service_session_id)
 
@@ -254,7 +256,7 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> Coroutine[Any, Any, AgentResponse]: ...
     @overload
@@ -266,7 +268,7 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> AgentRunStream: ...
     def run(
@@ -277,7 +279,7 @@ class Agent:
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> Coroutine[Any, Any, AgentResponse] | AgentRunStream:
         """Run the agent on ``messages``.

@@ -30,7 +30,7 @@ from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient
 from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
 from ..compaction.context_window import ContextWindowCompactionStrategy
-from ..compaction.strategies import CompactionStrategy
+from ..compaction.strategies import StrategyLike
 from ..compaction.tokenizers import Tokenizer
 from ..errors import AgentkeepError
 from ..providers.storage import StorageHistoryProvider
@@ -133,7 +133,7 @@ class ChatSession:
         instructions: str | None = DEFAULT_INSTRUCTIONS,
         max_tokens: int | None = None,
         history_limit: int | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> None:
         self.store = store

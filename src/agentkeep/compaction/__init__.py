@@ -21,6 +21,10 @@ What lives where:
   agent (before each model call, before or after each run) with a per-session incremental index.
 * :mod:`~agentkeep.compaction.harness`: :func:`create_harness_agent`, an agent that compacts
   before every model call of its tool loop and after every run.
+* :mod:`~agentkeep.compaction.annotations`: the reference's view: groups and exclusions written
+  on the messages of a plain list (:func:`annotate_message_groups`, :func:`included_messages`,
+  the ``*_KEY`` names), every strategy callable as ``await strategy(messages)``, and strategies
+  written that way run wherever agentkeep takes one.
 
 Two window strategies share a name stem, from the two editions of the reference:
 :class:`SlidingWindowStrategy` keeps the newest *message groups*, while
@@ -29,6 +33,26 @@ Two window strategies share a name stem, from the two editions of the reference:
 
 from __future__ import annotations
 
+from .annotations import (
+    EXCLUDE_REASON_KEY,
+    EXCLUDED_KEY,
+    GROUP_ANNOTATION_KEY,
+    GROUP_HAS_REASONING_KEY,
+    GROUP_ID_KEY,
+    GROUP_INDEX_KEY,
+    GROUP_KIND_KEY,
+    GROUP_TOKEN_COUNT_KEY,
+    SUMMARIZED_BY_SUMMARY_ID_KEY,
+    SUMMARY_OF_GROUP_IDS_KEY,
+    SUMMARY_OF_MESSAGE_IDS_KEY,
+    AnnotatedCompactionStrategy,
+    annotate_message_groups,
+    annotate_token_counts,
+    append_compaction_message,
+    extend_compaction_messages,
+    included_messages,
+    included_token_count,
+)
 from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
@@ -68,8 +92,20 @@ from .triggers import CompactionTrigger, CompactionTriggers
 
 __all__ = [
     "DEFAULT_SUMMARIZATION_PROMPT",
+    "EXCLUDED_KEY",
+    "EXCLUDE_REASON_KEY",
+    "GROUP_ANNOTATION_KEY",
+    "GROUP_HAS_REASONING_KEY",
+    "GROUP_ID_KEY",
+    "GROUP_INDEX_KEY",
+    "GROUP_KIND_KEY",
+    "GROUP_TOKEN_COUNT_KEY",
     "MESSAGE_OVERHEAD_TOKENS",
+    "SUMMARIZED_BY_SUMMARY_ID_KEY",
+    "SUMMARY_OF_GROUP_IDS_KEY",
+    "SUMMARY_OF_MESSAGE_IDS_KEY",
     "SUMMARY_PROPERTY",
+    "AnnotatedCompactionStrategy",
     "CharacterEstimatorTokenizer",
     "CompactionPhase",
     "CompactionProvider",
@@ -91,9 +127,15 @@ __all__ = [
     "Tokenizer",
     "ToolResultCompactionStrategy",
     "TruncationStrategy",
+    "annotate_message_groups",
+    "annotate_token_counts",
+    "append_compaction_message",
     "apply_compaction",
     "count_message_tokens",
     "create_harness_agent",
+    "extend_compaction_messages",
+    "included_messages",
+    "included_token_count",
     "is_summary_message",
     "message_token_text",
     "project",

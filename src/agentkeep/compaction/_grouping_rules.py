@@ -1,15 +1,21 @@
 """The grouping rules: how appended messages join groups and turns (the work of ``MessageIndex.append``).
 
-Rules, in order of precedence: the summary mark, then the system role, then function
-calls/results, then the role (see :mod:`agentkeep.compaction.index` for what they make):
+The rules are the reference Python edition's, in order of precedence: the summary mark, then the
+system role, then tool calls and their results, then the role (see
+:mod:`agentkeep.compaction.index` for what they make):
 
 * a message marked as a summary forms a ``summary`` group; a system message a ``system`` group;
-* an assistant message with function calls starts a ``tool_call`` group; a message carrying
-  results joins the group of their calls (by call id, also when other messages come between);
-  results that answer calls of several groups merge those groups; results that answer no known
-  call, and tool-role messages without results, form a ``tool_call`` group of their own;
-* reasoning-only assistant messages (all contents are reasoning) directly before a call message
-  join its group: they form provisional ``assistant_text`` groups that the call message absorbs;
+* an assistant message with function calls starts a ``tool_call`` group, and opens it: the
+  reasoning-only assistant messages right after it and the tool-role messages after those join
+  it (adjacency), until any other message closes it;
+* a message carrying results also joins the group of each call it answers that has exactly one
+  pending declaration of its id (also when other messages come between); a result whose call id
+  is pending in two groups is ambiguous and pairs with neither. A declaration stops pending once a
+  result pairs with it. Results that tie several groups together merge them; a tool-role message
+  that pairs with nothing and follows no open group forms a ``tool_call`` group of its own (and
+  opens it, so the tool messages after it join);
+* reasoning-only assistant messages directly before a call message join its group: they form
+  provisional ``assistant_text`` groups that the call message absorbs;
 * otherwise the role decides: ``user`` (a new turn starts), ``assistant_text``, or ``tool_call``.
 
 Only the new messages are grouped and counted: old messages are never regrouped or recounted,
@@ -20,13 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
-from typing import Final
+from json.encoder import encode_basestring
+from typing import Final, cast
 
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
 from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
-from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, message_token_text
+from .tokenizers import PLAIN_TEXT_PAYLOAD_CHARS, message_token_text
 
 __all__ = ["append_messages"]
 
@@ -48,18 +55,17 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
     The common messages are handled here, in one pass written for speed: this loop is the whole
     cold build of a long history. A message that forms a group of its own (one text content, a
     summary or system message, one function call) gets it made inline; a message with one result
-    joins its call's group inline; the rest (parallel calls, reasoning, unknown results, several
-    contents) go to :func:`_append_structured`. Totals of the inline paths are summed in locals
-    and added once at the end (in ``finally``, so they stay exact if the tokenizer raises); the
-    other path adds to ``state`` directly, and sums commute. Turn counts are not sums (a turn is
-    included when its count leaves 0), so they are kept up to date as groups are made.
+    that joins one group gets added inline; the rest (parallel calls, reasoning, merges, unknown
+    results, several contents) go to :func:`_append_structured`. Totals of the inline paths are
+    summed in locals and added once at the end (in ``finally``, so they stay exact if the
+    tokenizer raises); the other path adds to ``state`` directly, and sums commute. Turn counts are
+    not sums (a turn is included when its count leaves 0), so they are kept up to date as groups
+    are made.
     """
-    tokenizer = state.tokenizer
-    count_tokens = tokenizer.count_tokens
-    # The default estimator is ceil(len / chars_per_token): computed here instead of a method
-    # call per message. Only for the exact class; a subclass may count differently.
-    per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
-    overhead = MESSAGE_OVERHEAD_TOKENS
+    count_message = state.count_message
+    # The default estimator on a plain text message: the reference's payload length computed from
+    # the text and id lengths, inline, instead of a call that builds or measures the JSON.
+    per_token = state.payload_chars_per_token
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
@@ -69,9 +75,23 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
         for message in messages:
             contents = message.contents
             only = contents[0] if len(contents) == 1 else None
-            plain = type(only) is TextContent
-            text = only.text if plain else message_token_text(message)
-            tokens = (-(-len(text) // per_token) if per_token else count_tokens(text)) + overhead
+            plain = type(only) is TextContent and not only.additional_properties and not only.extra_fields
+            if plain:
+                text: str = cast(TextContent, only).text
+                if per_token:
+                    message_id = message.message_id
+                    length = (
+                        PLAIN_TEXT_PAYLOAD_CHARS
+                        + len(encode_basestring(text))
+                        + (4 if message_id is None else len(encode_basestring(message_id)))
+                        + len(message.role)
+                    )
+                    tokens = max(1, length // per_token)
+                else:
+                    tokens = count_message(message)
+            else:
+                text = message_token_text(message)
+                tokens = count_message(message)
             size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             position = len(all_messages)
             all_messages.append(message)
@@ -81,18 +101,38 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
             tail = state.reasoning_tail
             if tail:
                 state.reasoning_tail = []  # any message ends the reasoning tail, or absorbs it
+            role = message.role
+            open_group = state.open_group
             call_id: str | None = None
             props = message.additional_properties
-            if props is not None and isinstance(props.get(SUMMARY_PROPERTY), list):
+            if props and isinstance(props.get(SUMMARY_PROPERTY), list):
                 kind = _SUMMARY
-            elif message.role == "system":
+            elif role == "system":
                 kind = _SYSTEM
-            elif plain:
-                kind = role_kinds[message.role]
-            elif type(only) is FunctionCallContent and not tail:  # one call: a new tool-call group
-                kind, call_id = _TOOL, only.call_id
-            elif type(only) is FunctionResultContent and (owner := calls.get(only.call_id)) is not None:
-                # -- one result: it joins its call's group (as _add_to would), counted inline --
+            elif plain and (role != "tool" or open_group is None):
+                kind = role_kinds[role]
+            elif type(only) is FunctionCallContent and not tail and role == "assistant":
+                kind, call_id = _TOOL, only.call_id  # one call: a new tool-call group  # pyright: ignore[reportOptionalMemberAccess]
+            else:
+                owner = None
+                if plain:  # a tool-role text right after an open group: it joins by adjacency
+                    owner = open_group
+                elif type(only) is FunctionResultContent:
+                    result_id = only.call_id  # pyright: ignore[reportOptionalMemberAccess]
+                    pending = calls.get(result_id)
+                    paired = pending[0] if pending is not None and len(pending) == 1 else None
+                    adjacent = open_group if role == "tool" else None
+                    if paired is None or adjacent is None or paired is adjacent:
+                        owner = paired or adjacent
+                    if owner is not None and paired is not None:
+                        del calls[result_id]  # the declaration is answered: no longer pending
+                        if owner.unanswered:
+                            owner.unanswered.discard(result_id)
+                if owner is None:  # parallel calls, reasoning, merges, unknown results, ...
+                    _append_structured(state, message, position, tokens, size, tail)
+                    turn = len(turn_live) - 1 if turn_live else None
+                    continue
+                # -- it joins its group (as _add_to would), counted inline --
                 later = owner.later_indices
                 if later is None:
                     owner.later_indices = [position]
@@ -105,12 +145,10 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
                     joined += 1
                     tokens_made += tokens
                     bytes_made += size
-                if owner.unanswered:
-                    owner.unanswered.discard(only.call_id)
-                continue
-            else:
-                _append_structured(state, message, position, tokens, size, tail)
-                turn = len(turn_live) - 1 if turn_live else None
+                if role == "tool":
+                    state.open_group, state.open_after_call = owner, False
+                else:
+                    state.open_group = None
                 continue
             # -- a new group of this one message, made (as MessageGroup() would) and counted inline --
             if kind is _USER:
@@ -128,10 +166,19 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
             if call_id is None:
                 group.call_ids = ()
                 group.unanswered = None
+                if kind is _TOOL:  # a tool-role text with nothing open: it opens its own
+                    state.open_group, state.open_after_call = group, False
+                else:
+                    state.open_group = None
             else:
                 group.call_ids = [call_id]
                 group.unanswered = {call_id}
-                calls[call_id] = group
+                pending = calls.get(call_id)
+                if pending is None:
+                    calls[call_id] = [group]
+                else:
+                    pending.append(group)
+                state.open_group, state.open_after_call = group, True
             groups.append(group)
             group_of.append(group)
             made += 1
@@ -158,51 +205,35 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
 def _append_structured(
     state: IndexState, message: Message, position: int, tokens: int, size: int, tail: list[MessageGroup]
 ) -> None:
-    """Group a message with calls, results or reasoning that the main loop does not handle inline
-    (``tail``: the reasoning-only groups just before it)."""
+    """Group a message that the main loop does not handle inline (``tail``: the reasoning-only
+    groups just before it)."""
     calls, results, reasoning_only = _classify(message.contents)
-    if calls and not results and not tail:  # parallel calls: a new tool-call group
-        _new_tool_group(state, position, tokens, size, [call.call_id for call in calls])
-        return
-    if results and not calls and len(results) == 1:  # a result: it joins its call's group
-        owner = state.calls.get(results[0].call_id)
-        if owner is not None:
-            _add_to(state, owner, position, tokens, size)
-            if owner.unanswered:
-                owner.unanswered.discard(results[0].call_id)
-            return
+    role = message.role
+    open_group = state.open_group
     if calls or results:
-        _place_tool_message(state, calls, results, tail, position, tokens, size)
+        group = _place_tool_message(state, message, calls, results, tail, position, tokens, size)
+        if calls:
+            state.open_group, state.open_after_call = group, True
+        elif role == "tool":
+            state.open_group, state.open_after_call = group, False
+        else:
+            state.open_group = None
         return
-    kind = _ROLE_KINDS[message.role]
+    if open_group is not None and (
+        role == "tool" or (reasoning_only and role == "assistant" and state.open_after_call)
+    ):
+        # Adjacency: reasoning right after a call, and tool messages, join the open group.
+        _add_to(state, open_group, position, tokens, size)
+        if role == "tool":
+            state.open_after_call = False
+        return
+    kind = _ROLE_KINDS[role]
     group = _new_group(state, kind, position, tokens, size)
+    state.open_group = group if kind is _TOOL else None
+    state.open_after_call = False
     if reasoning_only and kind is _TEXT:  # provisional: a tool-call message that follows absorbs it
         tail.append(group)
         state.reasoning_tail = tail
-
-
-def _new_tool_group(state: IndexState, position: int, tokens: int, size: int, call_ids: list[str]) -> None:
-    """A new tool-call group of the call message at ``position``, its calls pending, counted."""
-    turn = len(state.turn_live) - 1
-    group = MessageGroup(state.owner, _TOOL, turn if turn >= 0 else None, position, position, tokens, size)
-    group.call_ids = call_ids
-    group.unanswered = set(call_ids)
-    calls = state.calls
-    for call_id in call_ids:
-        calls[call_id] = group
-    state.groups.append(group)
-    state.group_of.append(group)
-    state.tool_groups.append(group)
-    state.included_group_count += 1
-    state.included_message_count += 1
-    state.included_token_count += tokens
-    state.included_byte_count += size
-    state.included_tool_group_count += 1
-    if turn >= 0:
-        live = state.turn_live[turn] + 1
-        state.turn_live[turn] = live
-        if live == 1:
-            state.included_turn_count += 1
 
 
 def _classify(
@@ -226,19 +257,34 @@ def _classify(
 
 def _place_tool_message(
     state: IndexState,
+    message: Message,
     calls: list[FunctionCallContent],
     results: list[FunctionResultContent],
     tail: list[MessageGroup],
     position: int,
     tokens: int,
     size: int,
-) -> None:
-    """Group a message with calls and results, results of several calls, or unknown results."""
+) -> MessageGroup:
+    """Group a message with calls and/or results: it joins the open group (a tool-role message)
+    and the group of every call it answers unambiguously, merging them; a call message that joins
+    none starts its group (absorbing the reasoning before it)."""
     targets: list[MessageGroup] = []
+    if message.role == "tool" and state.open_group is not None:
+        targets.append(state.open_group)
+    own = {call.call_id for call in calls}
+    answered: list[str] = []
+    pending_calls = state.calls
     for result in results:
-        owner = state.calls.get(result.call_id)
-        if owner is not None and all(owner is not t for t in targets):
-            targets.append(owner)
+        call_id = result.call_id
+        if call_id in own:
+            continue  # answered in this very message
+        pending = pending_calls.get(call_id)
+        if pending is not None and len(pending) == 1:
+            owner = pending[0]
+            del pending_calls[call_id]
+            answered.append(call_id)
+            if all(owner is not t for t in targets):
+                targets.append(owner)
     if targets:
         group = _merge(state, targets) if len(targets) > 1 else targets[0]
         _add_to(state, group, position, tokens, size)
@@ -248,10 +294,17 @@ def _place_tool_message(
     else:
         group = _new_group(state, _TOOL, position, tokens, size)
     if calls:
-        _add_calls(state, group, calls)
+        _add_calls(state, group, [call for call in calls if not _answers(results, call.call_id)])
     if group.unanswered:
+        for call_id in answered:
+            group.unanswered.discard(call_id)
         for result in results:
             group.unanswered.discard(result.call_id)
+    return group
+
+
+def _answers(results: list[FunctionResultContent], call_id: str) -> bool:
+    return any(result.call_id == call_id for result in results)
 
 
 def _new_group(
@@ -272,11 +325,16 @@ def _new_group(
 
 
 def _add_calls(state: IndexState, group: MessageGroup, calls: list[FunctionCallContent]) -> None:
-    """Record ``calls`` as made in ``group`` (each pending until its result arrives)."""
+    """Record ``calls`` as made in ``group``, each pending until a result pairs with it."""
     call_ids = group.call_ids if isinstance(group.call_ids, list) else list(group.call_ids)
     unanswered: set[str] = group.unanswered if group.unanswered is not None else set()
+    pending_calls = state.calls
     for call in calls:
-        state.calls[call.call_id] = group
+        pending = pending_calls.get(call.call_id)
+        if pending is None:
+            pending_calls[call.call_id] = [group]
+        elif all(g is not group for g in pending):
+            pending.append(group)
         call_ids.append(call.call_id)
         unanswered.add(call.call_id)
     group.call_ids, group.unanswered = call_ids, unanswered
@@ -336,6 +394,7 @@ def _merge(state: IndexState, targets: list[MessageGroup]) -> MessageGroup:
     keep = targets[0]
     state.tally(keep, -1)
     positions = keep.indices
+    pending_calls = state.calls
     for other in targets[1:]:
         state.tally(other, -1)
         other.excluded = True
@@ -348,11 +407,14 @@ def _merge(state: IndexState, targets: list[MessageGroup]) -> MessageGroup:
         keep.token_count += other.token_count
         keep.byte_count += other.byte_count
         for call_id in other.call_ids:
-            if state.calls.get(call_id) is other:
-                state.calls[call_id] = keep
+            pending = pending_calls.get(call_id)
+            if pending is not None:
+                pending_calls[call_id] = list(dict.fromkeys(keep if g is other else g for g in pending))
         keep.call_ids = [*keep.call_ids, *other.call_ids]
         if other.unanswered:
             keep.unanswered = other.unanswered.union(keep.unanswered or ())
+        if state.open_group is other:
+            state.open_group = keep
     positions.sort()
     keep.first_index = positions[0]
     keep.later_indices = positions[1:] or None

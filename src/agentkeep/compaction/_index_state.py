@@ -18,10 +18,13 @@ invariants:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..messages import Message
 from .groups import MessageGroup, MessageGroupKind
+from .tokenizers import CharacterEstimatorTokenizer, count_message_tokens
 
 if TYPE_CHECKING:
     from .index import MessageIndex
@@ -40,9 +43,18 @@ class IndexState:
         tokens: The token count of each message.
         group_of: The group of each message.
         groups: The live groups in logical order.
-        calls: The group of each function call id.
+        count_message: Counts one message's tokens with ``tokenizer`` (see
+            :func:`~agentkeep.compaction.tokenizers.count_message_tokens`).
+        payload_chars_per_token: For the default estimator measuring the reference's payload,
+            its characters per token (the grouping loop computes plain texts inline); else 0.
+        calls: Per function call id, the groups whose declaration of it is still pending (no
+            result paired with it yet); two or more make a result of that id ambiguous.
         reasoning_tail: Reasoning-only groups at the end of the list, which a following tool-call
             message absorbs.
+        open_group: The tool-call group the last message belongs to while tool messages may
+            still join it by adjacency (``None`` once another message closed it).
+        open_after_call: The last message of ``open_group`` is its call message (or reasoning
+            right after it): a reasoning-only assistant message joins it too.
         turn_live: Per turn, its included non-system groups.
         tool_groups: The ``tool_call`` groups, oldest first.
         head: Cursor into ``groups``: everything before it is excluded or a system group.
@@ -57,6 +69,7 @@ class IndexState:
 
     __slots__ = (
         "calls",
+        "count_message",
         "group_of",
         "groups",
         "head",
@@ -70,7 +83,10 @@ class IndexState:
         "layout",
         "layout_seen",
         "messages",
+        "open_after_call",
+        "open_group",
         "owner",
+        "payload_chars_per_token",
         "pinned",
         "pinned_upto",
         "reasoning_tail",
@@ -91,8 +107,18 @@ class IndexState:
         self.tokens: list[int] = []
         self.group_of: list[MessageGroup] = []
         self.groups: list[MessageGroup] = []
-        self.calls: dict[str, MessageGroup] = {}
+        self.count_message: Callable[[Message], int] = functools.partial(
+            count_message_tokens, tokenizer=tokenizer
+        )
+        self.payload_chars_per_token = (
+            tokenizer.chars_per_token
+            if type(tokenizer) is CharacterEstimatorTokenizer and tokenizer.measure == "payload"
+            else 0
+        )
+        self.calls: dict[str, list[MessageGroup]] = {}
         self.reasoning_tail: list[MessageGroup] = []
+        self.open_group: MessageGroup | None = None
+        self.open_after_call = False
         self.turn_live: list[int] = []
         self.tool_groups: list[MessageGroup] = []
         self.head = 0

@@ -51,13 +51,13 @@ A message carrying the key (with a list value) forms a ``summary`` group.
 def is_summary_message(message: Message) -> bool:
     """Whether ``message`` is marked as a summary (:data:`SUMMARY_PROPERTY` holds a list)."""
     props = message.additional_properties
-    return props is not None and isinstance(props.get(SUMMARY_PROPERTY), list)
+    return isinstance(props.get(SUMMARY_PROPERTY), list)
 
 
 def summarized_message_ids(message: Message) -> list[str]:
     """The ids of the messages the summary ``message`` replaces (``[]`` if it is no summary)."""
     props = message.additional_properties
-    ids = props.get(SUMMARY_PROPERTY) if props is not None else None
+    ids = props.get(SUMMARY_PROPERTY)
     if not isinstance(ids, list):
         return []
     return [item for item in cast("list[Any]", ids) if isinstance(item, str)]
@@ -83,9 +83,7 @@ def mark_summary(summary: Message, replaced: Sequence[Message], new_id: Callable
     """
     ids = fill_message_ids(replaced, new_id)
     props = summary.additional_properties
-    summary.additional_properties = (
-        {SUMMARY_PROPERTY: ids} if props is None else {**props, SUMMARY_PROPERTY: ids}
-    )
+    summary.additional_properties = {**props, SUMMARY_PROPERTY: ids}
 
 
 class MessageGroupKind(StrEnum):

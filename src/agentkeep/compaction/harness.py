@@ -26,7 +26,7 @@ from ..providers.history import HistoryProvider
 from ..providers.in_memory import InMemoryHistoryProvider
 from ..tools import ToolLike
 from .provider import CompactionProvider
-from .strategies import CompactionStrategy, ContextWindowCompactionStrategy
+from .strategies import CompactionStrategy, ContextWindowCompactionStrategy, StrategyLike
 from .tokenizers import Tokenizer
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ def create_harness_agent(
     *,
     max_context_window_tokens: int | None = None,
     max_output_tokens: int | None = None,
-    before_compaction_strategy: CompactionStrategy | None = None,
-    after_compaction_strategy: CompactionStrategy | None = None,
+    before_compaction_strategy: StrategyLike | None = None,
+    after_compaction_strategy: StrategyLike | None = None,
     history_provider: HistoryProvider | None = None,
     tokenizer: Tokenizer | None = None,
     disable_compaction: bool = False,
@@ -64,7 +64,8 @@ def create_harness_agent(
         client: The chat client.
         instructions: System instructions.
         max_context_window_tokens: The model's context window; with ``max_output_tokens`` it
-            turns on the default :class:`~agentkeep.compaction.ContextWindowCompactionStrategy`.
+            turns on the default :class:`~agentkeep.compaction.ContextWindowCompactionStrategy`
+            (which never drops the first user message: the task of the run).
         max_output_tokens: Tokens reserved for each reply; also the default ``max_tokens``.
         before_compaction_strategy: Replaces the default strategy of the per-model-call phase.
         after_compaction_strategy: Replaces the default strategy of the after-run phase.
@@ -100,7 +101,7 @@ def create_harness_agent(
     default: CompactionStrategy | None = None
     if max_context_window_tokens is not None and max_output_tokens is not None:
         default = ContextWindowCompactionStrategy(
-            max_context_window_tokens, max_output_tokens, tokenizer=tokenizer
+            max_context_window_tokens, max_output_tokens, tokenizer=tokenizer, preserve_first_user_group=True
         )
     before = before_compaction_strategy or default
     after = after_compaction_strategy or default

@@ -51,7 +51,7 @@ from .groups import (
     order_key,
     summarized_message_ids,
 )
-from .tokenizers import MESSAGE_OVERHEAD_TOKENS, CharacterEstimatorTokenizer, Tokenizer, message_token_text
+from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, message_token_text
 
 __all__ = ["MessageIndex"]
 
@@ -386,9 +386,7 @@ class MessageIndex:
             state.groups,
         )
         journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
-        tokenizer = state.tokenizer
-        per_token = tokenizer.chars_per_token if type(tokenizer) is CharacterEstimatorTokenizer else 0
-        count_tokens = tokenizer.count_tokens
+        count_message = state.count_message
         summary_kind, tool_kind, system_kind = (
             MessageGroupKind.SUMMARY,
             MessageGroupKind.TOOL_CALL,
@@ -408,17 +406,19 @@ class MessageIndex:
                     assert summary_text is not None
                     text = summary_text(own)
                     ids = fill_message_ids(own if listed is None else listed, new_id)
-                    summary = Message(role, text, additional_properties={SUMMARY_PROPERTY: ids})
+                    summary = Message(
+                        role, text, message_id=new_id(), additional_properties={SUMMARY_PROPERTY: ids}
+                    )
                 else:
                     summary = summarize(group)
                     text = message_token_text(summary)
                     mark_summary(summary, own if listed is None else listed, new_id)
+                    if summary.message_id is None:
+                        summary.message_id = new_id()
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                tokens = (
-                    -(-len(text) // per_token) if per_token else count_tokens(text)
-                ) + MESSAGE_OVERHEAD_TOKENS
+                tokens = count_message(summary)
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 position = len(messages)
                 messages.append(summary)

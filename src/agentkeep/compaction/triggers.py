@@ -49,7 +49,7 @@ def non_negative(name: str, value: int) -> int:
         ValueError: ``value`` is negative (the message names the setting ``name``).
     """
     if value < 0:
-        raise ValueError(f"{name} must not be negative, not {value}")
+        raise ValueError(f"{name} must be greater than or equal to 0, not {value}")
     return value
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, Self, overload
 
 from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient, ChatOptions, check_chat_options
-from ..compaction.strategies import CompactionStrategy
+from ..compaction.strategies import StrategyLike
 from ..compaction.tokenizers import Tokenizer
 from ..errors import SessionFormatError
 from ..messages import MessageInput
@@ -80,7 +80,7 @@ class ChatAgent(Agent):
         tools: ToolLike | Sequence[ToolLike] | None = None,
         default_options: Mapping[str, Any] | None = None,
         max_tool_iterations: int = 10,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
         **chat_options: Any,
     ) -> None:
@@ -182,7 +182,7 @@ class ChatAgent(Agent):
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
         **chat_options: Any,
     ) -> Coroutine[Any, Any, AgentResponse]: ...
@@ -196,7 +196,7 @@ class ChatAgent(Agent):
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
         **chat_options: Any,
     ) -> AgentRunStream: ...
@@ -209,7 +209,7 @@ class ChatAgent(Agent):
         session: AgentSession | None = None,
         tools: ToolLike | Sequence[ToolLike] | None = None,
         options: ChatOptions | Mapping[str, Any] | None = None,
-        compaction_strategy: CompactionStrategy | None = None,
+        compaction_strategy: StrategyLike | None = None,
         tokenizer: Tokenizer | None = None,
         **chat_options: Any,
     ) -> Coroutine[Any, Any, AgentResponse] | AgentRunStream:

@@ -25,7 +25,15 @@ history, work is done in batches. Names and defaults follow the Python edition o
 (seed 002), plus the turn-based .NET-style :class:`SlidingWindowCompactionStrategy`.
 """
 
-from .base import CompactionStrategy, TokenMeter, apply_compaction, counts_like, project, resolve_tokenizer
+from .base import (
+    CompactionStrategy,
+    StrategyLike,
+    TokenMeter,
+    apply_compaction,
+    counts_like,
+    project,
+    resolve_tokenizer,
+)
 from .composed import PipelineCompactionStrategy, TokenBudgetComposedStrategy
 from .context_window import ContextWindowCompactionStrategy
 from .summarization import DEFAULT_SUMMARIZATION_PROMPT, SummarizationStrategy
@@ -47,6 +55,7 @@ __all__ = [
     "SelectiveToolCallCompactionStrategy",
     "SlidingWindowCompactionStrategy",
     "SlidingWindowStrategy",
+    "StrategyLike",
     "SummarizationStrategy",
     "TokenBudgetComposedStrategy",
     "TokenMeter",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 
+from ..annotations import AnnotatingStrategy
 from ..groups import MessageGroup
 from ..index import MessageIndex
 from ..triggers import CompactionTrigger, CompactionTriggers, non_negative
@@ -96,7 +97,7 @@ def exclude_oldest(
     return index.exclude_many(doomed) > 0
 
 
-class StepStrategy:
+class StepStrategy(AnnotatingStrategy):
     """Base of strategies that walk candidate groups oldest first, checking the target before each step."""
 
     def __init__(

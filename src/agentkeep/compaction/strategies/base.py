@@ -11,15 +11,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from ...messages import Message
+from ..annotations import AnnotatedCompactionStrategy, index_strategy
 from ..groups import MessageGroup
 from ..index import MessageIndex
 from ..tokenizers import CharacterEstimatorTokenizer, Tokenizer, count_message_tokens
 
 __all__ = [
     "CompactionStrategy",
+    "StrategyLike",
     "TokenMeter",
     "apply_compaction",
     "counts_like",
@@ -46,6 +48,11 @@ class CompactionStrategy(Protocol):
             Whether anything changed (a group excluded or a summary added).
         """
         ...
+
+
+StrategyLike: TypeAlias = "CompactionStrategy | AnnotatedCompactionStrategy"
+"""What agentkeep takes as a strategy: its own (``compact(index)``), or one written for the
+reference (``async __call__(messages)``, see :mod:`agentkeep.compaction.annotations`)."""
 
 
 def project(index: MessageIndex) -> list[Message]:
@@ -115,7 +122,7 @@ class TokenMeter:
 async def apply_compaction(
     messages: Iterable[Message],
     *,
-    strategy: CompactionStrategy,
+    strategy: StrategyLike | None,
     tokenizer: Tokenizer | None = None,
 ) -> list[Message]:
     """Compact a message list outside any session and return the result.
@@ -123,7 +130,9 @@ async def apply_compaction(
     Args:
         messages: The history (not modified, except that messages a summary replaces get a
             ``message_id`` if they had none).
-        strategy: The strategy to apply.
+        strategy: The strategy to apply: agentkeep's, or one written for the reference
+            (``async __call__(messages)``, see :mod:`agentkeep.compaction.annotations`);
+            ``None`` returns the messages as they are.
         tokenizer: Counts tokens for the index; default the strategy's ``tokenizer`` attribute if it
             has one, else :class:`~agentkeep.compaction.CharacterEstimatorTokenizer`.
 
@@ -135,8 +144,10 @@ async def apply_compaction(
         ...     messages, strategy=TruncationStrategy(max_n=8_000, compact_to=4_000)
         ... )
     """
+    if strategy is None:
+        return list(messages)
     index = MessageIndex(messages, tokenizer=resolve_tokenizer(strategy, tokenizer))
-    await strategy.compact(index)
+    await index_strategy(strategy).compact(index)
     return project(index)
 
 

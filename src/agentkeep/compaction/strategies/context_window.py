@@ -26,6 +26,7 @@ included messages once per phase.
 
 from __future__ import annotations
 
+from ..annotations import AnnotatingStrategy
 from ..index import MessageIndex
 from ..tokenizers import Tokenizer
 from ..triggers import CompactionTrigger, CompactionTriggers, non_negative
@@ -102,7 +103,7 @@ def _check_threshold(name: str, value: float) -> float:
     return value
 
 
-class ContextWindowCompactionStrategy:
+class ContextWindowCompactionStrategy(AnnotatingStrategy):
     """Keep history within a model's input budget: collapse old tool results, then drop oldest groups.
 
     The input budget is ``max_context_window_tokens - max_output_tokens``. Above
@@ -117,7 +118,9 @@ class ContextWindowCompactionStrategy:
             collapsed, in ``(0, 1]``.
         truncation_threshold: The share of the input budget above which the oldest groups are
             dropped, in ``(0, 1]``, at least ``tool_eviction_threshold``.
-        keep_last_tool_call_groups: How many of the newest tool-call groups are never collapsed.
+        keep_last_tool_call_groups: How many of the newest tool-call groups are never collapsed
+            (default 4, as in the reference).
+        preserve_first_user_group: Truncation never drops the first user message (the task).
         tokenizer: Counts tokens; default the index's tokenizer (the cheap path).
         minimum_preserved: The newest non-system groups that are always kept (at least 1).
 
@@ -128,14 +131,17 @@ class ContextWindowCompactionStrategy:
             tokens history holds afterwards unless only protected groups are left.
 
     Raises:
-        ValueError: A token count or floor is negative, ``max_output_tokens`` is not below
-            ``max_context_window_tokens``, or a threshold is out of range.
+        ValueError: ``max_context_window_tokens`` is not positive, ``max_output_tokens`` is
+            negative or not below it, a floor is negative, or a threshold is out of range.
 
     Example:
         >>> strategy = ContextWindowCompactionStrategy(128_000, 16_384)
         >>> strategy.input_budget, strategy.truncation_limit
         (111616, 89292)
     """
+
+    exclude_reason = "truncation"
+    summary_reason = "tool_result_compaction"
 
     def __init__(
         self,
@@ -144,25 +150,26 @@ class ContextWindowCompactionStrategy:
         *,
         tool_eviction_threshold: float = 0.5,
         truncation_threshold: float = 0.8,
-        keep_last_tool_call_groups: int = 1,
+        keep_last_tool_call_groups: int = 4,
         tokenizer: Tokenizer | None = None,
         minimum_preserved: int = 1,
+        preserve_first_user_group: bool = False,
     ) -> None:
-        non_negative("max_context_window_tokens", max_context_window_tokens)
-        non_negative("max_output_tokens", max_output_tokens)
+        if max_context_window_tokens <= 0:
+            raise ValueError(f"max_context_window_tokens must be positive, not {max_context_window_tokens}")
+        if not 0 <= max_output_tokens < max_context_window_tokens:
+            raise ValueError(
+                f"max_output_tokens must be >= 0 and < max_context_window_tokens "
+                f"({max_context_window_tokens}), not {max_output_tokens}"
+            )
         non_negative("keep_last_tool_call_groups", keep_last_tool_call_groups)
         non_negative("minimum_preserved", minimum_preserved)
-        if max_output_tokens >= max_context_window_tokens:
-            raise ValueError(
-                f"max_output_tokens ({max_output_tokens}) must be less than "
-                f"max_context_window_tokens ({max_context_window_tokens})"
-            )
         _check_threshold("tool_eviction_threshold", tool_eviction_threshold)
         _check_threshold("truncation_threshold", truncation_threshold)
         if truncation_threshold < tool_eviction_threshold:
             raise ValueError(
-                f"truncation_threshold ({truncation_threshold}) must not be below "
-                f"tool_eviction_threshold ({tool_eviction_threshold})"
+                f"truncation_threshold must be >= tool_eviction_threshold, not "
+                f"{truncation_threshold} < {tool_eviction_threshold}"
             )
         self.max_context_window_tokens = max_context_window_tokens
         self.max_output_tokens = max_output_tokens
@@ -171,6 +178,7 @@ class ContextWindowCompactionStrategy:
         self.keep_last_tool_call_groups = keep_last_tool_call_groups
         self.tokenizer = tokenizer
         self.minimum_preserved = minimum_preserved
+        self.preserve_first_user_group = preserve_first_user_group
         self.input_budget = max_context_window_tokens - max_output_tokens
         self.tool_eviction_limit = int(self.input_budget * tool_eviction_threshold)
         self.truncation_limit = int(self.input_budget * truncation_threshold)
@@ -188,9 +196,16 @@ class ContextWindowCompactionStrategy:
                 trigger=CompactionTriggers.tokens_exceed(limit),
                 target=_within(limit),
                 minimum_preserved=self.minimum_preserved,
+                preserve_first_user_group=self.preserve_first_user_group,
             )
         else:
-            truncation = TruncationStrategy(limit, limit, tokenizer, minimum_preserved=self.minimum_preserved)
+            truncation = TruncationStrategy(
+                limit,
+                limit,
+                tokenizer,
+                minimum_preserved=self.minimum_preserved,
+                preserve_first_user_group=self.preserve_first_user_group,
+            )
         tools = _ToolEviction(
             self.tool_eviction_limit,
             tokenizer,

@@ -26,9 +26,10 @@ from ...clients.base import ChatClient
 from ...contents import ErrorContent, FunctionCallContent, FunctionResultContent, TextContent
 from ...errors import SummarizationError
 from ...messages import Message
+from ..annotations import AnnotatingStrategy
 from ..groups import MessageGroup, is_summary_message
 from ..index import MessageIndex
-from ..tokenizers import Tokenizer, count_message_tokens
+from ..tokenizers import Tokenizer
 from ..triggers import CompactionTrigger, non_negative
 from .tool_calls import one_line
 
@@ -104,7 +105,7 @@ def _transcript_lines(messages: Sequence[Message]) -> list[str]:
     return lines
 
 
-class SummarizationStrategy:
+class SummarizationStrategy(AnnotatingStrategy):
     """Summarize the oldest whole message groups with a model, keeping the newest messages as they are.
 
     By default it starts when the included non-system messages exceed ``target_count + threshold``
@@ -114,9 +115,10 @@ class SummarizationStrategy:
     messages are never summarized, and the newest non-system group is always kept. Earlier
     summaries in that range are summarized again (their text goes into the transcript).
 
-    When the call fails, or not even the oldest group fits the budget, history stays unchanged, the
-    failure is logged (``agentkeep.compaction``, ``WARNING``) and kept in :attr:`last_error`, and
-    :meth:`compact` returns ``False``; nothing is raised into the run.
+    When the call fails, or no group fits the budget, history stays unchanged, the failure is
+    logged (``agentkeep.compaction``, ``WARNING``; after :attr:`FAILURE_ERROR_THRESHOLD` failures
+    in a row once at ``ERROR``) and kept in :attr:`last_error`, and :meth:`compact` returns
+    ``False``; nothing is raised into the run.
 
     Args:
         client: The summarizer (any :class:`~agentkeep.clients.base.ChatClient`; a small, fast
@@ -136,6 +138,7 @@ class SummarizationStrategy:
     Attributes:
         last_error: Why the most recent summarization attempt was skipped; ``None`` after a
             summary was made (and before any failure).
+        consecutive_failures: Attempts skipped since the last summary was made.
 
     Raises:
         ValueError: A count or the budget is negative.
@@ -145,6 +148,10 @@ class SummarizationStrategy:
         ...     client=summarizer_client, target_count=4, threshold=2
         ... )
     """
+
+    summary_reason = "summarized"
+    FAILURE_ERROR_THRESHOLD: int = 3
+    """After this many failed attempts in a row the failure is logged once at ``ERROR``."""
 
     def __init__(
         self,
@@ -172,6 +179,7 @@ class SummarizationStrategy:
         self.target: CompactionTrigger | None = target
         self.minimum_preserved = non_negative("minimum_preserved", minimum_preserved)
         self.last_error: SummarizationError | None = None
+        self.consecutive_failures = 0
 
     # -- what to keep ---------------------------------------------------------------------------
     def _too_many_messages(self, index: MessageIndex) -> bool:
@@ -201,19 +209,25 @@ class SummarizationStrategy:
         transcript = "\n".join([_TRANSCRIPT_HEADING, *chunks])
         return [Message("system", self.prompt), Message("user", transcript)]
 
-    def _request_tokens(self, request: Sequence[Message], tokenizer: Tokenizer) -> int:
-        return sum(count_message_tokens(m, tokenizer=tokenizer) for m in request)
+    def _request_tokens(self, chunks: Sequence[str], tokenizer: Tokenizer) -> int:
+        """The request's size as the budget counts it: the prompt and the transcript text."""
+        transcript = "\n".join([_TRANSCRIPT_HEADING, *chunks])
+        return tokenizer.count_tokens(self.prompt) + tokenizer.count_tokens(transcript)
 
     def _select(
         self, index: MessageIndex, boundary: MessageGroup, tokenizer: Tokenizer
     ) -> tuple[list[MessageGroup], list[str], bool]:
-        """The oldest groups to summarize, their transcript chunks, and whether the budget stopped
-        the selection before its first group."""
+        """The oldest groups to summarize, their transcript chunks, and whether the budget left out
+        every group.
+
+        Groups are taken oldest first while they fit the budget; leading groups too large for it
+        on their own are passed over (they stay as they are), as in the reference.
+        """
         budget = self.max_summary_input_tokens
         target = self.target
-        # Each chunk is counted on its own (plus one for the newline joining it): for the estimator
-        # that is never less than counting the joined text, so the sum bounds the real request.
-        used = self._request_tokens(self._request(()), tokenizer)
+        # The prompt and each chunk are counted on their own (plus one for the newline joining a
+        # chunk): for the estimator that is never less than counting the joined text.
+        used = self._request_tokens((), tokenizer)
         chosen: list[MessageGroup] = []
         chunks: list[str] = []
         blocked = False
@@ -226,7 +240,9 @@ class SummarizationStrategy:
                 chunk = "\n".join(_transcript_lines(group.messages)) or f"({group.kind.value})"
                 cost = tokenizer.count_tokens(chunk) + 1
                 if budget is not None and used + cost > budget:
-                    blocked = not chosen
+                    if not chosen:
+                        blocked = True
+                        continue  # too large on its own: the later groups may still fit
                     break
                 used += cost
                 chosen.append(group)
@@ -239,12 +255,11 @@ class SummarizationStrategy:
                     index.include(group)
         # Safety net for tokenizers that count a joined text higher than its parts.
         while chosen and budget is not None:
-            if self._request_tokens(self._request(chunks), tokenizer) <= budget:
+            if self._request_tokens(chunks, tokenizer) <= budget:
                 break
             chosen.pop()
             chunks.pop()
-            blocked = not chosen
-        return chosen, chunks, blocked
+        return chosen, chunks, blocked and not chosen
 
     # -- compacting -----------------------------------------------------------------------------
     async def compact(self, index: MessageIndex) -> bool:
@@ -268,7 +283,7 @@ class SummarizationStrategy:
             if blocked:
                 self._fail(
                     SummarizationError(
-                        f"not even the oldest message group fits max_summary_input_tokens="
+                        f"no message group fits max_summary_input_tokens="
                         f"{self.max_summary_input_tokens} together with the prompt",
                         reason="budget",
                     )
@@ -278,22 +293,31 @@ class SummarizationStrategy:
             response = await self.client.get_response(self._request(chunks), options={"store": False})
         except Exception as exc:  # a failing summarizer must not fail the user's run
             error = SummarizationError(
-                f"the summarizer call failed: {type(exc).__name__}: {exc}", reason="call"
+                f"summary generation failed: {type(exc).__name__}: {exc}", reason="call"
             )
             error.__cause__ = exc
             self._fail(error)
             return False
-        text = response.text.strip()
+        text = (response.text or "").strip()
         if not text:
-            self._fail(SummarizationError("the summarizer replied without text", reason="empty"))
+            self._fail(SummarizationError("the summarizer returned no text", reason="empty"))
             return False
         index.replace(chosen, Message("assistant", f"{_SUMMARY_HEADING}\n{text}"))
         self.last_error = None
+        self.consecutive_failures = 0
         return True
 
     def _fail(self, error: SummarizationError) -> None:
         self.last_error = error
+        self.consecutive_failures += 1
         _log.warning("Summarization skipped, history left unchanged: %s", error)
+        if self.consecutive_failures == self.FAILURE_ERROR_THRESHOLD:  # once per run of failures
+            _log.error(
+                "Summarization has failed %d consecutive times (last: %s): history is no longer "
+                "being summarized; check the summarizer",
+                self.consecutive_failures,
+                error,
+            )
 
     def __repr__(self) -> str:
         # The default trigger is a bound method whose repr would include this one.

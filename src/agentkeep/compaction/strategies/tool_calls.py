@@ -169,6 +169,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
         >>> tool_result = ToolResultCompactionStrategy(keep_last_tool_call_groups=1)
     """
 
+    summary_reason = "tool_result_compaction"
+
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         groups = _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)
         return (g for g in groups if not g.unanswered)  # complete groups only
@@ -197,6 +199,8 @@ class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):
     Example:
         >>> selective_tool = SelectiveToolCallCompactionStrategy(keep_last_tool_call_groups=1)
     """
+
+    exclude_reason = "selective_tool_call"
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         return _tool_candidates(index, self.keep_last_tool_call_groups, self.minimum_preserved)

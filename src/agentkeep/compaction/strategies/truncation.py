@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..groups import MessageGroup
+from ..groups import MessageGroup, MessageGroupKind
 from ..index import MessageIndex
 from ..tokenizers import Tokenizer
 from ..triggers import CompactionTrigger, non_negative
@@ -25,6 +25,8 @@ class TruncationStrategy(StepStrategy):
         compact_to: Compaction stops once the measure is at most this.
         tokenizer: Count tokens with it (measure = tokens); ``None`` measures messages.
         preserve_system: Keep system messages (default); ``False`` lets them go oldest-first too.
+        preserve_first_user_group: Never drop the first user message (the task a long run
+            started from).
         trigger: Replaces the ``max_n`` trigger.
         target: Replaces the ``compact_to`` target.
         minimum_preserved: The newest non-system groups that are always kept (at least 1).
@@ -38,6 +40,8 @@ class TruncationStrategy(StepStrategy):
         ... )
     """
 
+    exclude_reason = "truncation"
+
     def __init__(
         self,
         max_n: int,
@@ -45,6 +49,7 @@ class TruncationStrategy(StepStrategy):
         tokenizer: Tokenizer | None = None,
         preserve_system: bool = True,
         *,
+        preserve_first_user_group: bool = False,
         trigger: CompactionTrigger | None = None,
         target: CompactionTrigger | None = None,
         minimum_preserved: int = 1,
@@ -52,11 +57,12 @@ class TruncationStrategy(StepStrategy):
         non_negative("max_n", max_n)
         non_negative("compact_to", compact_to)
         if compact_to > max_n:
-            raise ValueError(f"compact_to ({compact_to}) must not exceed max_n ({max_n})")
+            raise ValueError(f"compact_to must be less than or equal to max_n, not {compact_to} > {max_n}")
         self.max_n = max_n
         self.compact_to = compact_to
         self.tokenizer = tokenizer
         self.preserve_system = preserve_system
+        self.preserve_first_user_group = preserve_first_user_group
         super().__init__(
             trigger=trigger if trigger is not None else self._over_max,
             target=target if target is not None else self._at_most_compact_to,
@@ -76,7 +82,11 @@ class TruncationStrategy(StepStrategy):
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         # Without preserve_system, system groups older than the protected tail may go too.
-        return unprotected(index, self.minimum_preserved, include_system=not self.preserve_system)
+        groups = unprotected(index, self.minimum_preserved, include_system=not self.preserve_system)
+        if not self.preserve_first_user_group:
+            return groups
+        first = next((g for g in index.groups if g.kind is MessageGroupKind.USER), None)
+        return (g for g in groups if g is not first)
 
     async def compact(self, index: MessageIndex) -> bool:
         """Exclude the oldest groups while the measure is above ``compact_to`` (see the class).

@@ -27,17 +27,19 @@ class SlidingWindowStrategy(StepStrategy):
 
     Args:
         keep_last_groups: How many of the newest non-system groups to keep (at least 1 is kept).
-        preserve_system: Keep system messages; only ``True`` is supported.
+        preserve_system: Keep system messages (default); ``False`` lets older ones go too.
         trigger: When to run (default: always).
         target: When to stop early (default: the trigger's inverse, i.e. never with ``always``).
         minimum_preserved: A floor on the kept groups (default 1).
 
     Raises:
-        ValueError: A count is negative, or ``preserve_system`` is false.
+        ValueError: A count is negative.
 
     Example:
         >>> sliding_window = SlidingWindowStrategy(keep_last_groups=20)
     """
+
+    exclude_reason = "sliding_window"
 
     def __init__(
         self,
@@ -48,8 +50,6 @@ class SlidingWindowStrategy(StepStrategy):
         target: CompactionTrigger | None = None,
         minimum_preserved: int = 1,
     ) -> None:
-        if not preserve_system:
-            raise ValueError("SlidingWindowStrategy always preserves system messages")
         self.keep_last_groups = non_negative("keep_last_groups", keep_last_groups)
         self.preserve_system = preserve_system
         super().__init__(
@@ -59,7 +59,8 @@ class SlidingWindowStrategy(StepStrategy):
         )
 
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
-        return unprotected(index, max(self.keep_last_groups, self.minimum_preserved))
+        keep = max(self.keep_last_groups, self.minimum_preserved)
+        return unprotected(index, keep, include_system=not self.preserve_system)
 
     def __repr__(self) -> str:
         return f"SlidingWindowStrategy(keep_last_groups={self.keep_last_groups}, trigger={self.trigger!r})"
@@ -79,6 +80,8 @@ class SlidingWindowCompactionStrategy(StepStrategy):
     Example:
         >>> sliding_window = SlidingWindowCompactionStrategy(trigger=CompactionTriggers.turns_exceed(4))
     """
+
+    exclude_reason = "sliding_window"
 
     def __init__(
         self,
