@@ -11,6 +11,8 @@ What lives where:
   run, store the new messages after it), and its options (:class:`HistoryOptions`).
 * :mod:`.in_memory`: :class:`InMemoryHistoryProvider` (messages in the session's state) and the
   reducers (:class:`ChatReducer`, :class:`MessageCountingChatReducer`).
+* :mod:`.file`: :class:`FileHistoryProvider` (one append-only file per session, the reference's
+  layout).
 * :mod:`.storage`: :class:`StorageHistoryProvider`, history in any
   :class:`~agentkeep.storage.base.MessageStore` (the session keeps only a key). The backend
   modules (:mod:`agentkeep.storage.sqlite`, ...) subclass it with convenient constructors.
@@ -25,6 +27,7 @@ from .context import (
     MessageAIContextProvider,
     SessionContext,
 )
+from .file import FileHistoryProvider
 from .history import HistoryOptions, HistoryProvider, MessageFilter
 from .in_memory import ChatReducer, InMemoryHistoryProvider, InMemoryHistoryState, MessageCountingChatReducer
 from .storage import ConversationState, StorageHistoryProvider
@@ -35,6 +38,7 @@ __all__ = [
     "Context",
     "ContextProvider",
     "ConversationState",
+    "FileHistoryProvider",
     "HistoryOptions",
     "HistoryProvider",
     "InMemoryHistoryProvider",

@@ -6,6 +6,8 @@
 * :class:`InMemorySessionStore` — process memory (development, tests).
 * :class:`FileSystemSessionStore` — one JSON file per session, atomic writes, safe across processes.
 * :class:`IsolationKeyScopedSessionStore` — a per-tenant view of another store.
+* :class:`SessionStore` / :class:`FileSessionStore` — the reference Python edition's stores, keyed
+  by a session id alone (``get`` / ``set`` / ``delete``), in memory and as files.
 * :class:`SupportsPayloadRewrite` / :class:`StoredPayload` — payloads as stored, for key rotation
   (``docs/encryption.md``); the durable stores take ``key_ring=`` to encrypt them.
 
@@ -23,6 +25,7 @@ from .base import (
     session_version,
     set_session_version,
 )
+from .by_session_id import FileSessionStore, SessionStore
 from .filesystem import FileSystemSessionStore
 from .isolation import IsolationKeyScopedSessionStore
 from .memory import InMemorySessionStore, NoopSessionStore
@@ -30,10 +33,12 @@ from .memory import InMemorySessionStore, NoopSessionStore
 __all__ = [
     "AgentSessionStore",
     "DelegatingSessionStore",
+    "FileSessionStore",
     "FileSystemSessionStore",
     "InMemorySessionStore",
     "IsolationKeyScopedSessionStore",
     "NoopSessionStore",
+    "SessionStore",
     "StoredPayload",
     "SupportsPayloadRewrite",
     "agent_key",

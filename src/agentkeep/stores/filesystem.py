@@ -46,10 +46,8 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 import sys
-import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -64,6 +62,7 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..sessions import AgentSession
+from ._files import Folder, LockError
 from .base import (
     AgentSessionStore,
     StoredPayload,
@@ -75,11 +74,6 @@ from .base import (
     session_version,
     set_session_version,
 )
-
-if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-    import msvcrt
-else:
-    import fcntl
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -328,16 +322,16 @@ class FileSystemSessionStore(AgentSessionStore):
                 raise self._unavailable("tighten the permissions of", root, exc) from exc
 
     @contextlib.contextmanager
-    def _folder(self, path: Path, *, create: bool) -> Generator[_Folder | None]:
+    def _folder(self, path: Path, *, create: bool) -> Generator[Folder | None]:
         """The agent folder of ``path``, opened without following a link (``None`` if missing and
         not ``create``)."""
         if create:
             self._check_root()
         yield from self._opened(path.parent, create=create, missing=() if create else (errno.ENOENT,))
 
-    def _opened(self, folder: Path, *, create: bool, missing: tuple[int, ...]) -> Generator[_Folder | None]:
+    def _opened(self, folder: Path, *, create: bool, missing: tuple[int, ...]) -> Generator[Folder | None]:
         try:
-            opened = _Folder.opened(folder, create=create)
+            opened = Folder.opened(folder, create=create)
         except OSError as exc:
             if exc.errno in missing:
                 yield None
@@ -371,7 +365,7 @@ class FileSystemSessionStore(AgentSessionStore):
         with self._folder(path, create=False) as folder:
             return None if folder is None else self._read_in(folder, path, agent, conversation_id)
 
-    def _read_in(self, folder: _Folder, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
+    def _read_in(self, folder: Folder, path: Path, agent: str, conversation_id: str) -> _SessionFile | None:
         record = self._read_record(folder, path)
         if record is not None and (record.agent, record.conversation_id) != (agent, conversation_id):
             raise SessionFormatError(
@@ -380,7 +374,7 @@ class FileSystemSessionStore(AgentSessionStore):
             )
         return record
 
-    def _read_record(self, folder: _Folder, path: Path) -> _SessionFile | None:
+    def _read_record(self, folder: Folder, path: Path) -> _SessionFile | None:
         """The session file ``path`` in ``folder``, whoever's it is (``None`` if missing).
 
         Raises:
@@ -452,13 +446,13 @@ class FileSystemSessionStore(AgentSessionStore):
         return stored
 
     @contextlib.contextmanager
-    def _listed_folder(self, path: Path) -> Generator[_Folder | None]:
+    def _listed_folder(self, path: Path) -> Generator[Folder | None]:
         """The folder ``path`` opened as :meth:`_folder` does, or ``None`` if it is gone, a link
         or no folder."""
         yield from self._opened(path, create=False, missing=(errno.ENOENT, errno.ELOOP, errno.ENOTDIR))
 
     def _listed_record(
-        self, folder: _Folder, path: Path, key: tuple[str, str] | None = None
+        self, folder: Folder, path: Path, key: tuple[str, str] | None = None
     ) -> _SessionFile | None:
         """The session file ``path`` (``key``'s), or ``None`` if it is gone, a link, not a
         session file, or (with ``key``) another conversation's."""
@@ -499,19 +493,11 @@ class FileSystemSessionStore(AgentSessionStore):
                 self._write_atomic(folder, path, data)
         return True
 
-    def _write_atomic(self, folder: _Folder, path: Path, data: bytes) -> None:
-        temp = f".{path.stem}.{secrets.token_hex(8)}.tmp"
+    def _write_atomic(self, folder: Folder, path: Path, data: bytes) -> None:
         try:
-            with open(folder.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            folder.replace(temp, path.name)  # replaces a link itself, never its target
+            folder.write_atomic(path.name, data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                folder.unlink(temp)
             raise self._unavailable("write", path, exc) from exc
-        folder.fsync()
 
     def _delete_sync(self, path: Path) -> bool:
         with self._folder(path, create=False) as folder:
@@ -533,142 +519,16 @@ class FileSystemSessionStore(AgentSessionStore):
         return True
 
     @contextlib.contextmanager
-    def _locked(self, folder: _Folder, lock_path: Path) -> Generator[None]:
+    def _locked(self, folder: Folder, lock_path: Path) -> Generator[None]:
         """Hold an exclusive lock on ``lock_path`` (created if missing, never through a link)."""
-        deadline = time.monotonic() + self.lock_timeout
-        while True:
-            try:
-                fd = folder.open(lock_path.name, os.O_RDWR | os.O_CREAT)
-            except OSError as exc:
-                raise self._unavailable("open lock file", lock_path, exc) from exc
-            try:
-                self._acquire(fd, lock_path, deadline)
-                try:
-                    current = os.path.samestat(os.fstat(fd), folder.stat(lock_path.name))
-                except FileNotFoundError:
-                    current = False
-            except BaseException:
-                os.close(fd)
-                raise
-            if current:
-                break
-            os.close(fd)  # a delete removed the file we locked: lock the new one
         try:
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
-
-    def _acquire(self, fd: int, lock_path: Path, deadline: float) -> None:
-        delay = 0.0005
-        while True:
-            try:
-                if _try_lock(fd):
-                    return
-            except OSError as exc:  # e.g. a file system without locks
-                raise self._unavailable("lock", lock_path, exc) from exc
-            if time.monotonic() >= deadline:
-                raise StorageUnavailableError(
-                    f"timed out after {self.lock_timeout}s waiting for the lock {lock_path}",
-                    backend=self.backend,
-                    address=str(lock_path),
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
-
-
-def _try_lock(fd: int) -> bool:
-    """Take an exclusive lock on ``fd`` without waiting; ``False`` if someone else holds it."""
-    if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
-        try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            return False
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
-_RELATIVE: Final = os.name == "posix"  # open, rename, unlink and stat relative to a folder (dir_fd)
-
-
-class _Folder:
-    """An agent's session folder, opened once without following a link; files in it are opened,
-    renamed and removed relative to it (``dir_fd``), so no link on the way is ever followed.
-
-    Where the system has no ``dir_fd`` (Windows), paths are used and a folder that is a link is
-    refused by a check before use.
-    """
-
-    __slots__ = ("fd", "path")
-
-    def __init__(self, path: Path, fd: int | None) -> None:
-        self.path = path
-        self.fd = fd
-
-    @classmethod
-    def opened(cls, path: Path, *, create: bool) -> _Folder:
-        if create:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-        if not _RELATIVE:  # pragma: no cover - exercised on Windows only
-            if path.is_symlink() or not path.is_dir():
-                raise OSError(errno.ELOOP, "not a plain folder", str(path))
-            return cls(path, None)
-        return cls(path, os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW))
-
-    def open(self, name: str, flags: int) -> int:
-        """A file descriptor for ``name`` in the folder; a link there fails (``ELOOP``)."""
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            return os.open(self.path / name, flags | _NOFOLLOW, 0o600)
-        return os.open(name, flags | _NOFOLLOW, 0o600, dir_fd=self.fd)
-
-    def read(self, name: str) -> bytes:
-        with open(self.open(name, os.O_RDONLY), "rb") as file:
-            return file.read()
-
-    def names(self) -> list[str]:
-        """The names of the entries in the folder (listed through its descriptor)."""
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            return os.listdir(self.path)
-        return os.listdir(self.fd)
-
-    def stat(self, name: str) -> os.stat_result:
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            return os.stat(self.path / name, follow_symlinks=False)
-        return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-
-    def exists(self, name: str) -> bool:
-        try:
-            self.stat(name)
-        except FileNotFoundError:
-            return False
-        return True
-
-    def replace(self, source: str, target: str) -> None:
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            os.replace(self.path / source, self.path / target)
-        else:
-            os.replace(source, target, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-
-    def unlink(self, name: str) -> None:
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            os.unlink(self.path / name)
-        else:
-            os.unlink(name, dir_fd=self.fd)
-
-    def fsync(self) -> None:
-        """Make a rename or unlink in the folder durable (where folders can be synced)."""
-        if self.fd is None:  # pragma: no cover - exercised on Windows only
-            return
-        with contextlib.suppress(OSError):  # some file systems refuse; the rename is still atomic
-            os.fsync(self.fd)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+            with folder.locked(lock_path.name, timeout=self.lock_timeout):
+                yield
+        except TimeoutError as exc:
+            raise StorageUnavailableError(
+                f"timed out after {self.lock_timeout}s waiting for the lock {lock_path}",
+                backend=self.backend,
+                address=str(lock_path),
+            ) from exc
+        except LockError as exc:
+            raise self._unavailable(exc.what, lock_path, exc.os_error) from exc.os_error
