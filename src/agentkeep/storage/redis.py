@@ -130,6 +130,7 @@ from .codec import (
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+    from redis.credentials import CredentialProvider
 
     from ..encryption import KeyRing
 
@@ -685,9 +686,19 @@ class RedisHistoryProvider(StorageHistoryProvider):
     The provider creates a :class:`RedisMessageStore` and closes it in :meth:`aclose` (which
     closes the Redis client only if the store created it from ``redis_url``).
 
+    The reference's constructor forms work: ``RedisHistoryProvider("mem", redis_url=...)``, and
+    with Entra ID (Azure) authentication ``RedisHistoryProvider("mem", credential_provider=cred,
+    host="name.redis.cache.windows.net")`` (port 6380 and TLS by default, as there).
+
     Args:
         source_id: Provider id and state key.
         redis_url: Connect to this URL (the provider owns the client).
+        credential_provider: Or connect to ``host`` with this redis-py credential provider (the
+            provider owns the client).
+        host: The server of ``credential_provider``.
+        port: Its port (default 6380, Azure Cache for Redis over TLS).
+        ssl: Connect with TLS (default ``True``).
+        username: The user name for ``credential_provider``'s connection.
         redis_client: Or use this redis-py asyncio client (never closed by the provider).
         key_prefix: Namespace of every key written.
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
@@ -719,6 +730,11 @@ class RedisHistoryProvider(StorageHistoryProvider):
         self,
         source_id: str = "redis_memory",
         redis_url: str | None = None,
+        credential_provider: CredentialProvider | None = None,
+        host: str | None = None,
+        port: int = 6380,
+        ssl: bool = True,
+        username: str | None = None,
         *,
         redis_client: aioredis.Redis | None = None,
         key_prefix: str = DEFAULT_KEY_PREFIX,
@@ -729,8 +745,27 @@ class RedisHistoryProvider(StorageHistoryProvider):
         key_ring: KeyRing | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
+        if redis_url is None and credential_provider is None and redis_client is None:
+            raise ValueError("Either redis_url or credential_provider must be provided (or a redis_client)")
+        if credential_provider is not None and (redis_url is not None or redis_client is not None):
+            raise ValueError("redis_url, redis_client and credential_provider are mutually exclusive")
+        if credential_provider is not None and host is None:
+            raise ValueError("host is required when using credential_provider")
+        owned = None
+        if credential_provider is not None:
+            from redis.asyncio import Redis  # the extra is installed: this module's store needs it
+
+            owned = Redis(
+                host=cast(str, host),
+                port=port,
+                ssl=ssl,
+                username=username,
+                credential_provider=credential_provider,
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+            )
         store = RedisMessageStore(
-            redis_client,
+            owned if owned is not None else redis_client,
             redis_url=redis_url,
             key_prefix=key_prefix,
             max_messages=max_messages,
@@ -738,6 +773,8 @@ class RedisHistoryProvider(StorageHistoryProvider):
             timeout=timeout,
             key_ring=key_ring,
         )
+        if owned is not None:
+            store.connection.owns_client = True  # made here: closed with the store
         super().__init__(
             store,
             source_id,
@@ -745,6 +782,22 @@ class RedisHistoryProvider(StorageHistoryProvider):
             **options,
             owns_store=True,
         )
+        self.redis_url = redis_url
+
+    @property
+    def key_prefix(self) -> str:
+        """The namespace of every key written (the store's)."""
+        return self.store.key_prefix
+
+    @property
+    def max_messages(self) -> int | None:
+        """The most raw messages kept per conversation (``None``: all)."""
+        return self.store.max_messages
+
+    async def clear(self, session_id: str) -> bool:
+        """Delete the stored conversation ``session_id`` (what ``get_messages(session_id)`` reads);
+        ``False`` if there was none."""
+        return await self.store.delete(session_id)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisHistoryProvider:
