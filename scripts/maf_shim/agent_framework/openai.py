@@ -1,0 +1,5 @@
+"""``agent_framework.openai``: outside agentkeep (every name absent)."""
+
+from _absent import absent_names
+
+__getattr__ = absent_names("agent_framework.openai")
