@@ -14,8 +14,8 @@ this interpreter; it must not have the real ``agent_framework`` installed) and p
 how many tests pass, fail and error, then the failing tests of the *fair set* with a one-line
 reason.
 
-The fair set leaves out, by reading each test's source (its body, decorators, the fixtures it
-takes and the module's helpers it calls):
+The fair set leaves out, by reading each test's source (its body, decorators, and the fixtures
+and helpers of its module it uses; the conftest's fixtures are the framework's test rig):
 
 * tests that use the framework's private helpers: a ``_``-prefixed name imported from the
   framework, a ``_``-prefixed attribute the test file does not define itself (``_response``, the
@@ -237,12 +237,12 @@ def _patch_targets(nodes: Iterable[ast.AST], framework_names: set[str]) -> Itera
 class ModuleSource:
     """One test file's source, read once: its defs, imports and fixtures."""
 
-    def __init__(self, text: str, *, extra_fixtures: dict[str, ast.AST] | None = None) -> None:
+    def __init__(self, text: str) -> None:
         self.tree = ast.parse(text)
         self.framework_names: set[str] = set()
         self.private_imports: set[str] = set()
         self.defs: dict[str, ast.AST] = {}
-        self.fixtures: dict[str, ast.AST] = dict(extra_fixtures or {})
+        self.fixtures: dict[str, ast.AST] = {}
         self.defined_attrs: set[str] = set()
         for node in ast.walk(self.tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agent_framework"):
@@ -501,9 +501,10 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     try:
         build(folder, files, layout, args.shim)
-        conftest = ModuleSource(files.get(f"{CORE}/core/conftest.py", b"").decode())
+        # The conftest's fixtures are the framework's test rig (its mock clients patch its own
+        # defaults): a test is judged by its own source and its module's helpers, not by them.
         sources = {
-            target: ModuleSource(files[source].decode(), extra_fixtures=conftest.fixtures)
+            target: ModuleSource(files[source].decode())
             for source, target in layout.items()
             if Path(target).name.startswith("test_")
         }

@@ -2,8 +2,9 @@
 
 A framework test module imports many names at its top; one missing name would make every test of
 the file fail to collect. A name agentkeep has no counterpart for becomes an :class:`Absent`
-placeholder: importing it works, using it (calling, subclassing, reading an attribute, indexing)
-raises ``NotImplementedError`` naming it, so the test that needs it fails with that reason.
+placeholder: importing it works, using it (calling, reading an attribute, indexing) raises
+``NotImplementedError`` naming it, so the test that needs it fails with that reason. A class a test
+module derives from it (at import) gets a base whose instances cannot be made, for the same reason.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ class Absent:
     __call__ = _refuse
     __getitem__ = _refuse
     __iter__ = _refuse
-    __mro_entries__ = _refuse
+
+    def __mro_entries__(self, bases: tuple[object, ...]) -> tuple[type, ...]:
+        name = self._qualified_name
+
+        def refuse(*_args: Any, **_kwargs: Any) -> None:
+            raise NotImplementedError(f"{name} has no agentkeep counterpart")
+
+        return (type(name.rsplit(".", 1)[-1], (), {"__init__": refuse}),)
 
     def __getattr__(self, name: str) -> NoReturn:
         self._refuse()

@@ -7,7 +7,7 @@ agent, tools, chat clients, the earlier thread API (``ChatAgent``, ``AgentThread
 session stores, storage-backed history, errors.
 """
 
-from .agent import Agent, AgentResponse, AgentResponseUpdate, AgentRunStream
+from .agent import Agent, AgentResponse, AgentResponseUpdate, AgentRunStream, SupportsAgentRun
 from .clients.base import (
     BaseChatClient,
     ChatClient,
@@ -16,6 +16,7 @@ from .clients.base import (
     ChatResponse,
     ChatResponseUpdate,
 )
+from .clients.layers import ChatMiddlewareLayer, ChatTelemetryLayer, FunctionInvocationLayer, ResponseStream
 from .compaction import (
     EXCLUDE_REASON_KEY,
     EXCLUDED_KEY,
@@ -161,6 +162,9 @@ from .threads import (
 )
 from .tools import FunctionTool, tool
 
+SupportsChatGetResponse = ChatClient
+"""The reference's name of :class:`ChatClient`: anything with ``get_response``."""
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -198,12 +202,14 @@ __all__ = [
     "ChatMessage",
     "ChatMessageStore",
     "ChatMessageStoreProtocol",
+    "ChatMiddlewareLayer",
     "ChatOptions",
     "ChatReducer",
     "ChatRequestError",
     "ChatResponse",
     "ChatResponseUpdate",
     "ChatRole",
+    "ChatTelemetryLayer",
     "CompactionError",
     "CompactionProvider",
     "CompactionStrategy",
@@ -223,6 +229,7 @@ __all__ = [
     "FileSessionStore",
     "FileSystemSessionStore",
     "FunctionCallContent",
+    "FunctionInvocationLayer",
     "FunctionResultContent",
     "FunctionTool",
     "HistoryOptions",
@@ -258,6 +265,7 @@ __all__ = [
     "PipelineCompactionStrategy",
     "ProviderConfigurationError",
     "ProviderSessionState",
+    "ResponseStream",
     "Role",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -278,6 +286,8 @@ __all__ = [
     "StoreURLError",
     "SummarizationError",
     "SummarizationStrategy",
+    "SupportsAgentRun",
+    "SupportsChatGetResponse",
     "TextContent",
     "TextReasoningContent",
     "TokenBudgetComposedStrategy",

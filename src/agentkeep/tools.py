@@ -259,7 +259,11 @@ class FunctionTool:
 def tool(func: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, run_in_thread: bool = False
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    run_in_thread: bool = False,
+    approval_mode: str | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     func: Callable[..., Any] | None = None,
@@ -268,8 +272,22 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     run_in_thread: bool = False,
+    approval_mode: str | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
-    """Decorator turning a function into a :class:`FunctionTool` (``@tool`` or ``@tool(name=...)``)."""
+    """Decorator turning a function into a :class:`FunctionTool` (``@tool`` or ``@tool(name=...)``).
+
+    ``approval_mode`` is the reference's: ``"never_require"`` (or ``None``) is how agentkeep runs
+    every tool; ``"always_require"`` (an approval request before each call) is not supported.
+
+    Raises:
+        ToolError: ``approval_mode`` asks for approvals.
+    """
+    if approval_mode not in (None, "never_require"):
+        raise ToolError(
+            f"approval_mode={approval_mode!r}: agentkeep runs tools without approval requests "
+            "(only 'never_require')",
+            tool_name=name or getattr(func, "__name__", "tool"),
+        )
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
         return FunctionTool(f, name=name, description=description, run_in_thread=run_in_thread)

@@ -1,5 +1,9 @@
-"""``agent_framework.observability``: outside agentkeep (every name absent)."""
+"""``agent_framework.observability``: agentkeep's telemetry layer of a chat client."""
 
 from _absent import absent_names
+
+from agentkeep.clients.layers import ChatTelemetryLayer
+
+__all__ = ["ChatTelemetryLayer"]
 
 __getattr__ = absent_names("agent_framework.observability")

@@ -6,7 +6,7 @@
 * :mod:`._run`: one run: the plan, the provider pipeline and the tool loop.
 """
 
-from .agent import Agent
+from .agent import Agent, SupportsAgentRun
 from .response import AgentResponse, AgentResponseUpdate, AgentRunStream
 
-__all__ = ["Agent", "AgentResponse", "AgentResponseUpdate", "AgentRunStream"]
+__all__ = ["Agent", "AgentResponse", "AgentResponseUpdate", "AgentRunStream", "SupportsAgentRun"]

@@ -81,7 +81,7 @@ def plan_run(
     conversation_id = (session.service_session_id if session is not None else None) or requested
     store = merged.get("store")
     service_managed = bool(conversation_id) or (
-        store if store is not None else agent.client.stores_by_default
+        store if store is not None else bool(getattr(agent.client, "stores_by_default", False))
     )
     per_call = agent.require_per_service_call_history_persistence
     if per_call and service_managed:
@@ -212,6 +212,9 @@ class AgentRun:
         context = await self._before(plan)
         loop = _LoopState(conversation_id=plan.conversation_id)
         max_iterations = self.agent.max_tool_iterations
+        invocation = _invocation_configuration(self.agent.client)
+        if invocation is not None and isinstance(invocation.get("max_iterations"), int):
+            max_iterations = min(max_iterations, max(0, invocation["max_iterations"]))
         try:
             for iteration in range(max_iterations + 1):
                 final = iteration == max_iterations
@@ -414,6 +417,9 @@ class AgentRun:
         calls = _pending_calls(answer)
         if not calls:
             return None
+        invocation = _invocation_configuration(self.agent.client)
+        if invocation is not None and invocation.get("enabled") is False:
+            return None  # the client's function invocation is off: the caller answers the calls
         declared = {t.name for t in options.get("tools", []) if t.declaration_only}
         if declared and any(call.name in declared for call in calls):
             return None  # the caller runs these: the run ends with the calls for it to answer
@@ -429,6 +435,13 @@ class AgentRun:
         if final and plan.per_call:
             await self._store_call(plan, context, loop)
         return results
+
+
+def _invocation_configuration(client: object) -> dict[str, Any] | None:
+    """A reference-style client's ``function_invocation_configuration`` (its
+    :class:`~agentkeep.clients.layers.FunctionInvocationLayer`), which the tool loop honours."""
+    found: object = getattr(client, "function_invocation_configuration", None)
+    return cast("dict[str, Any]", found) if isinstance(found, dict) else None
 
 
 def _messages_for_call(plan: RunPlan, context: SessionContext, loop: _LoopState) -> Sequence[Message]:

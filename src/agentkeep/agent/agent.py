@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload, runtime_checkable
 
 from ..clients.base import ChatClient, ChatOptions
 from ..compaction.provider import CompactionProvider
@@ -45,9 +45,28 @@ from ..tools import ToolLike, normalize_tools
 from ._run import AgentRun
 from .response import AgentResponse, AgentRunStream
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "SupportsAgentRun"]
 
 P = TypeVar("P", bound=ContextProvider)
+
+
+@runtime_checkable
+class SupportsAgentRun(Protocol):
+    """What an agent offers its callers (the reference's name): an id, a name, a description, a
+    ``run`` and sessions to run on. :class:`Agent` is one."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def description(self) -> str | None: ...
+
+    def run(self, messages: Any = None, *, session: AgentSession | None = None, **kwargs: Any) -> Any: ...
+
+    def create_session(self) -> AgentSession: ...
 
 
 class Agent:

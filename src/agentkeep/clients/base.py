@@ -28,7 +28,18 @@ import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypedDict, cast, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    Literal,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    cast,
+    runtime_checkable,
+)
 
 from ..contents import Content, TextContent, UsageContent, UsageDetails
 from ..messages import Message, MessageInput, Role, normalize_messages
@@ -50,6 +61,7 @@ __all__ = [
     "ChatOptions",
     "ChatResponse",
     "ChatResponseUpdate",
+    "OptionsCoT",
     "check_chat_options",
     "merge_updates",
 ]
@@ -106,6 +118,7 @@ class ChatResponse:
         finish_reason: Why generation stopped (``"stop"``, ``"tool_calls"``, ``"length"``, ...).
         model: The model that answered.
         value: The parsed structured output, when ``response_format`` was a type.
+        created_at: When the service made the response (its own timestamp text), if it says.
     """
 
     messages: list[Message]
@@ -115,11 +128,21 @@ class ChatResponse:
     finish_reason: str | None = None
     model: str | None = None
     value: Any = None
+    created_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.messages, Message):  # pyright: ignore[reportUnnecessaryIsInstance]
+            self.messages = [self.messages]  # the reference takes one message too
 
     @property
     def text(self) -> str:
         """The text of the response's messages."""
         return "".join(m.text for m in self.messages)
+
+    @classmethod
+    def from_updates(cls, updates: Sequence[ChatResponseUpdate], **_: Any) -> ChatResponse:
+        """The response streamed ``updates`` add up to (see :func:`merge_updates`)."""
+        return merge_updates(updates)
 
 
 @dataclass(slots=True)
@@ -139,6 +162,7 @@ class ChatResponseUpdate:
     response_id: str | None = None
     finish_reason: str | None = None
     model: str | None = None
+    created_at: str | None = None
 
     @property
     def text(self) -> str:
@@ -216,11 +240,21 @@ ChatClientProtocol = ChatClient
 """The earlier name of :class:`ChatClient` (seed 004)."""
 
 
-class BaseChatClient:
+OptionsCoT = TypeVar("OptionsCoT", covariant=True)
+"""The options type a client is generic in (``BaseChatClient[OptionsCoT]``, the reference's
+spelling; agentkeep's clients all take :class:`ChatOptions`)."""
+
+
+class BaseChatClient(Generic[OptionsCoT]):
     """Convenience base for chat clients: ``as_agent()`` and streaming built on ``get_response``.
 
     Subclasses implement :meth:`get_response`, and override :meth:`get_streaming_response` when
     the model can really stream. Both also accept the earlier call shape (module docstring).
+
+    A subclass written the reference's way implements ``_inner_get_response(*, messages, stream,
+    options, **kwargs)`` instead, returning (or awaiting to) a :class:`ChatResponse`, or, with
+    ``stream=True``, an async iterable of :class:`ChatResponseUpdate` (such as a
+    :class:`~agentkeep.clients.layers.ResponseStream`); both methods here then call it.
     """
 
     stores_by_default: bool = False
@@ -234,12 +268,24 @@ class BaseChatClient:
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
         """Answer ``messages`` with one response."""
-        raise NotImplementedError(f"{type(self).__name__} must implement get_response()")
+        inner = getattr(self, "_inner_get_response", None)
+        if inner is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement get_response()")
+        made = inner(messages=list(messages), stream=False, options=dict(options))
+        return cast(ChatResponse, await made if inspect.isawaitable(made) else made)
 
     async def get_streaming_response(
         self, messages: Sequence[Message], *, options: ChatOptions
     ) -> AsyncIterator[ChatResponseUpdate]:
-        """Stream the response of :meth:`get_response` as one update per message."""
+        """Stream the response of :meth:`get_response` as one update per message (or the updates
+        of a reference-style ``_inner_get_response``)."""
+        inner = getattr(self, "_inner_get_response", None)
+        if inner is not None:
+            made = inner(messages=list(messages), stream=True, options=dict(options))
+            stream = made if hasattr(made, "__aiter__") else await made  # a stream, or a call making one
+            async for update in cast("AsyncIterator[ChatResponseUpdate]", stream):
+                yield update
+            return
         response = await self.get_response(messages, options=options)
         last = len(response.messages) - 1
         for index, message in enumerate(response.messages):
@@ -410,7 +456,6 @@ def _accepting_earlier_shape(method: Callable[..., Any], *, streaming: bool) -> 
     return wrapper
 
 
-BaseChatClient.get_response = _accepting_earlier_shape(BaseChatClient.get_response, streaming=False)  # pyright: ignore[reportAttributeAccessIssue]
-BaseChatClient.get_streaming_response = _accepting_earlier_shape(  # pyright: ignore[reportAttributeAccessIssue]
-    BaseChatClient.get_streaming_response, streaming=True
-)
+_Any: Any = BaseChatClient
+_Any.get_response = _accepting_earlier_shape(_Any.get_response, streaming=False)
+_Any.get_streaming_response = _accepting_earlier_shape(_Any.get_streaming_response, streaming=True)

@@ -343,7 +343,7 @@ def _json_schema(response_format: Any) -> dict[str, Any] | None:
         raise ChatRequestError(f"response_format {response_format!r} has no JSON schema: {exc}") from exc
 
 
-class LocalChatClient(BaseChatClient):
+class LocalChatClient(BaseChatClient[ChatOptions]):
     """A chat client running a local GGUF model in-process (offline).
 
     Args:

@@ -104,7 +104,7 @@ _KEY_PATTERNS = (
 # -- the clients --------------------------------------------------------------------------------
 
 
-class _OpenAIClientBase(BaseChatClient):
+class _OpenAIClientBase(BaseChatClient[ChatOptions]):
     """Configuration, lifecycle and error mapping shared by both clients."""
 
     def __init__(

@@ -34,7 +34,7 @@ Responder = (
 _WORDS = re.compile(r"\S+\s*|\s+")
 
 
-class ScriptedChatClient(BaseChatClient):
+class ScriptedChatClient(BaseChatClient[ChatOptions]):
     """A chat client that answers from a script, for tests and examples.
 
     Args:

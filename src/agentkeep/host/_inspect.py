@@ -45,7 +45,7 @@ class InspectorHost(AgentHost):
         install_inspector(self, app)
 
 
-class _NoModel(BaseChatClient):
+class _NoModel(BaseChatClient[ChatOptions]):
     """The inspector's agent has no model: it only names the store's history and sessions."""
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:

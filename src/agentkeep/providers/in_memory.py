@@ -9,7 +9,7 @@ replaces the stored messages with fewer.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any, Literal, Protocol, Unpack, cast, runtime_checkable
 
 from ..contents import FunctionCallContent, FunctionResultContent
@@ -72,13 +72,28 @@ class MessageCountingChatReducer:
 # -- in-memory history ------------------------------------------------------------------------
 
 
-class InMemoryHistoryState:
-    """The in-memory provider's value in the state bag: ``{"messages": [...]}`` in wire form."""
+class InMemoryHistoryState(Mapping[str, Any]):
+    """The in-memory provider's value in the state bag: ``{"messages": [...]}`` in wire form.
+
+    Also a read-only mapping with the one key ``"messages"`` (a view of the history), as the
+    reference's code reads its provider's state (``state["messages"]``).
+    """
 
     __slots__ = ("messages",)
 
     def __init__(self, messages: MessageLog | None = None) -> None:
         self.messages = messages if messages is not None else MessageLog(None)
+
+    def __getitem__(self, key: str) -> Any:
+        if key != "messages":
+            raise KeyError(key)
+        return self.messages.view()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("messages",))
+
+    def __len__(self) -> int:
+        return 1
 
     def to_dict(self) -> dict[str, Any]:
         return {"messages": self.messages.to_list()}
