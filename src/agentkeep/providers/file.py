@@ -111,7 +111,7 @@ class FileHistoryProvider(HistoryProvider):
                 stacklevel=2,
             )
         super().__init__(source_id or self.DEFAULT_SOURCE_ID, **options)
-        self.storage_path = Path(storage_path).expanduser().absolute()
+        self.storage_path = Path(storage_path).expanduser()  # relative: to the working folder of each call
         try:
             asyncio.get_running_loop()
         except RuntimeError:  # not on an event loop: the folder is made now, as the reference does

@@ -240,7 +240,7 @@ class FileSessionStore:
             raise ValueError(
                 f"serialization_format must be 'json' or 'msgpack', not {serialization_format!r}"
             )
-        self.storage_path = Path(storage_path).expanduser().absolute()
+        self.storage_path = Path(storage_path).expanduser()  # relative: to the working folder of each call
         self.serialization_format: SerializationFormat = serialization_format
         self.lock_timeout = lock_timeout
         self._suffix = ".json" if serialization_format == "json" else ".msgpack"
