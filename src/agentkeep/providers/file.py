@@ -40,7 +40,7 @@ from ..messages import Message
 from ..sessions import AgentSession
 from ..stores._files import Folder
 from ..stores.by_session_id import SerializationFormat, session_file_name
-from .history import HistoryOptions, HistoryProvider
+from .history import HistoryOptions, HistoryProvider, without_excluded
 
 __all__ = ["FileHistoryProvider"]
 
@@ -173,11 +173,7 @@ class FileHistoryProvider(HistoryProvider):
             if session is not None:
                 session.runtime[cache_key] = read
         view = read.log.view()
-        if self.skip_excluded:
-            from ..compaction.annotations import EXCLUDED_KEY
-
-            return [m for m in view if not m.additional_properties.get(EXCLUDED_KEY)]
-        return view
+        return without_excluded(view) if self.skip_excluded else view
 
     async def save_messages(
         self,

@@ -44,10 +44,18 @@ from .context import AIContext, ContextProvider, SessionContext
 if TYPE_CHECKING:
     from ..agent import Agent
 
-__all__ = ["HistoryOptions", "HistoryProvider", "MessageFilter"]
+__all__ = ["HistoryOptions", "HistoryProvider", "MessageFilter", "without_excluded"]
 
 MessageFilter = Callable[[Sequence[Message]], Sequence[Message]]
 """A function from messages to the messages to keep (the history options' filters)."""
+
+
+def without_excluded(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` less those a compaction marked excluded (``additional_properties["_excluded"]``,
+    see :mod:`agentkeep.compaction.annotations`): what a provider with ``skip_excluded`` loads."""
+    from ..compaction.annotations import EXCLUDED_KEY  # compaction builds on this package
+
+    return [m for m in messages if not m.additional_properties.get(EXCLUDED_KEY)]
 
 
 class HistoryOptions(TypedDict, total=False):

@@ -17,7 +17,7 @@ from ..errors import MessageFormatError, StateTypeError
 from ..message_log import MessageLog, MessageView
 from ..messages import Message
 from ..sessions import AgentSession, ProviderSessionState
-from .history import HistoryOptions, HistoryProvider
+from .history import HistoryOptions, HistoryProvider, without_excluded
 
 __all__ = [
     "ChatReducer",
@@ -209,11 +209,7 @@ class InMemoryHistoryProvider(HistoryProvider):
             if self.reducer is not None and self.reducer_trigger == "before_messages_retrieval":
                 await self._reduce(log)
             messages = log.view()
-        if self.skip_excluded:
-            from ..compaction.annotations import EXCLUDED_KEY
-
-            messages = [m for m in messages if not m.additional_properties.get(EXCLUDED_KEY)]
-        return messages
+        return without_excluded(messages) if self.skip_excluded else messages
 
     async def save_messages(
         self,
