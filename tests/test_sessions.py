@@ -817,3 +817,9 @@ def test_a_stored_value_a_registered_type_refuses_is_a_typed_error() -> None:
     )
     with pytest.raises(StateTypeError, match="cannot be restored"):
         restored.state["m"]
+
+
+def test_other_formats_items_tagged_message_stay_dicts() -> None:
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+    restored = AgentSession.from_dict({"session_id": "s", "state": {"responses": {"output": [item]}}})
+    assert restored.state["responses"] == {"output": [item]}

@@ -11,7 +11,8 @@ holding objects of *registered* types, which come back as those objects from an 
   for a pydantic model) and read back by its decoder (default: ``from_dict()`` /
   ``model_validate()``). :class:`~agentkeep.messages.Message` is registered as ``"message"``
   in the framework's message shape (:mod:`agentkeep.maf.sessions`), so a session holding messages
-  in plain state loads in the framework too.
+  in plain state loads in the framework too; only a dict with that shape's ``role`` and
+  ``contents`` list is read as one (other formats tag their items ``"message"`` too).
 * :func:`encode_state_value` walks a value: registered objects are tagged, other objects with
   ``to_dict()`` give its result, dataclasses, enums and the like go through msgspec; a pydantic
   model of an unregistered type is registered on the spot with a ``DeprecationWarning`` (a new
@@ -66,6 +67,14 @@ class _Registration:
     encoder: StateEncoder
     decoder: StateDecoder
     custom: bool
+    matches: Callable[[Mapping[str, Any]], bool] | None = None
+    """For a common tag: whether a dict with it really is this type's (else it stays a dict)."""
+
+
+def _is_reference_message(data: Mapping[str, Any]) -> bool:
+    # "message" also tags other formats' items (an OpenAI Responses output item has "content"):
+    # only a dict with the reference's "contents" list and a role is a message.
+    return isinstance(data.get("contents"), list) and isinstance(data.get("role"), str)
 
 
 _lock = threading.Lock()
@@ -191,7 +200,14 @@ def _ensure_builtins() -> None:
 
     with _lock:
         if not _builtins_ready:
-            registration = _Registration(Message, "message", message_to_maf, message_from_maf, custom=True)
+            registration = _Registration(
+                Message,
+                "message",
+                message_to_maf,
+                message_from_maf,
+                custom=True,
+                matches=_is_reference_message,
+            )
             _by_id.setdefault("message", registration)
             _by_class.setdefault(Message, registration)
             _builtins_ready = True
@@ -293,7 +309,7 @@ def _revive(value: object, path: str) -> Any:
         tag = data.get("type")
         if type(tag) is str:
             registration = _by_id.get(tag)
-            if registration is not None:
+            if registration is not None and (registration.matches is None or registration.matches(data)):
                 try:
                     return registration.decoder(data)
                 except (ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -475,5 +476,24 @@ async def test_history_provider_from_url_owns_its_client() -> None:
         await provider.aclose()
         await delete_prefix(prefix)
     assert provider.store.connection.closed
-    with pytest.raises(ValueError, match="either"):
+    with pytest.raises(ValueError, match="Either redis_url or credential_provider"):
         RedisHistoryProvider()
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        RedisHistoryProvider("mem", REDIS_URL, credential_provider=object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="host is required"):
+        RedisHistoryProvider("mem", credential_provider=object())  # type: ignore[arg-type]
+
+
+async def test_history_provider_takes_the_references_members(client: aioredis.Redis) -> None:
+    prefix = f"ak-test-ref-{uuid.uuid4().hex[:8]}"
+    provider = RedisHistoryProvider("mem", redis_url=REDIS_URL, key_prefix=prefix, max_messages=50)
+    try:
+        assert (provider.redis_url, provider.key_prefix, provider.max_messages) == (REDIS_URL, prefix, 50)
+        await provider.save_messages("s1", [Message("user", "hi")])
+        assert [m.text for m in await provider.get_messages("s1")] == ["hi"]
+        assert await provider.clear("s1") is True
+        assert list(await provider.get_messages("s1")) == []
+        assert await provider.clear("s1") is False
+    finally:
+        await provider.aclose()
+        await delete_prefix(prefix)
