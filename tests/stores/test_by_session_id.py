@@ -141,7 +141,12 @@ async def test_a_corrupt_file_is_quarantined_and_a_retry_finds_nothing(tmp_path:
         ),
         ({"type": "session", "version": "1.0", "session_id": 123, "state": {}}, "invalid schema"),
         (
-            {"type": "session", "version": "1.0", "session_id": "s", "state": {"m": {"type": "message"}}},
+            {
+                "type": "session",
+                "version": "1.0",
+                "session_id": "s",
+                "state": {"m": {"type": "message", "role": "user", "contents": [123]}},
+            },
             "Failed to restore session state",
         ),
     ],
