@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentkeep import Content, Message
+from agentkeep import Content, Message, MessageFormatError
 from agentkeep.clients.local import ModelTokenizer
 from agentkeep.compaction import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -182,3 +185,29 @@ def test_openai_tokenizer_names_the_package_when_missing(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "bpe_openai", None)
     with pytest.raises(ImportError, match=r"agentkeep\[tokenizers\]"):
         OpenAITokenizer()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["user", "assistant", "tool", "system"]),
+    st.one_of(st.none(), st.text(max_size=12)),
+    st.text(max_size=40),
+    st.one_of(st.none(), st.text(max_size=20), st.dictionaries(st.text(max_size=5), st.integers())),
+    st.sampled_from(["text", "call", "result", "error_result"]),
+)
+def test_the_payload_length_is_the_payloads(
+    role: str, message_id: str | None, text: str, value: Any, kind: str
+) -> None:
+    if kind == "text":
+        contents: list[Content] = [Content.from_text(text)]
+    elif kind == "call":
+        contents = [Content.from_function_call(text or "c", "tool", arguments=value)]
+    elif kind == "result":
+        contents = [Content.from_function_result(text or "c", result=value)]
+    else:
+        contents = [Content.from_function_result("c", exception=text or "boom")]
+    try:
+        message = Message(role, contents, message_id=message_id or None)  # type: ignore[arg-type]
+    except MessageFormatError:
+        return  # text a message cannot hold (a lone surrogate)
+    assert reference_payload_length(message) == len(reference_payload(message))

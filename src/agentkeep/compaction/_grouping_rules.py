@@ -27,13 +27,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from json.encoder import encode_basestring
-from typing import Final, cast
+from typing import Final
 
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
 from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
-from .tokenizers import PLAIN_TEXT_PAYLOAD_CHARS, message_token_text
+from .tokenizers import (
+    MESSAGE_OVERHEAD_TOKENS,
+    PLAIN_TEXT_PAYLOAD_CHARS,
+    message_token_text,
+    reference_payload_length,
+)
 
 __all__ = ["append_messages"]
 
@@ -63,9 +68,10 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
     are made.
     """
     count_message = state.count_message
-    # The default estimator on a plain text message: the reference's payload length computed from
-    # the text and id lengths, inline, instead of a call that builds or measures the JSON.
-    per_token = state.payload_chars_per_token
+    # The default estimator, counted inline instead of a call per message: the reference's payload
+    # length (from the text and id lengths for a plain text), or the text measure's rounded length.
+    per_token, text_per_token = state.payload_chars_per_token, state.text_chars_per_token
+    payload_length, overhead = reference_payload_length, MESSAGE_OVERHEAD_TOKENS
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
@@ -75,23 +81,33 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:
         for message in messages:
             contents = message.contents
             only = contents[0] if len(contents) == 1 else None
-            plain = type(only) is TextContent and not only.additional_properties and not only.extra_fields
+            plain = type(only) is TextContent
             if plain:
-                text: str = cast(TextContent, only).text
+                text: str = only.text  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
                 if per_token:
-                    message_id = message.message_id
-                    length = (
-                        PLAIN_TEXT_PAYLOAD_CHARS
-                        + len(encode_basestring(text))
-                        + (4 if message_id is None else len(encode_basestring(message_id)))
-                        + len(message.role)
-                    )
+                    if only.additional_properties or only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
+                        length = payload_length(message)
+                    else:
+                        message_id = message.message_id
+                        length = (
+                            PLAIN_TEXT_PAYLOAD_CHARS
+                            + len(encode_basestring(text))
+                            + (4 if message_id is None else len(encode_basestring(message_id)))
+                            + len(message.role)
+                        )
                     tokens = max(1, length // per_token)
+                elif text_per_token:
+                    tokens = -(-len(text) // text_per_token) + overhead
                 else:
                     tokens = count_message(message)
             else:
                 text = message_token_text(message)
-                tokens = count_message(message)
+                if per_token:
+                    tokens = max(1, payload_length(message) // per_token)
+                elif text_per_token:
+                    tokens = -(-len(text) // text_per_token) + overhead
+                else:
+                    tokens = count_message(message)
             size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             position = len(all_messages)
             all_messages.append(message)

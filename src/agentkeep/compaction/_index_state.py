@@ -46,7 +46,8 @@ class IndexState:
         count_message: Counts one message's tokens with ``tokenizer`` (see
             :func:`~agentkeep.compaction.tokenizers.count_message_tokens`).
         payload_chars_per_token: For the default estimator measuring the reference's payload,
-            its characters per token (the grouping loop computes plain texts inline); else 0.
+            its characters per token (the grouping loop counts inline); else 0.
+        text_chars_per_token: The same for the default estimator measuring text; else 0.
         calls: Per function call id, the groups whose declaration of it is still pending (no
             result paired with it yet); two or more make a result of that id ambiguous.
         reasoning_tail: Reasoning-only groups at the end of the list, which a following tool-call
@@ -91,6 +92,7 @@ class IndexState:
         "pinned_upto",
         "reasoning_tail",
         "summaries",
+        "text_chars_per_token",
         "tokenizer",
         "tokens",
         "tool_groups",
@@ -110,11 +112,10 @@ class IndexState:
         self.count_message: Callable[[Message], int] = functools.partial(
             count_message_tokens, tokenizer=tokenizer
         )
-        self.payload_chars_per_token = (
-            tokenizer.chars_per_token
-            if type(tokenizer) is CharacterEstimatorTokenizer and tokenizer.measure == "payload"
-            else 0
-        )
+        estimator = type(tokenizer) is CharacterEstimatorTokenizer
+        measure = tokenizer.measure if isinstance(tokenizer, CharacterEstimatorTokenizer) else None
+        self.payload_chars_per_token = tokenizer.chars_per_token if estimator and measure == "payload" else 0
+        self.text_chars_per_token = tokenizer.chars_per_token if estimator and measure == "text" else 0
         self.calls: dict[str, list[MessageGroup]] = {}
         self.reasoning_tail: list[MessageGroup] = []
         self.open_group: MessageGroup | None = None

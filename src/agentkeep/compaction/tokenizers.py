@@ -313,17 +313,74 @@ def reference_payload(message: Message) -> str:
     return _dumps(payload)
 
 
+# The fixed characters of a one-call / one-result message's payload (besides the escaped values,
+# the id and the role's letters), read off the payload of an empty one so they cannot drift from it.
+def _fixed(message: Message, *values: str) -> int:
+    escaped = sum(len(encode_basestring(v)) for v in values)
+    return len(reference_payload(message)) - escaped - len(message.role)
+
+
+_CALL_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "", "")], message_id=""), "", "", "", "")
+_CALL_NO_ARGS_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "")], message_id=""), "", "", "")
+_RESULT_FIXED: Final = _fixed(Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", "")
+
+
+_MEASURED: Final = (TextContent, FunctionCallContent, FunctionResultContent)
+
+
 def reference_payload_length(message: Message) -> int:
-    """``len(reference_payload(message))``, without building it for a plain text message."""
+    """``len(reference_payload(message))``, without building it for the common messages (one
+    plain text, one function call, or one function result without an exception)."""
     contents = message.contents
     if len(contents) == 1:
-        only = contents[0]
-        if type(only) is TextContent and not only.additional_properties and not only.extra_fields:
+        only: Any = contents[0]  # one of the kinds below (checked by type), read without casts
+        kind: object = type(only)  # pyright: ignore[reportUnknownVariableType]
+        if kind in _MEASURED and not only.additional_properties and not only.extra_fields:
             message_id = message.message_id
-            return (
-                PLAIN_TEXT_PAYLOAD_CHARS
-                + len(encode_basestring(only.text))
-                + (4 if message_id is None else len(encode_basestring(message_id)))
-                + len(message.role)
-            )
+            head = (4 if message_id is None else len(encode_basestring(message_id))) + len(message.role)
+            if kind is TextContent:
+                return PLAIN_TEXT_PAYLOAD_CHARS + len(encode_basestring(only.text)) + head
+            if kind is FunctionCallContent:
+                args = only.arguments
+                names = len(encode_basestring(only.call_id)) + len(encode_basestring(only.name))
+                if args is None:
+                    return _CALL_NO_ARGS_FIXED + names + head
+                written = len(encode_basestring(args)) if type(args) is str else _json_length(args)
+                return _CALL_FIXED + names + written + head
+            if only.exception is None:  # a function result
+                value = only.result
+                if value is None:
+                    text_length = 2
+                elif type(value) is str:
+                    text_length = len(encode_basestring(value))
+                else:
+                    text_length = len(encode_basestring(_dumps(value)))
+                return _RESULT_FIXED + len(encode_basestring(only.call_id)) + text_length + head
     return len(reference_payload(message))
+
+
+_SCALAR_LENGTHS: Final = {True: 4, False: 5}
+
+
+def _json_length(value: object) -> int:
+    """``len(_dumps(value))`` for a flat object of text, whole numbers, booleans and nulls (a tool
+    call's usual arguments) without encoding it; anything else is encoded."""
+    if type(value) is not dict:
+        return len(_dumps(value))
+    members = cast("dict[Any, Any]", value)
+    total = 2 + 4 * len(members) - 2 if members else 2  # braces, ": " per member, ", " between them
+    for key, item in members.items():
+        if type(key) is not str:
+            return len(_dumps(value))
+        kind: object = type(item)  # pyright: ignore[reportUnknownVariableType]
+        if kind is str:
+            total += len(encode_basestring(key)) + len(encode_basestring(item))
+        elif kind is int:
+            total += len(encode_basestring(key)) + len(str(item))
+        elif kind is bool:
+            total += len(encode_basestring(key)) + _SCALAR_LENGTHS[item]
+        elif item is None:
+            total += len(encode_basestring(key)) + 4
+        else:
+            return len(_dumps(value))
+    return total
