@@ -237,13 +237,7 @@ class CompactionProvider(ContextProvider):
             return
         if self.phase != "after_run" or context.exception is not None or context.service_session_id:
             return
-        provider = agent.history_provider()
-        if provider is None:
-            return
-        history = await provider.get_session_messages(session)
-        outcome = await self._compact(session, history)
-        if outcome is not None:
-            await self._record(session, provider, outcome)
+        await self._compact_history_of(session, agent.history_provider())
 
     async def _compact_stored(
         self,
@@ -263,10 +257,13 @@ class CompactionProvider(ContextProvider):
                 await _annotated(strategy)(cast("list[Message]", messages))
             return
         provider = agent.history_provider(self.history_source_id) if agent is not None else None
+        await self._compact_history_of(session, provider)
+
+    async def _compact_history_of(self, session: AgentSession, provider: HistoryProvider | None) -> None:
+        """Compact what ``provider`` stores for ``session`` and have it record the outcome."""
         if provider is None:
             return
-        history = await provider.get_session_messages(session)
-        outcome = await self._compact(session, history)
+        outcome = await self._compact(session, await provider.get_session_messages(session))
         if outcome is not None:
             await self._record(session, provider, outcome)
 
