@@ -102,11 +102,47 @@ def test_times_keep_the_instant() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"\x09abc", b"\x01\x09text", b"\x04\x01not deflate", b"\x02\xc1"],
+    [
+        b"",
+        b"\x09abc",
+        b"\x01\x09text",
+        b"\x04\x01not deflate",
+        b"\x02\xc1",
+        b"\x03\x01\xf0ab",  # an author name longer than what is left
+        b"\x03\x01",  # no name length at all
+        b"\x05\x01\x09ab",
+        b"\x02" + b"\x91" * 100_000 + b"\xc0",  # nested deeper than any stored message
+    ],
+    ids=[
+        "empty",
+        "kind",
+        "role",
+        "deflate",
+        "msgpack",
+        "name-past-end",
+        "no-name-length",
+        "name-past-end-z",
+        "deep",
+    ],
 )
 def test_bad_records_raise_value_error(body: bytes) -> None:
     with pytest.raises(ValueError):  # backends turn these into CorruptRecordError
         decode_body(body, message_id=None, created_at=None)
+
+
+def test_an_author_name_may_not_run_into_the_seal() -> None:
+    with pytest.raises(ValueError, match="author name"):
+        decode_body(b"\x03\x01\x05ab" + b"CRC!", message_id=None, created_at=None, end=5)
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=300)
+def test_any_bytes_decode_or_raise_value_error(body: bytes) -> None:
+    try:
+        message = decode_body(body, message_id=None, created_at=None)
+    except ValueError:
+        return
+    assert isinstance(message, Message)
 
 
 def _sealed_record() -> tuple[RecordKey, bytes, int, bytes]:

@@ -382,14 +382,27 @@ for _, n in ipairs(excluded) do want(n) end
 for _, s in ipairs(new) do
   for _, n in ipairs(s.replaces) do want(n) end
 end
+-- what a summary record holds after its entry: its replaced ids (a retry repeats them)
+local function replaced_part(record)
+  local a, b, c, d = string.byte(record, 1, 4)
+  if not d then return record end
+  return string.sub(record, 5 + ((a * 256 + b) * 256 + c) * 256 + d)
+end
 local stored, recorded = redis.call('HGETALL', sums), {}
 for k = 1, #stored, 2 do
   local seq, anchor = string.match(stored[k], '^(%d+):(%d+)$')
   local n = needle_at(stored[k + 1], 5)
   if n then
-    recorded[n] = true
+    recorded[n] = replaced_part(stored[k + 1])
     if wanted[n] == false then wanted[n] = {tonumber(seq), tonumber(anchor)}; missing = missing - 1 end
   end
+end
+-- a summary may not take the id of a stored message (looked for among the ids this compaction
+-- names and the newest WINDOW entries) or of a summary replacing other messages
+for k, s in ipairs(new) do
+  local prior = recorded[s.needle]
+  if prior ~= nil and prior ~= replaced_part(s.record) then return {-3, k} end
+  if prior == nil and redis.call('LPOS', recent, s.needle) then return {-3, k} end
 end
 local xr = ranges(redis.call('GET', excl))
 local function scan(a, b)
@@ -418,6 +431,7 @@ for k, s in ipairs(new) do
     if hit and (anchors[k] == nil or hit[2] < anchors[k]) then anchors[k] = hit[2] end
   end
   if anchors[k] == nil then return {-2, k} end
+  if wanted[s.needle] and recorded[s.needle] == nil then return {-3, k} end  -- a named message's id
 end
 local points = {}
 for _, n in ipairs(excluded) do
@@ -441,13 +455,13 @@ if #points > 0 then
   redis.call('SET', excl, table.concat(parts, ','))
 end
 for k, s in ipairs(new) do
-  if not recorded[s.needle] then  -- else: recorded before, this is a retry
+  if recorded[s.needle] == nil then  -- else: recorded before, this is a retry
     last = last + 1
     redis.call('RPUSH', log, '')
     redis.call('RPUSH', recent, '')
     redis.call('LTRIM', recent, -WINDOW, -1)
     redis.call('HSET', sums, last .. ':' .. anchors[k], s.record)
-    recorded[s.needle] = true
+    recorded[s.needle] = replaced_part(s.record)
   end
 end
 epoch = epoch + 1

@@ -73,6 +73,7 @@ __all__ = [
     "id_conflict",
     "newest_first",
     "setup_store",
+    "summary_id_conflict",
 ]
 
 K = TypeVar("K")
@@ -146,6 +147,18 @@ def id_conflict(
     return MessageIdConflictError(
         f"{backend}: cannot append to conversation {conversation_id!r}: {what} the id {message_id!r} "
         "(nothing was stored)",
+        backend=backend,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
+
+
+def summary_id_conflict(backend: str, conversation_id: str, message_id: str) -> MessageIdConflictError:
+    """The error for a compaction whose summary has the id of a stored message (or of a stored
+    summary that replaces other messages)."""
+    return MessageIdConflictError(
+        f"{backend}: cannot record the compaction of conversation {conversation_id!r}: its summary "
+        f"has the id {message_id!r} of a stored message (nothing was recorded)",
         backend=backend,
         conversation_id=conversation_id,
         message_id=message_id,
@@ -298,7 +311,10 @@ class MessageStore(Protocol):
         """Exclude messages (by id) from the view and add summaries; returns the new epoch.
 
         Originals stay in the log. Excluding an unknown id is ignored; a summary whose
-        ``replaces`` names no stored message raises ``ValueError``.
+        ``replaces`` names no stored message raises ``ValueError``; a summary with the id of a
+        stored message, or of a stored summary that replaces other messages, raises
+        :class:`~agentkeep.errors.MessageIdConflictError`. Either way nothing is recorded. The
+        same summary (id and ``replaces``) recorded again is a retry: stored once.
         """
         ...
 

@@ -225,14 +225,16 @@ def decode_body(
     if kind >= _SEALED:  # a sealed body (its seal checked by unseal)
         kind &= 0x0F
     if kind in (_PLAIN, _AUTHORED, _PLAIN_Z, _AUTHORED_Z):
-        if len(body) < 2 or body[1] >= len(_ROLES) or (end is not None and end < 2):
+        stop = len(body) if end is None else end
+        if stop < 2 or stop > len(body) or body[1] >= len(_ROLES):
             raise ValueError("bad role code")
         author: str | None = None
         start = 2
         if kind in (_AUTHORED, _AUTHORED_Z):
-            size = body[2]
-            author = body[3 : 3 + size].decode()
-            start = 3 + size
+            if stop < 3 or 3 + body[2] > stop:
+                raise ValueError("the author name's length runs past the end of the record")
+            start = 3 + body[2]
+            author = body[3:start].decode()
         raw = body[start:end]
         if kind in (_PLAIN_Z, _AUTHORED_Z):
             try:
@@ -246,9 +248,13 @@ def decode_body(
     if kind == _WIRE:
         try:
             wire: Any = _decoder.decode(body[1:end])
+            message = Message.from_dict(wire, checked=True)  # checked before it was stored and sealed
         except msgspec.DecodeError as exc:
             raise ValueError(f"invalid MessagePack: {exc}") from exc
-        message = Message.from_dict(wire, checked=True)  # checked before it was stored and sealed
+        except RecursionError as exc:
+            # The decoders' depth is bounded by the interpreter's recursion limit, as the encoder's
+            # is: nothing this deep was ever stored by encode_body.
+            raise ValueError("the record is nested too deeply to be a stored message") from exc
         message.message_id = message_id
         message.created_at = created_at
         return message
@@ -327,6 +333,8 @@ def _associated(key: RecordKey, message_id: bytes, kid: bytes) -> bytes:
 def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> bytes:
     """The plain body inside an encrypted record (its seal checked, ending at ``end``)."""
     size = record[1]
+    if 2 + size > end:
+        raise ValueError("the key id's length runs past the end of the record")
     kid = record[2 : 2 + size]
     key_id = kid.decode("ascii", "replace")
     found = None if key.key_ring is None else key.key_ring.get(key_id)
@@ -345,8 +353,8 @@ def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> byte
 
 def record_key_id(record: bytes) -> str | None:
     """The id of the key a stored record is encrypted with, or ``None`` for a plain one."""
-    if len(record) < 2 or record[0] != _ENCRYPTED | _SEALED:
-        return None
+    if len(record) < 2 or record[0] != _ENCRYPTED | _SEALED or 2 + record[1] > len(record) - 4:
+        return None  # plain, or damaged (then unseal() says so)
     return record[2 : 2 + record[1]].decode("ascii", "replace")
 
 

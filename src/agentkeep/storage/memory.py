@@ -24,6 +24,7 @@ from .base import (
     check_batch_ids,
     find_retry,
     newest_first,
+    summary_id_conflict,
 )
 from .codec import encode_body, encode_identity
 
@@ -177,12 +178,16 @@ class InMemoryMessageStore:
                         f"conversation {conversation_id!r}"
                     )
                 anchors.append(min(found))
+                summary.message.ensure_identity()
+                summary_id = summary.message.message_id or ""
+                stored = conversation.by_id.get(summary_id)
+                if stored is not None and stored.replaces != tuple(summary.replaces):  # not a retry
+                    raise summary_id_conflict(self.backend, conversation_id, summary_id)
             for message_id in excluded:
                 entry = conversation.by_id.get(message_id)
                 if entry is not None:
                     entry.excluded = True
             for summary, anchor in zip(summaries, anchors, strict=True):
-                summary.message.ensure_identity()
                 if (summary.message.message_id or "") in conversation.by_id:
                     continue  # recorded before: a retry
                 conversation.last_seq += 1

@@ -93,6 +93,7 @@ from .base import (
     check_batch_ids,
     check_retention,
     id_conflict,
+    summary_id_conflict,
 )
 from .codec import (
     DECODE_ERRORS,
@@ -195,8 +196,8 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     # -- compaction, deletion, expiry
     "lock_live": f"""SELECT key, last_seq FROM {{conversations}}
         WHERE conversation_id = %s AND {_LIVE} FOR UPDATE""",
-    "anchors": """SELECT id, seq FROM {messages} WHERE conversation = %s AND id = ANY(%s)
-        UNION ALL SELECT id, anchor FROM {summaries} WHERE conversation = %s AND id = ANY(%s)""",
+    "anchors": """SELECT id, seq, NULL::bytea[] FROM {messages} WHERE conversation = %s AND id = ANY(%s)
+        UNION ALL SELECT id, anchor, replaces FROM {summaries} WHERE conversation = %s AND id = ANY(%s)""",
     "exclude_messages": """UPDATE {messages} SET excluded = true
         WHERE conversation = %s AND id = ANY(%s) AND NOT excluded""",
     "exclude_summaries": """UPDATE {summaries} SET excluded = true
@@ -427,12 +428,15 @@ class PostgresMessageStore:
                 return 0
             key, last_seq = found
             anchors: dict[bytes, int] = {}
+            stored_replaces: dict[bytes, list[bytes] | None] = {}  # None: a message's id
             if rows:
                 wanted = list({raw for row in rows for raw in (row[0], *row[3])})
                 await cur.execute(q["anchors"], (key, wanted, key, wanted))
-                anchors = {bytes(raw): anchor for raw, anchor in await cur.fetchall()}
+                for raw, anchor, replaced in await cur.fetchall():
+                    anchors[bytes(raw)] = anchor
+                    stored_replaces[bytes(raw)] = None if replaced is None else [bytes(r) for r in replaced]
             placed: list[int] = []
-            for summary, (_, _, _, replaces) in zip(summaries, rows, strict=True):
+            for summary, (raw_id, _, _, replaces) in zip(summaries, rows, strict=True):
                 known = [anchors[raw] for raw in replaces if raw in anchors]
                 if not known:
                     raise ValueError(
@@ -440,6 +444,8 @@ class PostgresMessageStore:
                         f"conversation {conversation_id!r}"
                     )
                 placed.append(min(known))
+                if raw_id in stored_replaces and stored_replaces[raw_id] != replaces:  # not a retry
+                    raise summary_id_conflict(BACKEND, conversation_id, summary.message.message_id or "")
             if excluded_ids:
                 await cur.execute(q["exclude_messages"], (key, excluded_ids))
                 await cur.execute(q["exclude_summaries"], (key, excluded_ids))

@@ -63,7 +63,10 @@ recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (ke
 pushes the new entries; a window read computes list ranges from the exclusion ranges and summary
 anchors (both small) and reads only those. Nothing on a turn scans the conversation. Recording a
 compaction looks the given ids up by scanning the log from the first message that is not yet
-excluded until all are found (an id that is not stored makes it scan the whole log).
+excluded until all are found (an id that is not stored makes it scan the whole log). A summary
+that takes the id of a stored message is refused when that message is one the compaction names
+or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
+older message it does not name goes unnoticed (both are then kept).
 
 **Cost of listing.** ``list_conversations(limit=n)`` reads the index newest first in batches
 of up to 200 ids (``ZREVRANGE``, O(log C + n) for C indexed conversations) and runs one script per
@@ -116,6 +119,7 @@ from .base import (
     check_retention,
     id_conflict,
     newest_first,
+    summary_id_conflict,
 )
 from .codec import (
     FORMAT_VERSION,
@@ -539,6 +543,9 @@ class RedisMessageStore:
             raise ValueError(
                 f"summary {failed!r} replaces no stored message of conversation {conversation_id!r}"
             )
+        if status == -3:
+            clashing = summaries[int(value) - 1].message.message_id or ""
+            raise summary_id_conflict(self.backend, conversation_id, clashing)
         return int(value)
 
     async def stored_records(

@@ -95,6 +95,7 @@ from .base import (
     check_batch_ids,
     check_retention,
     find_retry,
+    summary_id_conflict,
 )
 from .codec import (
     DECODE_ERRORS,
@@ -320,6 +321,7 @@ class SQLiteMessageStore:
             low, high = _span(key)
             recent: dict[bytes, int] = {}
             stored: dict[bytes, tuple[int, int]] = {}
+            stored_replaces: dict[bytes, bytes] = {}
             for chunk in _chunks(sorted(wanted)):
                 marks = ",".join("?" * len(chunk))
                 for message_id, position in db.execute(
@@ -327,12 +329,13 @@ class SQLiteMessageStore:
                 ):
                     if low < position <= high:  # this conversation's (ids may repeat across others)
                         recent[message_id] = position & _SEQ_MASK
-                for summary_id, seq, anchor in db.execute(
-                    "SELECT id, seq, anchor FROM agentkeep_summaries "
+                for summary_id, seq, anchor, replaces in db.execute(
+                    "SELECT id, seq, anchor, replaces FROM agentkeep_summaries "
                     f"WHERE conversation = ? AND id IN ({marks})",
                     (key, *chunk),
                 ):
                     stored[summary_id] = (seq, anchor)
+                    stored_replaces[summary_id] = replaces
 
             def anchor_of(message_id: bytes) -> int | None:
                 seq = recent.get(message_id)
@@ -349,6 +352,11 @@ class SQLiteMessageStore:
                         f"conversation {conversation_id!r}"
                     )
                 anchors.append(min(found_anchors))
+                if (
+                    summary.id in recent
+                    or stored_replaces.get(summary.id, summary.replaces) != summary.replaces
+                ):
+                    raise summary_id_conflict(BACKEND, conversation_id, summary.message_id or "")
 
             db.executemany(
                 "UPDATE agentkeep_messages SET excluded = 1 WHERE position = ?",

@@ -28,6 +28,7 @@ from ...errors import (
 )
 from ...messages import Message
 from ...storage import base as contract
+from ...storage import codec
 from ...storage.base import MessageStore, StoredMessage, Summary
 from ...storage.memory import InMemoryMessageStore
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
@@ -366,6 +367,41 @@ async def compaction_edge_cases(backend: MessageStoreBackend) -> None:
 
 
 @_check
+async def a_summary_reusing_a_stored_id_is_refused(backend: MessageStoreBackend) -> None:
+    """A summary given the id of a stored message (replaced by it, or not) or of another summary
+    raises MessageIdConflictError, and nothing of that compaction is recorded; the same summary
+    recorded again is a retry."""
+    async with backend.open() as store:
+        for i in range(3):
+            await store.append("s", turn(i))
+        before = await store.read("s")
+        ids = _ids(await _raw(store, "s"))
+        clashes = {
+            "a message it replaces": ids[0],
+            "a stored message it does not replace": ids[5],
+        }
+        for what, clashing in clashes.items():
+            summary = Summary(Message("assistant", ["[summary]"], message_id=clashing), ids[:4])
+            with expect_raises(MessageIdConflictError, f"a summary with the id of {what}") as raised:
+                await store.record_compaction("s", excluded=ids[:4], summaries=[summary])
+            error = raised.error
+            assert isinstance(error, MessageIdConflictError)
+            expect_equal((error.conversation_id, error.message_id), ("s", clashing), "the error")
+            after = await store.read("s")
+            expect_equal((after.epoch, _shape(after.entries)), (before.epoch, _shape(before.entries)), what)
+        first = Summary(Message("assistant", ["S1"]), ids[:2])
+        await store.record_compaction("s", excluded=ids[:2], summaries=[first])
+        await store.record_compaction("s", excluded=ids[:2], summaries=[first])  # a retry
+        recorded = await store.read("s")
+        other = Summary(Message("assistant", ["S2"], message_id=first.message.message_id), ids[2:4])
+        with expect_raises(MessageIdConflictError, "a summary with the id of another summary"):
+            await store.record_compaction("s", excluded=ids[2:4], summaries=[other])
+        after = await store.read("s")
+        expect_equal(_shape(after.entries), _shape(recorded.entries), "the view after the refused summary")
+        expect_equal(texts(after.entries), ["S1", *texts(before.entries)[2:]], "the view")
+
+
+@_check
 async def view_reads_after_a_seq_give_what_is_new(backend: MessageStoreBackend) -> None:
     """``after=last_seq`` of a cached view gives exactly the messages appended since."""
     async with backend.open() as store:
@@ -442,6 +478,55 @@ async def changed_records_are_detected_not_returned(backend: MessageStoreBackend
                 await store.read("sum", raw=True)
         await backend.tamper(store, "sum", 1, lambda _: record)
         expect_equal(texts(await _raw(store, "sum")), ["pay 100 EUR", "ok"], "the restored record")
+
+
+def _damaged_bodies(key: codec.RecordKey, message_id: bytes, created_at: int) -> dict[str, bytes]:
+    """Record bodies whose checksum (if any) holds but whose inside is damaged: lengths that run
+    past the end, nesting no stored message has."""
+    deep = b"\x02" + b"\x91" * 100_000 + b"\xc0"  # MessagePack: a list in a list ... 100,000 deep
+    return {
+        "an author name running past the end (format 1)": b"\x03\x01\xf0ab",
+        "an author name running past the end (sealed)": codec.seal(
+            key, message_id, created_at, b"\x03\x01\xf0ab"
+        ),
+        "an author name running into the seal": codec.seal(key, message_id, created_at, b"\x03\x01\x05ab"),
+        "a key id running past the end (sealed)": codec.seal(key, message_id, created_at, b"\x06\x20kid"),
+        "MessagePack nested 100,000 deep (format 1)": deep,
+        "MessagePack nested 100,000 deep (sealed)": codec.seal(key, message_id, created_at, deep),
+    }
+
+
+@_check
+async def records_damaged_inside_a_valid_seal_are_reported(backend: MessageStoreBackend) -> None:
+    """A record whose lengths run past its end, or nested deeper than any stored message, raises
+    CorruptRecordError naming conversation and seq, with or without a valid seal."""
+    if backend.tamper is None:
+        raise NotApplicable(f"{backend.name} gives the suite no way to change a stored record")
+    async with backend.open() as store:
+        message = Message("user", ["hello"], author_name="ab")
+        await store.append("len", [message, Message("assistant", ["ok"])])
+        message_id, created_at = codec.encode_identity(message)
+        key = codec.seal_key("len")
+        stored = codec.seal(key, message_id, created_at, codec.encode_body(message))
+        for label, body in _damaged_bodies(key, message_id, created_at).items():
+
+            def change(record: bytes, body: bytes = body, previous: bytes = stored) -> bytes:
+                if not record.endswith(previous):
+                    raise NotApplicable(f"{backend.name} does not keep plain sealed records")
+                return record[: len(record) - len(previous)] + body
+
+            await backend.tamper(store, "len", 1, change)
+            stored = body
+            with expect_raises(CorruptRecordError, f"reading a record with {label}") as raised:
+                await store.read("len", raw=True)
+            error = raised.error
+            assert isinstance(error, CorruptRecordError)
+            expect_equal((error.conversation_id, error.seq), ("len", 1), f"the error for {label}")
+            with expect_raises(CorruptRecordError, f"reading the view with {label}"):
+                await store.read("len")
+        original = codec.seal(key, message_id, created_at, codec.encode_body(message))
+        await backend.tamper(store, "len", 1, lambda record: record[: len(record) - len(stored)] + original)
+        expect_equal(texts(await _raw(store, "len")), ["hello", "ok"], "the restored record")
 
 
 @_check
