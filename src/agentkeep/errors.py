@@ -32,8 +32,10 @@ the whole family in one clause and the specific kinds where they can act on them
     └── StorageError                a storage backend or session store failed
         ├── StorageUnavailableError the backend cannot be reached (names backend and address)
         ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
-        │   └── DecryptionError     an encrypted record under a key the ring lacks, or that does
-        │                           not decrypt with it (names the key id; nothing is changed)
+        │   ├── DecryptionError     an encrypted record under a key the ring lacks, or that does
+        │   │                       not decrypt with it (names the key id; nothing is changed)
+        │   └── CorruptMemoryError  a stored memory (or a memory store's bookkeeping) that cannot
+        │                           be decoded (names the store and the memory)
         ├── SchemaVersionError      stored data was written by a newer (or unknown) format version
         ├── ConflictError           a save over a newer version of the same session
         ├── IsolationError          a session of another tenant (isolation key) read or saved
@@ -53,6 +55,7 @@ __all__ = [
     "ChatRequestError",
     "CompactionError",
     "ConflictError",
+    "CorruptMemoryError",
     "CorruptRecordError",
     "DecryptionError",
     "IsolationError",
@@ -242,6 +245,36 @@ class DecryptionError(CorruptRecordError):
             self,
             f"{backend}: cannot decrypt {where}: encrypted with key {key_id!r}, but {reason}",
             backend=backend,
+        )
+
+
+class CorruptMemoryError(CorruptRecordError):
+    """A memory store holds a row it cannot read back as it was stored: damaged fields, an
+    embedding of the wrong length or with NaN, or damaged bookkeeping (the store's meta rows).
+
+    Attributes:
+        store: Where the store is (a file path, or a database address and schema).
+        memory_id: The memory's id, when the damage is in one memory.
+        row: What else names the damaged row (e.g. ``"meta 'dimensions'"``, ``"row 17"``).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        backend: str,
+        store: str,
+        memory_id: str | None = None,
+        row: str | None = None,
+    ) -> None:
+        self.store = store
+        self.memory_id = memory_id
+        self.row = row
+        self.conversation_id = ""
+        self.seq = None
+        what = f"memory {memory_id!r}" if memory_id is not None else row or "a row"
+        StorageError.__init__(
+            self, f"{backend} memory store {store}: {what} is damaged: {reason}", backend=backend
         )
 
 

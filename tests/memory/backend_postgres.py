@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
+import psycopg.types.json
+from psycopg import sql
+
 from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.postgres import PostgresMemoryStore
+from agentkeep.testing.conformance import NotApplicable
 from tests.storage.backend_postgres import URL, drop_schema, new_schema
 
 NAME = "postgres"
@@ -33,3 +40,39 @@ async def reopen(store: MemoryStore) -> AsyncIterator[PostgresMemoryStore]:
         yield again
     finally:
         await again.aclose()
+
+
+_ROW_DAMAGES: dict[str, tuple[str, object]] = {
+    "metadata not an object": ("metadata", psycopg.types.json.Jsonb([1, 2])),
+    "created_at out of range": ("created_at", 2**62),
+    "embedding of 3 bytes": ("embedding", b"\x00\x00\x80"),
+    "embedding of NaN": ("embedding", struct.pack("<8f", *[math.nan] * 8)),
+}
+
+
+async def damage(store: MemoryStore, memory_id: str, what: str) -> None:
+    """Damage a memory's row (typed columns: metadata is always JSON, times always numbers)."""
+    assert isinstance(store, PostgresMemoryStore)
+    if what not in _ROW_DAMAGES:
+        raise NotApplicable(f"postgres columns cannot hold {what}")
+    column, value = _ROW_DAMAGES[what]
+    async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("UPDATE {} SET {} = %s WHERE id = %s").format(
+                sql.Identifier(store.schema, "memories"), sql.Identifier(column)
+            ),
+            (value, memory_id),
+        )
+
+
+async def damage_meta(store: MemoryStore, name: str) -> None:
+    assert isinstance(store, PostgresMemoryStore)
+    if name != "dimensions":
+        raise NotApplicable(f"the postgres memory store keeps no {name} row")
+    async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("UPDATE {} SET value = 'x1' WHERE name = %s").format(
+                sql.Identifier(store.schema, "memory_meta")
+            ),
+            (name,),
+        )

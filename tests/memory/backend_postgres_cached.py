@@ -8,7 +8,10 @@ from contextlib import asynccontextmanager
 
 from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.postgres import PostgresMemoryStore
+from tests.memory.backend_postgres import damage, damage_meta
 from tests.storage.backend_postgres import URL, drop_schema, new_schema
+
+__all__ = ["NAME", "damage", "damage_meta", "open_store", "reopen"]
 
 NAME = "postgres-cached"
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
+from tests.memory.backend_sqlite import damage, damage_meta
+
+__all__ = ["NAME", "damage", "damage_meta", "open_store", "reopen"]
 
 NAME = "sqlite-cached"
 

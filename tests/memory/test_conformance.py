@@ -15,5 +15,11 @@ BACKENDS = backend_modules("tests.memory")
 @pytest.mark.parametrize("module", BACKENDS, ids=lambda m: m.NAME)
 @pytest.mark.parametrize("check", MEMORY_STORE_CHECKS, ids=str)
 async def test_memory_store_contract(check: ConformanceCheck[MemoryStoreBackend], module: ModuleType) -> None:
-    backend = MemoryStoreBackend(module.NAME, module.open_store, reopen=getattr(module, "reopen", None))
+    backend = MemoryStoreBackend(
+        module.NAME,
+        module.open_store,
+        reopen=getattr(module, "reopen", None),
+        damage=getattr(module, "damage", None),
+        damage_meta=getattr(module, "damage_meta", None),
+    )
     await run_check(check, backend)

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import apsw
 
-from ..errors import MemoryFormatError, StorageClosedError, StorageError
+from ..errors import CorruptMemoryError, MemoryFormatError, StorageClosedError, StorageError
 from ._vector_cache import LOG_KEEP
 from .records import MemoryScope
 
@@ -244,6 +244,20 @@ _MIGRATIONS: Final[tuple[Callable[[Db, int], None], ...]] = (_create_tables, _cr
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 
 
+def _meta_number(found: dict[str, object], name: str, path: Path) -> int:
+    """The whole number a meta row holds (0 when absent).
+
+    Raises:
+        CorruptMemoryError: The row holds anything else.
+    """
+    value: object = found.get(name, "0")
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10):
+        raise CorruptMemoryError(
+            f"it holds {value!r}, not a whole number", backend="sqlite", store=str(path), row=f"meta {name!r}"
+        )
+    return int(value)
+
+
 def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:
     """Create the store's tables in the file, or bring a file of an older layout up to date.
 
@@ -255,11 +269,11 @@ def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:
         db.run(
             "CREATE TABLE IF NOT EXISTS agentkeep_memory_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
         )
-        found: dict[str, str] = dict(db.rows("SELECT name, value FROM agentkeep_memory_meta"))  # pyright: ignore[reportAssignmentType]
-        layout = int(found.get("layout", 0))
+        found: dict[str, object] = dict(db.rows("SELECT name, value FROM agentkeep_memory_meta"))  # pyright: ignore[reportAssignmentType]
+        layout = _meta_number(found, "layout", path)
         if layout > LAYOUT:
             raise StorageError(f"{path} holds memories of a newer layout ({layout})", backend="sqlite")
-        if "dimensions" in found and int(found["dimensions"]) != dimensions:
+        if "dimensions" in found and _meta_number(found, "dimensions", path) != dimensions:
             raise MemoryFormatError(
                 f"{path} holds {found['dimensions']}-dimension embeddings, not {dimensions}"
             )

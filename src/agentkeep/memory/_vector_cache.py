@@ -48,7 +48,16 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the memory stores' search cache needs numpy and simsimd: pip install 'agentkeep[memory]'"
     ) from exc
 
-__all__ = ["DEFAULT_CACHE_BYTES", "DEFAULT_MIN_VECTORS", "LOG_KEEP", "ScopeVectors", "VectorCache", "behind"]
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_MIN_VECTORS",
+    "LOG_KEEP",
+    "DamagedVector",
+    "ScopeVectors",
+    "VectorCache",
+    "behind",
+    "vector_matrix",
+]
 
 DEFAULT_CACHE_BYTES: Final = 256 * 1024 * 1024
 """The default byte budget of a store's cache: 100,000 vectors of 384 dimensions take about 220 MiB
@@ -81,6 +90,45 @@ _QUANTIZE_ROWS: Final = 4_096
 
 FloatArray = npt.NDArray[np.float32]
 Int8Array = npt.NDArray[np.int8]
+
+
+class DamagedVector(ValueError):
+    """A stored vector of the wrong length, or holding NaN or an infinity.
+
+    Attributes:
+        rowid: The row it was read from.
+    """
+
+    def __init__(self, rowid: int, reason: str) -> None:
+        self.rowid = rowid
+        super().__init__(reason)
+
+
+_UNIT_TOLERANCE: Final = 1e-3
+"""How far from 1 a stored (normalized, float32) vector's length may be."""
+
+
+def vector_matrix(rowids: Sequence[int], vectors: Sequence[bytes], dimensions: int) -> FloatArray:
+    """The float32 ``vectors`` (one per row id) as a matrix, each checked: ``dimensions`` floats of
+    length 1, as the stores write them (so none holds NaN or an infinity: a search must never score
+    a damaged vector). Cost: one join and one vectorized pass.
+
+    Raises:
+        DamagedVector: Naming the first damaged row.
+    """
+    size = dimensions * 4
+    joined = b"".join(vectors)
+    if len(joined) != size * len(vectors):
+        at = next(i for i, vector in enumerate(vectors) if len(vector) != size)
+        raise DamagedVector(rowids[at], f"its embedding has {len(vectors[at])} bytes, not {size}")
+    matrix = np.frombuffer(joined, dtype=np.float32).reshape(len(vectors), dimensions)
+    with np.errstate(over="ignore", invalid="ignore"):  # a damaged vector's square may overflow
+        lengths = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+        unit = np.abs(lengths - 1.0) <= _UNIT_TOLERANCE  # False for NaN and infinities too
+    if not unit.all():
+        at = int(np.argmin(unit))
+        raise DamagedVector(rowids[at], f"its embedding has length {lengths[at]}, not 1 (stored normalized)")
+    return matrix
 
 
 class ScopeVectors:
@@ -129,12 +177,16 @@ class ScopeVectors:
         count = len(rows)
         vectors = cls(scope_id=scope_id, seq=seq, dimensions=dimensions, capacity=_grown(count))
         if count:
-            matrix = np.frombuffer(b"".join(row[3] for row in rows), dtype=np.float32)
-            vectors._matrix[:count] = matrix.reshape(count, dimensions)
+            rowids = [row[0] for row in rows]
+            vectors._matrix[:count] = vector_matrix(rowids, [row[3] for row in rows], dimensions)
             for start in range(0, count, _QUANTIZE_ROWS):
                 vectors._quantize(start, min(count, start + _QUANTIZE_ROWS))
-            vectors._rowids[:count] = [row[0] for row in rows]
-            vectors._updated[:count] = [row[2] for row in rows]
+            vectors._rowids[:count] = rowids
+            updated = [row[2] for row in rows]
+            if not all(type(value) is int for value in updated):
+                at = next(i for i, value in enumerate(updated) if type(value) is not int)
+                raise DamagedVector(rowids[at], f"its updated_at is {updated[at]!r}, not a time")
+            vectors._updated[:count] = updated
             vectors._kinds[:count] = [vectors._code(row[1]) for row in rows]
             vectors._position = {row[0]: at for at, row in enumerate(rows)}
             vectors._count = count
@@ -150,7 +202,14 @@ class ScopeVectors:
         return arrays + len(self._position) * _MAP_ENTRY_BYTES
 
     def put(self, rowid: int, kind: str, updated: int, vector: bytes) -> None:
-        """Add the vector of ``rowid``, or replace the one it had."""
+        """Add the vector of ``rowid``, or replace the one it had.
+
+        Raises:
+            DamagedVector: ``vector`` is damaged (nothing changes).
+        """
+        checked = vector_matrix((rowid,), (vector,), self.dimensions)
+        if type(updated) is not int:
+            raise DamagedVector(rowid, f"its updated_at is {updated!r}, not a time")
         at = self._position.get(rowid)
         if at is None:
             if self._count == len(self._rowids):
@@ -159,7 +218,7 @@ class ScopeVectors:
             self._count += 1
             self._position[rowid] = at
             self._rowids[at] = rowid
-        self._matrix[at] = np.frombuffer(vector, dtype=np.float32)
+        self._matrix[at] = checked[0]
         self._quantize(at, at + 1)
         self._kinds[at] = self._code(kind)
         self._updated[at] = updated

@@ -17,7 +17,11 @@ Rules every backend keeps (the conformance suite in
 * embeddings have the store's ``dimensions``; a record without one (a profile field, a memory
   block: read by key, not by meaning) is stored and listed but never found by a search;
 * a record whose ``updated_at`` is older than the store's ``ttl`` is neither found nor listed,
-  and :meth:`~MemoryStore.purge_expired` removes it.
+  and :meth:`~MemoryStore.purge_expired` removes it;
+* a stored row that does not read back as it was written (damaged fields, an embedding of the
+  wrong length or with NaN, damaged meta rows) raises
+  :class:`~agentkeep.errors.CorruptMemoryError` naming the store and the memory; it is never
+  returned as data, and a search never returns a score that is not a finite number.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from ..errors import ConflictError, MemoryFormatError
+from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = [
+    "DAMAGED_ROW_ERRORS",
     "MAX_K",
     "NO_CURRENT",
     "MemoryStore",
@@ -42,6 +47,18 @@ __all__ = [
     "rewrite_keyed",
     "to_micros",
 ]
+
+DAMAGED_ROW_ERRORS: Final = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    OverflowError,
+    OSError,
+)
+"""What building a record from a damaged row can raise (bad JSON, a time out of range, a value of
+the wrong type); :meth:`MemoryStore.decoded` turns them into ``CorruptMemoryError``."""
 
 MAX_K: Final = 1_000
 """The most memories one search returns."""
@@ -84,6 +101,9 @@ class MemoryStore(ABC):
 
     backend: str = "custom"
     """The store's name in errors."""
+
+    location: str = ""
+    """Where the store keeps its data (a path, or a database address and schema), for errors."""
 
     def __init__(self, *, dimensions: int, ttl: float | None = None) -> None:
         if dimensions <= 0:
@@ -217,6 +237,38 @@ class MemoryStore(ABC):
         return dataclasses.replace(
             record, embedding=embedding, metadata=dict(record.metadata), superseded_by=None
         )
+
+    def corrupt(
+        self, reason: str, *, memory_id: str | None = None, row: str | None = None
+    ) -> CorruptMemoryError:
+        """The error for a damaged row of this store (one memory's, or ``row`` naming another)."""
+        return CorruptMemoryError(
+            reason, backend=self.backend, store=self.location, memory_id=memory_id, row=row
+        )
+
+    def decoded(self, memory_id: object, build: Callable[[], MemoryRecord]) -> MemoryRecord:
+        """``build()``: the record of a stored row; a row it cannot build raises
+        :class:`~agentkeep.errors.CorruptMemoryError` naming ``memory_id``."""
+        try:
+            record = build()
+            for name in ("id", "source_session_id", "superseded_by"):  # what MemoryRecord takes as given
+                value = getattr(record, name)
+                if not (type(value) is str or (value is None and name != "id")):
+                    raise TypeError(f"its {name} is {value!r}, not text")
+        except DAMAGED_ROW_ERRORS as exc:
+            raise self.corrupt(f"{type(exc).__name__}: {exc}", memory_id=str(memory_id)) from exc
+        return record
+
+    def checked_hits(self, hits: list[MemoryHit]) -> list[MemoryHit]:
+        """``hits``, refused if one has a score that is not a finite number (a damaged vector).
+
+        Raises:
+            CorruptMemoryError: Naming that memory.
+        """
+        for hit in hits:
+            if not math.isfinite(hit.score):
+                raise self.corrupt(f"its embedding scores {hit.score}", memory_id=hit.record.id)
+        return hits
 
     def cutoff_micros(self) -> int | None:
         """:meth:`expired_before` in microseconds (``None``: no ``ttl``)."""

@@ -34,16 +34,18 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from .._db.postgres import DEFAULT_SCHEMA, PostgresConnection, PostgresDatabase, PostgresPool
-from ..errors import ConflictError, MemoryFormatError
+from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MIN_VECTORS,
     LOG_KEEP,
+    DamagedVector,
     ScopeVectors,
     VectorCache,
     behind,
+    vector_matrix,
 )
-from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import DAMAGED_ROW_ERRORS, NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["PostgresMemoryStore"]
@@ -51,21 +53,6 @@ __all__ = ["PostgresMemoryStore"]
 T = TypeVar("T")
 _COLUMNS: Final = "id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 _ATTEMPTS: Final = 5
-
-
-def _record(row: Sequence[Any]) -> MemoryRecord:
-    memory_id, key, kind, text, source, metadata, created, updated, superseded = row
-    return MemoryRecord(
-        text,
-        key=key,
-        kind=kind,
-        source_session_id=source,
-        metadata=cast("dict[str, Any]", metadata if isinstance(metadata, dict) else json.loads(metadata)),
-        id=memory_id,
-        created_at=from_micros(created),
-        updated_at=from_micros(updated),
-        superseded_by=superseded,
-    )
 
 
 class PostgresMemoryStore(MemoryStore):
@@ -103,6 +90,7 @@ class PostgresMemoryStore(MemoryStore):
             raise ValueError("cache_min_vectors must not be negative")
         self.db = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
         self.schema = schema
+        self.location = f"{self.db.address} (schema {schema!r})"
         self._tables = {
             name: sql.Identifier(schema, table)
             for name, table in (
@@ -118,6 +106,25 @@ class PostgresMemoryStore(MemoryStore):
         # Cached searches of this store take turns: one catches a scope's matrix up while no
         # other reads it (the scoring runs on a thread, off the event loop).
         self._cache_lock = asyncio.Lock()
+
+    def _record(self, row: Sequence[Any]) -> MemoryRecord:
+        memory_id, key, kind, text, source, metadata, created, updated, superseded = row
+        return self.decoded(
+            memory_id,
+            lambda: MemoryRecord(
+                text,
+                key=key,
+                kind=kind,
+                source_session_id=source,
+                metadata=cast(
+                    "dict[str, Any]", metadata if isinstance(metadata, dict) else json.loads(metadata)
+                ),
+                id=memory_id,
+                created_at=from_micros(created),
+                updated_at=from_micros(updated),
+                superseded_by=superseded,
+            ),
+        )
 
     def _q(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(**self._tables)  # pyright: ignore[reportArgumentType]
@@ -188,6 +195,8 @@ class PostgresMemoryStore(MemoryStore):
                 )
                 cursor = await conn.execute(self._q("SELECT value FROM {meta} WHERE name = 'dimensions'"))
                 (found,) = await cursor.fetchone() or (str(self.dimensions),)
+                if not (found.isascii() and found.isdigit() and len(found) < 10):
+                    raise self.corrupt(f"it holds {found!r}, not a whole number", row="meta 'dimensions'")
                 if int(found) != self.dimensions:
                     raise MemoryFormatError(
                         f"schema {self.schema!r} holds {found}-dimension embeddings, not {self.dimensions}"
@@ -326,7 +335,7 @@ class PostgresMemoryStore(MemoryStore):
                 (scope.key, memory_id),
             )
             row = await cursor.fetchone()
-            return None if row is None else _record(row)
+            return None if row is None else self._record(row)
 
         return await self._run(operation)
 
@@ -353,7 +362,7 @@ class PostgresMemoryStore(MemoryStore):
                 row = await cursor.fetchone()
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
-                old = _record(row[2:])
+                old = self._record(row[2:])
                 changed = self.updated(old, text=text, vector=vector, metadata=metadata)
                 await conn.execute(
                     self._q(
@@ -406,7 +415,7 @@ class PostgresMemoryStore(MemoryStore):
                 ),
                 (scope.key, kind, kind, cutoff, cutoff, limit),
             )
-            return [_record(row) for row in await cursor.fetchall()]
+            return [self._record(row) for row in await cursor.fetchall()]
 
         return await self._run(operation)
 
@@ -429,14 +438,22 @@ class PostgresMemoryStore(MemoryStore):
                 # the records of the k best, each checked to be of this scope and current.
                 await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 nearest: list[tuple[int, float]] | None = None
-                async with self._cache_lock:
-                    vectors = await self._cached(conn, scope.key)
-                    if vectors is not None:
-                        nearest = await asyncio.to_thread(
-                            vectors.nearest, query, k, kind=kind, cutoff=cutoff, helpers=self._cache.helpers
-                        )
-                if nearest is None:
-                    nearest = await self._nearest_fetched(conn, scope.key, query, k, kind, cutoff)
+                try:
+                    async with self._cache_lock:
+                        vectors = await self._cached(conn, scope.key)
+                        if vectors is not None:
+                            nearest = await asyncio.to_thread(
+                                vectors.nearest,
+                                query,
+                                k,
+                                kind=kind,
+                                cutoff=cutoff,
+                                helpers=self._cache.helpers,
+                            )
+                    if nearest is None:
+                        nearest = await self._nearest_fetched(conn, scope.key, query, k, kind, cutoff)
+                except DAMAGED_ROW_ERRORS as exc:
+                    raise await self._damaged_vector(conn, scope.key, exc) from exc
                 if not nearest:
                     return []
                 cursor = await conn.execute(
@@ -446,8 +463,10 @@ class PostgresMemoryStore(MemoryStore):
                     ),
                     ([row for row, _ in nearest], scope.key),
                 )
-                records = {row[0]: _record(row[1:]) for row in await cursor.fetchall()}
-            hits = [MemoryHit(records[row], score) for row, score in nearest if row in records]
+                records = {row[0]: self._record(row[1:]) for row in await cursor.fetchall()}
+            hits = self.checked_hits(
+                [MemoryHit(records[row], score) for row, score in nearest if row in records]
+            )
             hits.sort(key=lambda hit: (-hit.score, hit.record.id))
             return [hit for hit in hits if min_score is None or hit.score >= min_score]
 
@@ -476,11 +495,24 @@ class PostgresMemoryStore(MemoryStore):
             found = await cursor.fetchall()
         if not found:
             return []
-        rows = np.array([row for row, _ in found], dtype=np.int64)
-        matrix = np.frombuffer(b"".join(bytes(vector) for _, vector in found), dtype=np.float32)
-        scores = np.vecdot(matrix.reshape(len(found), self.dimensions), query)
+        rowids = [row for row, _ in found]
+        rows = np.array(rowids, dtype=np.int64)
+        matrix = vector_matrix(rowids, [bytes(vector) for _, vector in found], self.dimensions)
+        scores = np.vecdot(matrix, query)
         best = np.argsort(-scores, kind="stable")[:k]
         return [(int(rows[i]), float(scores[i])) for i in best]
+
+    async def _damaged_vector(
+        self, conn: PostgresConnection, scope: str, exc: Exception
+    ) -> CorruptMemoryError:
+        """The error for a scope whose vectors (or their rows) could not be read for a search."""
+        if isinstance(exc, DamagedVector):
+            cursor = await conn.execute(self._q("SELECT id FROM {memories} WHERE row = %s"), (exc.rowid,))
+            found = await cursor.fetchone()
+            if found is not None:
+                return self.corrupt(str(exc), memory_id=str(found[0]))
+            return self.corrupt(str(exc), row=f"row {exc.rowid}")
+        return self.corrupt(f"{type(exc).__name__}: {exc}", row=f"a vector row of scope {scope!r}")
 
     async def _cached(self, conn: PostgresConnection, scope: str) -> ScopeVectors | None:
         """The scope's vectors from the cache, brought up to the snapshot's change counter
@@ -567,7 +599,7 @@ class PostgresMemoryStore(MemoryStore):
                 (scope.key, key),
             )
             row = await cursor.fetchone()
-            return None if row is None else _record(row)
+            return None if row is None else self._record(row)
 
         return await self._run(operation)
 
@@ -580,7 +612,7 @@ class PostgresMemoryStore(MemoryStore):
                 ),
                 (scope.key, key),
             )
-            return [_record(row) for row in await cursor.fetchall()]
+            return [self._record(row) for row in await cursor.fetchall()]
 
         return await self._run(operation)
 

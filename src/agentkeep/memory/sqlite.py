@@ -44,7 +44,13 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the SQLite memory store needs apsw, sqlite-vec and numpy: pip install 'agentkeep[memory]'"
     ) from exc
 
-from ..errors import MemoryFormatError, StorageClosedError, StorageError, StorageUnavailableError
+from ..errors import (
+    CorruptMemoryError,
+    MemoryFormatError,
+    StorageClosedError,
+    StorageError,
+    StorageUnavailableError,
+)
 from ._sqlite_file import (
     Db,
     create_or_upgrade,
@@ -56,8 +62,15 @@ from ._sqlite_file import (
     put_vector,
     vector_bytes,
 )
-from ._vector_cache import DEFAULT_CACHE_BYTES, DEFAULT_MIN_VECTORS, ScopeVectors, VectorCache, behind
-from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from ._vector_cache import (
+    DEFAULT_CACHE_BYTES,
+    DEFAULT_MIN_VECTORS,
+    DamagedVector,
+    ScopeVectors,
+    VectorCache,
+    behind,
+)
+from .base import DAMAGED_ROW_ERRORS, NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
@@ -99,6 +112,7 @@ class SQLiteMemoryStore(MemoryStore):
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
         self.path = Path(path)
+        self.location = str(self.path)
         self.timeout = timeout
         self._cache = VectorCache(search_cache_bytes)
         self._cache_min_vectors = cache_min_vectors
@@ -155,17 +169,20 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _record(self, row: Sequence[Any], embedding: list[float] | None = None) -> MemoryRecord:
         _, memory_id, key, kind, text, source, metadata, created, updated, superseded = row
-        return MemoryRecord(
-            text,
-            embedding=embedding,
-            key=key,
-            kind=kind,
-            source_session_id=source,
-            metadata=json.loads(metadata),
-            id=memory_id,
-            created_at=from_micros(created),
-            updated_at=from_micros(updated),
-            superseded_by=superseded,
+        return self.decoded(
+            memory_id,
+            lambda: MemoryRecord(
+                text,
+                embedding=embedding,
+                key=key,
+                kind=kind,
+                source_session_id=source,
+                metadata=json.loads(metadata),
+                id=memory_id,
+                created_at=from_micros(created),
+                updated_at=from_micros(updated),
+                superseded_by=superseded,
+            ),
         )
 
     # -- the contract --------------------------------------------------------------------------------
@@ -327,7 +344,10 @@ class SQLiteMemoryStore(MemoryStore):
             # or read by sqlite-vec) and the records of the k nearest, each checked to be of this
             # scope and current.
             with db.read():
-                vectors = self._cached(db, scope.key)
+                try:
+                    vectors = self._cached(db, scope.key)
+                except DAMAGED_ROW_ERRORS as exc:
+                    raise self._damaged_vector(db, scope.key, exc) from exc
                 if vectors is None:
                     found = self._nearest_by_vec0(db, scope.key, query, k, kind, cutoff)
                 else:
@@ -339,13 +359,19 @@ class SQLiteMemoryStore(MemoryStore):
                         helpers=self._cache.helpers,
                     )
                     found = self._records_of(db, scope.key, nearest)
-            return [
-                MemoryHit(self._record(row), score)
-                for row, score in found
-                if min_score is None or score >= min_score
-            ]
+            hits = self.checked_hits([MemoryHit(self._record(row), score) for row, score in found])
+            return [hit for hit in hits if min_score is None or hit.score >= min_score]
 
         return await self._run(job)
+
+    def _damaged_vector(self, db: Db, scope: str, exc: Exception) -> CorruptMemoryError:
+        """The error for a scope whose vectors (or their rows) could not be loaded into the cache."""
+        if isinstance(exc, DamagedVector):
+            found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
+            if found is not None:
+                return self.corrupt(str(exc), memory_id=str(found[0]))
+            return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
+        return self.corrupt(f"{type(exc).__name__}: {exc}", row=f"a vector row of scope {scope!r}")
 
     def _nearest_by_vec0(
         self, db: Db, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
@@ -368,8 +394,10 @@ class SQLiteMemoryStore(MemoryStore):
             "WHERE m.scope = ? AND m.superseded_by IS NULL ORDER BY v.distance",
             [*args, scope],
         )
-        # a distance of None would be a vector with no direction (refused on the way in)
-        return [(row[:-1], 1.0 - float(row[-1])) for row in rows if row[-1] is not None]
+        for row in rows:
+            if row[-1] is None:  # NaN (SQLite has no NaN: NULL), or a vector with no direction
+                raise self.corrupt("its embedding scores no number (NaN, or a zero vector)", memory_id=row[1])
+        return [(row[:-1], 1.0 - float(row[-1])) for row in rows]
 
     def _records_of(
         self, db: Db, scope: str, nearest: list[tuple[int, float]]

@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
-from ...errors import ConflictError, MemoryFormatError
+from ...errors import ConflictError, CorruptMemoryError, MemoryFormatError
 from ...memory.base import MAX_K, NO_CURRENT, MemoryStore, rewrite_keyed
 from ...memory.records import MemoryRecord, MemoryScope
-from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
+from ._checks import (
+    ConformanceCheck,
+    NotApplicable,
+    Raised,
+    check_list,
+    expect,
+    expect_equal,
+    expect_raises,
+)
 
-__all__ = ["MEMORY_STORE_CHECKS", "MemoryStoreBackend"]
+__all__ = ["MEMORY_STORE_CHECKS", "META_DAMAGES", "ROW_DAMAGES", "MemoryStoreBackend"]
 
 DIMENSIONS = 8
 
@@ -36,11 +45,34 @@ class MemoryStoreBackend:
             isolated, set-up store (its own file, schema or namespace), closed afterwards.
         reopen: ``reopen(store)``: a new store on the same data as ``store`` (``None``: the
             store keeps nothing past its lifetime, and the durability check is skipped).
+        damage: ``await damage(store, memory_id, what)`` damages that stored memory's row in one
+            of the ways :data:`ROW_DAMAGES` names, writing to the backend directly; it raises
+            :class:`NotApplicable` for a damage the backend's columns cannot hold (``None``: the
+            store keeps objects, not rows).
+        damage_meta: ``await damage_meta(store, name)`` makes the store's bookkeeping row ``name``
+            (one of :data:`META_DAMAGES`) hold what is no number (``NotApplicable`` where the
+            store has no such row).
     """
 
     name: str
     open: Callable[..., AbstractAsyncContextManager[MemoryStore]]
     reopen: Callable[[MemoryStore], AbstractAsyncContextManager[MemoryStore]] | None = None
+    damage: Callable[[MemoryStore, str, str], Awaitable[None]] | None = None
+    damage_meta: Callable[[MemoryStore, str], Awaitable[None]] | None = None
+
+
+ROW_DAMAGES: Final = (
+    "metadata not JSON",
+    "metadata not an object",
+    "created_at out of range",
+    "updated_at not a number",
+    "embedding of 3 bytes",
+    "embedding of NaN",
+)
+"""The damages :attr:`MemoryStoreBackend.damage` applies to one memory's row."""
+
+META_DAMAGES: Final = ("layout", "dimensions")
+"""The bookkeeping rows :attr:`MemoryStoreBackend.damage_meta` damages."""
 
 
 MEMORY_STORE_CHECKS: list[ConformanceCheck[MemoryStoreBackend]] = []
@@ -411,3 +443,73 @@ async def memories_survive_reopening(backend: MemoryStoreBackend) -> None:
             hits = await again.search(ALICE, axis(1), k=1)
             expect_equal([h.record.id for h in hits], [new.id], "found after reopening")
             expect_equal(len(await again.history(ALICE, "home_city")), 2, "history after reopening")
+
+
+def _expect_corrupt(raised: Raised, store: MemoryStore, memory_id: str | None, what: str) -> None:
+    error = raised.error
+    assert isinstance(error, CorruptMemoryError)
+    expect_equal(
+        (error.store, error.memory_id), (store.location, memory_id), f"what the error names ({what})"
+    )
+
+
+@_check
+async def damaged_rows_are_reported_not_returned(backend: MemoryStoreBackend) -> None:
+    """A memory whose row was damaged (metadata, times, embedding) raises CorruptMemoryError
+    naming the store and the memory from every read that meets it; a search never returns a
+    score that is not a finite number; the other memories still read."""
+    if backend.damage is None:
+        raise NotApplicable(f"{backend.name} keeps objects, not rows: nothing can be damaged")
+    applied = 0
+    for what in ROW_DAMAGES:
+        async with backend.open(dimensions=DIMENSIONS) as store:
+            damaged = await store.add(ALICE, fact("Alice lives in Lisbon.", 0, key="home_city"))
+            other = await store.add(ALICE, fact("Alice likes tea.", 1))
+            try:
+                await backend.damage(store, damaged.id, what)
+            except NotApplicable:
+                continue
+            applied += 1
+            reads: dict[str, Callable[[], Awaitable[object]]] = {
+                "search": lambda store=store: store.search(ALICE, axis(0), k=5),
+            }
+            if not what.startswith("embedding"):  # reads without vectors meet the other damages
+                reads |= {
+                    "get": lambda store=store, damaged=damaged: store.get(ALICE, damaged.id),
+                    "list_memories": lambda store=store: store.list_memories(ALICE),
+                    "history": lambda store=store: store.history(ALICE, "home_city"),
+                    "current": lambda store=store: store.current(ALICE, "home_city"),
+                }
+            for name, read in reads.items():
+                with expect_raises(CorruptMemoryError, f"{name} with {what}") as raised:
+                    await read()
+                _expect_corrupt(raised, store, damaged.id, f"{name} with {what}")
+            kept = await store.get(ALICE, other.id)
+            expect_equal(kept.text if kept else None, "Alice likes tea.", f"another memory, with {what}")
+    if not applied:
+        raise NotApplicable(f"{backend.name} can be damaged in none of the ways the suite knows")
+
+
+@_check
+async def damaged_bookkeeping_is_reported_on_open(backend: MemoryStoreBackend) -> None:
+    """A store whose meta rows (layout, dimensions) were damaged raises CorruptMemoryError naming
+    the store and the row when opened again."""
+    if backend.damage_meta is None or backend.reopen is None:
+        raise NotApplicable(f"{backend.name} gives the suite no way to damage its bookkeeping")
+    applied = 0
+    for name in META_DAMAGES:
+        async with backend.open(dimensions=DIMENSIONS) as store:
+            await store.add(ALICE, fact("Alice lives in Lisbon.", 0))
+            try:
+                await backend.damage_meta(store, name)
+            except NotApplicable:
+                continue
+            applied += 1
+            with expect_raises(CorruptMemoryError, f"opening with a damaged {name} row") as raised:
+                async with backend.reopen(store) as again:
+                    await again.list_memories(ALICE)
+            error = raised.error
+            assert isinstance(error, CorruptMemoryError)
+            expect_equal((error.store, error.row), (store.location, f"meta {name!r}"), "what the error names")
+    if not applied:
+        raise NotApplicable(f"{backend.name} has none of the meta rows the suite knows")
