@@ -31,6 +31,8 @@ the whole family in one clause and the specific kinds where they can act on them
     │                               reported, never raised into a run
     └── StorageError                a storage backend or session store failed
         ├── StorageUnavailableError the backend cannot be reached (names backend and address)
+        │   └── OutcomeUnknownError a write whose reply was lost: it may have been applied;
+        │                           retrying it with the same messages stores them once
         ├── CorruptRecordError      a stored record cannot be decoded (names conversation and seq)
         │   ├── DecryptionError     an encrypted record under a key the ring lacks, or that does
         │   │                       not decrypt with it (names the key id; nothing is changed)
@@ -64,6 +66,7 @@ __all__ = [
     "MessageFormatError",
     "MessageIdConflictError",
     "ModelUnavailableError",
+    "OutcomeUnknownError",
     "ProviderConfigurationError",
     "SchemaVersionError",
     "ScriptExhaustedError",
@@ -208,6 +211,24 @@ class StorageUnavailableError(StorageError):
     def __init__(self, message: str, *, backend: str, address: str) -> None:
         self.address = address
         super().__init__(f"{backend} at {address}: {message}", backend=backend)
+
+
+class OutcomeUnknownError(StorageUnavailableError):
+    """A write (an append, a recorded compaction) failed after its request may have reached the
+    backend: the connection dropped or the reply did not come in time, so it may have been applied.
+
+    Retrying the same call with the same messages (the same objects, or the same ids and content)
+    is safe and settles it: an append already stored is recognised as a retry and stored once
+    (its original sequence numbers returned), and a summary already recorded is recorded once.
+    """
+
+    def __init__(self, message: str, *, backend: str, address: str) -> None:
+        super().__init__(
+            f"{message}; the write may have been applied: retry it with the same messages "
+            "(the same ids), which stores them once",
+            backend=backend,
+            address=address,
+        )
 
 
 class CorruptRecordError(StorageError):

@@ -12,11 +12,12 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
+import psycopg.conninfo
 import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from agentkeep import Agent, StorageUnavailableError
+from agentkeep import Agent, OutcomeUnknownError, StorageUnavailableError
 from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.stores.postgres import PostgresSessionStore
 from agentkeep.testing import ScriptedChatClient
@@ -24,6 +25,7 @@ from tests.clients.servers import free_port
 
 from .backend_postgres import URL, drop_schema, execute, new_schema
 from .helpers import turn
+from .reply_dropper import reply_dropper
 
 
 @pytest.fixture
@@ -166,3 +168,26 @@ async def test_an_injected_pool_without_server_timeouts_still_gets_the_client_de
     finally:
         await store.aclose()
         await pool.close()
+
+
+async def test_a_lost_reply_says_the_outcome_is_unknown_and_a_retry_stores_once(schema: str) -> None:
+    address = psycopg.conninfo.conninfo_to_dict(URL)
+    async with reply_dropper(
+        str(address.get("host", "127.0.0.1")), int(str(address.get("port", 5432)))
+    ) as proxy:
+        url = psycopg.conninfo.make_conninfo(URL, host="127.0.0.1", port=str(proxy.port))
+        store = PostgresMessageStore.from_url(url, schema=schema, timeout=2.0)
+        try:
+            await store.append("lost-reply", turn(1))
+            second = turn(2)
+            proxy.marker = b"lost-reply"  # the server commits the append; its reply never arrives
+            async with asyncio.timeout(30):  # a hang guard
+                with pytest.raises(OutcomeUnknownError, match="may have been applied"):
+                    await store.append("lost-reply", second)
+            assert proxy.dropped == 2  # the first attempt and the retry on a fresh connection
+            proxy.marker = None
+            assert await texts(store, "lost-reply") == ["question 1", "answer 1", "question 2", "answer 2"]
+            assert await store.append("lost-reply", second) == [3, 4]  # the retry: stored once
+            assert len(await texts(store, "lost-reply")) == 4
+        finally:
+            await store.aclose()

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from agentkeep import Agent, CorruptRecordError, Message, StorageUnavailableError
+from agentkeep import Agent, CorruptRecordError, Message, OutcomeUnknownError, StorageUnavailableError
 from agentkeep.storage.redis import RedisMessageStore
 from agentkeep.stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.private_redis import RedisServer
+from tests.storage.reply_dropper import reply_dropper
 from tests.storage.workers import append_turns_through_outages
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
@@ -198,3 +199,25 @@ async def test_writers_in_several_processes_retrying_through_a_killed_server_sto
             assert own_turns == [f"w{worker}-t{t} question" for t in range(turns)]
     finally:
         own.kill()
+
+
+async def test_a_lost_reply_says_the_outcome_is_unknown_and_a_retry_stores_once(server: RedisServer) -> None:
+    host, port = server.url.removeprefix("redis://").split("/")[0].split(":")
+    async with reply_dropper(host, int(port)) as proxy:
+        store = RedisMessageStore.from_url(f"redis://127.0.0.1:{proxy.port}/0", timeout=TIMEOUT)
+        try:
+            await store.append("lost-reply", turn("first"))
+            second = turn("second")
+            proxy.marker = b"lost-reply"  # the server applies the append; its reply never arrives
+            async with asyncio.timeout(30):  # a hang guard
+                with pytest.raises(OutcomeUnknownError, match="may have been applied") as raised:
+                    await store.append("lost-reply", second)
+            assert isinstance(raised.value, StorageUnavailableError)
+            assert proxy.dropped >= 1
+            proxy.marker = None
+            stored = [entry.message.text for entry in (await store.read("lost-reply", raw=True)).entries]
+            assert stored == ["first question", "first answer", "second question", "second answer"]
+            assert await store.append("lost-reply", second) == [3, 4]  # the retry: stored once
+            assert len((await store.read("lost-reply", raw=True)).entries) == 4
+        finally:
+            await store.aclose()

@@ -28,7 +28,13 @@ except ImportError as exc:
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'agentkeep[postgres]'"
     ) from exc
 
-from ..errors import SchemaVersionError, StorageClosedError, StorageError, StorageUnavailableError
+from ..errors import (
+    OutcomeUnknownError,
+    SchemaVersionError,
+    StorageClosedError,
+    StorageError,
+    StorageUnavailableError,
+)
 from ..storage.codec import FORMAT_VERSION
 
 __all__ = [
@@ -323,9 +329,11 @@ class PostgresDatabase:
 
         return await self.run(operation, retry=retry)
 
-    def unavailable(self, message: str) -> StorageUnavailableError:
-        """A :class:`StorageUnavailableError` for this database."""
-        return StorageUnavailableError(message, backend=BACKEND, address=self.address)
+    def unavailable(self, message: str, *, outcome_unknown: bool = False) -> StorageUnavailableError:
+        """A :class:`StorageUnavailableError` for this database (an :class:`OutcomeUnknownError`
+        for a write that may have committed)."""
+        kind = OutcomeUnknownError if outcome_unknown else StorageUnavailableError
+        return kind(message, backend=BACKEND, address=self.address)
 
     def check_open(self) -> None:
         """Raise :class:`StorageClosedError` after :meth:`aclose`."""
@@ -345,7 +353,7 @@ class PostgresDatabase:
         await self._open()
         async with self._setup_lock:
             if not self._ready:
-                await self._run(self._migrate, retry=True)
+                await self._run(self._migrate, retry=True, writes=False)
                 self._ready = True
 
     async def _open(self) -> None:
@@ -369,39 +377,57 @@ class PostgresDatabase:
             await self.pool.close()
 
     # -- running operations ----------------------------------------------------------------------
-    async def run(self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool = False) -> T:
+    async def run(
+        self,
+        operation: Callable[[PostgresConnection], Awaitable[T]],
+        *,
+        retry: bool = False,
+        writes: bool = False,
+    ) -> T:
         """Run ``operation`` on a pooled connection (after :meth:`setup`, once), mapping errors.
 
         Args:
             operation: Receives the connection; opens its own transaction when it needs one.
             retry: Run it once more on a fresh connection if the connection turns out to be
                 dead (only for operations that are safe to repeat).
+            writes: It changes data: a connection lost (or a reply not received) while it ran
+                raises :class:`~agentkeep.errors.OutcomeUnknownError` (it may have committed).
 
         Raises:
-            StorageUnavailableError: No connection in time, a dead server or no answer in time.
+            StorageUnavailableError: No connection in time, a dead server or no answer in time
+                (``OutcomeUnknownError`` for a write that may have committed).
             StorageError: Any other database error.
         """
         self.check_open()
         if not self._ready:
             await self.setup()
-        return await self._run(operation, retry=retry)
+        return await self._run(operation, retry=retry, writes=writes)
 
-    async def _run(self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool) -> T:
+    async def _run(
+        self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool, writes: bool
+    ) -> T:
         attempts = 2 if retry else 1
+        lost = False  # a write's connection failed while it ran: it may have committed
         for attempt in range(1, attempts + 1):
             try:
                 async with self.pool.connection(timeout=self.timeout) as conn:
                     try:
                         async with asyncio.timeout(self.timeout + 1):
                             return await operation(conn)
+                    except TimeoutError:
+                        lost = writes
+                        raise
                     except psycopg.OperationalError:
+                        lost = lost or (writes and conn.broken)
                         if not conn.broken or attempt == attempts:
                             raise
             except PoolTimeout as exc:
                 reason = await self._why_no_connection()
-                raise self.unavailable(f"no connection within {self.timeout:g} s{reason}") from exc
+                message = f"no connection within {self.timeout:g} s{reason}"
+                raise self.unavailable(message, outcome_unknown=lost) from exc
             except TimeoutError as exc:
-                raise self.unavailable(f"no answer within {self.timeout + 1:g} s") from exc
+                message = f"no answer within {self.timeout + 1:g} s"
+                raise self.unavailable(message, outcome_unknown=lost) from exc
             except psycopg.OperationalError as exc:
                 if exc.sqlstate == _NEWER_DATA:
                     raise self._newer(exc) from exc
@@ -411,7 +437,7 @@ class PostgresDatabase:
                         backend=BACKEND,
                     ) from exc
                 await self._drop_dead_connections()
-                raise self.unavailable(_describe(exc)) from exc
+                raise self.unavailable(_describe(exc), outcome_unknown=lost) from exc
             except psycopg.Error as exc:
                 if exc.sqlstate == _NEWER_DATA:
                     raise self._newer(exc) from exc

@@ -31,7 +31,13 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the Redis backend needs the redis package: pip install 'agentkeep[redis]'") from exc
 
-from ..errors import CorruptRecordError, StorageClosedError, StorageError, StorageUnavailableError
+from ..errors import (
+    CorruptRecordError,
+    OutcomeUnknownError,
+    StorageClosedError,
+    StorageError,
+    StorageUnavailableError,
+)
 
 __all__ = ["RedisConnection", "RedisScript", "escape_key_part", "glob_escape"]
 
@@ -150,14 +156,26 @@ class RedisConnection:
         if self._closed:
             raise StorageClosedError(f"the redis {what} is closed", backend=self.backend)
 
-    async def run(self, script: RedisScript, keys: Sequence[str], args: Sequence[bytes | str | int]) -> Any:
+    async def run(
+        self,
+        script: RedisScript,
+        keys: Sequence[str],
+        args: Sequence[bytes | str | int],
+        *,
+        writes: bool = False,
+    ) -> Any:
         """Run ``script`` with ``keys`` and ``args``; returns its reply.
 
+        Args:
+            writes: The script changes data and is safe to repeat: a failed connection then raises
+                :class:`~agentkeep.errors.OutcomeUnknownError` (the script may have run).
+
         Raises:
-            StorageUnavailableError: The server cannot be reached or did not answer in time.
+            StorageUnavailableError: The server cannot be reached or did not answer in time
+                (``OutcomeUnknownError`` for a script that ``writes``).
             StorageError: The server refused the script (e.g. a key of ours holds another type).
         """
-        with self._mapped_errors():
+        with self._mapped_errors(writes=writes):
             try:
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
@@ -201,12 +219,14 @@ class RedisConnection:
             return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
     @contextmanager
-    def _mapped_errors(self) -> Generator[None]:
+    def _mapped_errors(self, *, writes: bool = False) -> Generator[None]:
         """redis-py's errors as agentkeep's (see :meth:`run`)."""
         try:
             yield
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise self.unavailable(exc) from exc
+            # A write's request may have reached the server before the connection failed (and
+            # redis-py resends once after a drop, so the last error may be a failed reconnect).
+            raise self.unavailable(exc, outcome_unknown=writes) from exc
         except RedisError as exc:
             text = str(exc)
             if text.startswith(_CORRUPT_META):  # a script found a conversation's counters damaged
@@ -216,10 +236,12 @@ class RedisConnection:
                 ) from exc
             raise StorageError(f"redis at {self.address}: {exc}", backend=self.backend) from exc
 
-    def unavailable(self, cause: BaseException) -> StorageUnavailableError:
-        """The error for a server that cannot be reached (``cause`` describes why)."""
+    def unavailable(self, cause: BaseException, *, outcome_unknown: bool = False) -> StorageUnavailableError:
+        """The error for a server that cannot be reached (``cause`` describes why); with
+        ``outcome_unknown``, for a write that may have been applied."""
         reason = str(cause) or type(cause).__name__
-        return StorageUnavailableError(reason, backend=self.backend, address=self.address)
+        kind = OutcomeUnknownError if outcome_unknown else StorageUnavailableError
+        return kind(reason, backend=self.backend, address=self.address)
 
     async def aclose(self) -> None:
         """Close the client if it was created here; idempotent."""

@@ -195,12 +195,15 @@ local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5
 local index, expiry = KEYS[6], KEYS[7]
 -- KEYS[8]: the prefix's layout hash.
 -- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
--- newest (the caller gave some), the conversation id, the server time (ms) by which this must
--- start (0: any time), the layout and record format the caller writes, then the entries.
+-- newest (the caller gave some) or '2' to look for its first id only (new ids: only a resend of
+-- this very script after a dropped connection can have stored them), the conversation id, the
+-- server time (ms) by which this must start (0: any time), the layout and record format the
+-- caller writes, then the entries.
 -- Returns the first seq, -k when the k-th entry's id is stored with other content, 0 when it
 -- started too late (its caller has timed out: nothing is written), or the recorded layout and
 -- format when a newer agentkeep has upgraded the keys since the caller checked them.
-local max_messages, ttl, check, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1', ARGV[4]
+local max_messages, ttl, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
+local check, conflicts = ARGV[3] ~= '0', ARGV[3] == '1'
 local start_by = tonumber(ARGV[5])
 local FIRST = 8
 if start_by > 0 and clock_ms() > start_by then return 0 end
@@ -232,7 +235,7 @@ if state[1] then
       if same then return seq end
       return -1
     end
-    for k = FIRST + 1, #ARGV do
+    for k = FIRST + 1, conflicts and #ARGV or 0 do
       local other = redis.call('LPOS', recent, needle_at(ARGV[k], 1), 'RANK', -1)
       if other and base + other >= head then return -(k - FIRST + 1) end
     end

@@ -313,7 +313,7 @@ class PostgresMessageStore:
             [(first,)] = await self.database.fetch(conn, self._q["append"], params)
             return first
 
-        first = await self.database.run(operation, retry=True)
+        first = await self.database.run(operation, retry=True, writes=True)
         if first < 0:
             raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
         return list(range(first, first + len(ids)))
@@ -408,7 +408,7 @@ class PostgresMessageStore:
         async def operation(conn: PostgresConnection) -> int:
             return await self._compact(conn, conversation_id, excluded_ids, summaries, rows)
 
-        return await self.database.run(operation, retry=True)
+        return await self.database.run(operation, retry=True, writes=True)
 
     async def _compact(
         self,

@@ -88,7 +88,10 @@ index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ... TYPE`` for the u
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
 ``timeout``; one immediate retry on a dropped connection, none on a timeout) raise
 :class:`~agentkeep.errors.StorageUnavailableError` naming the server's address without
-credentials; an entry that does not decode raises :class:`~agentkeep.errors.CorruptRecordError`.
+credentials; for an append or a recorded compaction, whose script may have run before the
+connection failed, the subclass :class:`~agentkeep.errors.OutcomeUnknownError` (retrying with the
+same messages stores them once); an entry that does not decode raises
+:class:`~agentkeep.errors.CorruptRecordError`.
 """
 
 from __future__ import annotations
@@ -471,13 +474,14 @@ class RedisMessageStore:
             [
                 self.max_messages or 0,
                 _ms(self.ttl) if self.ttl is not None else 0,
-                1 if check else 0,
+                1 if check else 2,  # 2: new ids, only redis-py's resend after a drop can repeat them
                 conversation_id,
                 await self.connection.start_by(),
                 LAYOUT_VERSION,
                 FORMAT_VERSION,
                 *entries,
             ],
+            writes=True,
         )
         if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
             self._checked = False
@@ -535,7 +539,9 @@ class RedisMessageStore:
             record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
             args += [_needle(message.message_id or ""), record, len(replaces), *replaces]
         await self._ready()
-        status, value = await self.connection.run(_lua.COMPACT, self._indexed_keys(conversation_id), args)
+        status, value = await self.connection.run(
+            _lua.COMPACT, self._indexed_keys(conversation_id), args, writes=True
+        )
         if status == -1:
             raise ValueError(f"conversation {conversation_id!r} does not exist")
         if status == -2:
