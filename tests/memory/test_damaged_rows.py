@@ -95,6 +95,15 @@ async def every_read(store: MemoryStore, memory_id: str) -> None:
                 item = item.record
             if item is not None:
                 well_formed(item)
+    try:
+        summaries = await store.scopes(tenant_id=SCOPE.tenant_id)
+    except CorruptMemoryError as error:
+        named = (error.store, error.row)
+        summaries = []
+    else:
+        named = (store.location, f"scope {SCOPE.key!r}")
+    assert named == (store.location, f"scope {SCOPE.key!r}")
+    assert all(isinstance(summary.updated_at, datetime) for summary in summaries)
 
 
 async def damaged_memory(store: MemoryStore) -> str:

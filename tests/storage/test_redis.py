@@ -497,3 +497,22 @@ async def test_history_provider_takes_the_references_members(client: aioredis.Re
     finally:
         await provider.aclose()
         await delete_prefix(prefix)
+
+
+async def test_a_resend_after_the_deadline_is_answered_as_the_retry_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py resends a script after a dropped connection; if the first send was applied, the
+    resend (however late) is a retry, answered with the stored seqs, never "nothing was stored"."""
+    async with open_store() as store:
+        turn = [Message("user", ["question"]), Message("assistant", ["answer"])]
+        assert await store.append("late", turn) == [1, 2]
+
+        async def long_past() -> int:
+            return 1  # a start-by time on the server's clock that has passed
+
+        monkeypatch.setattr(store.connection, "start_by", long_past)
+        assert await store.append("late", turn) == [1, 2]
+        with pytest.raises(StorageUnavailableError, match="too late; nothing was stored"):
+            await store.append("late", [Message("user", ["new question"])])
+        assert len((await store.read("late", raw=True)).entries) == 2

@@ -183,9 +183,11 @@ class ScopeVectors:
                 vectors._quantize(start, min(count, start + _QUANTIZE_ROWS))
             vectors._rowids[:count] = rowids
             updated = [row[2] for row in rows]
-            if not all(type(value) is int for value in updated):
-                at = next(i for i, value in enumerate(updated) if type(value) is not int)
-                raise DamagedVector(rowids[at], f"its updated_at is {updated[at]!r}, not a time")
+            for at, row in enumerate(rows):  # what a damaged row may hold instead
+                if type(row[1]) is not str or type(row[2]) is not int:
+                    raise DamagedVector(
+                        rowids[at], f"its kind {row[1]!r} or updated_at {row[2]!r} is damaged"
+                    )
             vectors._updated[:count] = updated
             vectors._kinds[:count] = [vectors._code(row[1]) for row in rows]
             vectors._position = {row[0]: at for at, row in enumerate(rows)}
@@ -208,8 +210,8 @@ class ScopeVectors:
             DamagedVector: ``vector`` is damaged (nothing changes).
         """
         checked = vector_matrix((rowid,), (vector,), self.dimensions)
-        if type(updated) is not int:
-            raise DamagedVector(rowid, f"its updated_at is {updated!r}, not a time")
+        if type(kind) is not str or type(updated) is not int:
+            raise DamagedVector(rowid, f"its kind {kind!r} or updated_at {updated!r} is damaged")
         at = self._position.get(rowid)
         if at is None:
             if self._count == len(self._rowids):

@@ -31,7 +31,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
@@ -258,6 +258,16 @@ class MemoryStore(ABC):
         except DAMAGED_ROW_ERRORS as exc:
             raise self.corrupt(f"{type(exc).__name__}: {exc}", memory_id=str(memory_id)) from exc
         return record
+
+    def scope_summary(self, key: object, count: object, newest: object) -> MemoryScopeSummary:
+        """A row of :meth:`scopes` (scope key, current memories, newest ``updated_at`` in µs);
+        one it cannot read raises :class:`~agentkeep.errors.CorruptMemoryError` naming the scope."""
+        try:
+            return MemoryScopeSummary(
+                MemoryScope.from_key(cast(str, key)), int(cast(int, count)), from_micros(cast(int, newest))
+            )
+        except DAMAGED_ROW_ERRORS as exc:
+            raise self.corrupt(f"{type(exc).__name__}: {exc}", row=f"scope {key!r}") from exc
 
     def checked_hits(self, hits: list[MemoryHit]) -> list[MemoryHit]:
         """``hits``, refused if one has a score that is not a finite number (a damaged vector).

@@ -45,7 +45,7 @@ from ._vector_cache import (
     behind,
     vector_matrix,
 )
-from .base import DAMAGED_ROW_ERRORS, NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["PostgresMemoryStore"]
@@ -452,8 +452,8 @@ class PostgresMemoryStore(MemoryStore):
                             )
                     if nearest is None:
                         nearest = await self._nearest_fetched(conn, scope.key, query, k, kind, cutoff)
-                except DAMAGED_ROW_ERRORS as exc:
-                    raise await self._damaged_vector(conn, scope.key, exc) from exc
+                except DamagedVector as exc:
+                    raise await self._damaged_vector(conn, exc) from exc
                 if not nearest:
                     return []
                 cursor = await conn.execute(
@@ -496,23 +496,26 @@ class PostgresMemoryStore(MemoryStore):
         if not found:
             return []
         rowids = [row for row, _ in found]
+        vectors = [bytes(vector) for _, vector in found]
+        joined = b"".join(vectors)
+        if len(joined) != 4 * self.dimensions * len(vectors):
+            vector_matrix(rowids, vectors, self.dimensions)  # raises DamagedVector naming the row
+        matrix = np.frombuffer(joined, dtype=np.float32).reshape(len(vectors), self.dimensions)
+        with np.errstate(over="ignore", invalid="ignore"):  # damaged vectors are found below
+            scores = np.vecdot(matrix, query)
+        if not (np.abs(scores) <= 1.001).all():  # NaN too: a vector not of unit length
+            vector_matrix(rowids, vectors, self.dimensions)
         rows = np.array(rowids, dtype=np.int64)
-        matrix = vector_matrix(rowids, [bytes(vector) for _, vector in found], self.dimensions)
-        scores = np.vecdot(matrix, query)
         best = np.argsort(-scores, kind="stable")[:k]
         return [(int(rows[i]), float(scores[i])) for i in best]
 
-    async def _damaged_vector(
-        self, conn: PostgresConnection, scope: str, exc: Exception
-    ) -> CorruptMemoryError:
-        """The error for a scope whose vectors (or their rows) could not be read for a search."""
-        if isinstance(exc, DamagedVector):
-            cursor = await conn.execute(self._q("SELECT id FROM {memories} WHERE row = %s"), (exc.rowid,))
-            found = await cursor.fetchone()
-            if found is not None:
-                return self.corrupt(str(exc), memory_id=str(found[0]))
-            return self.corrupt(str(exc), row=f"row {exc.rowid}")
-        return self.corrupt(f"{type(exc).__name__}: {exc}", row=f"a vector row of scope {scope!r}")
+    async def _damaged_vector(self, conn: PostgresConnection, exc: DamagedVector) -> CorruptMemoryError:
+        """The error for a damaged vector met by a search, naming its memory."""
+        cursor = await conn.execute(self._q("SELECT id FROM {memories} WHERE row = %s"), (exc.rowid,))
+        found = await cursor.fetchone()
+        if found is not None:
+            return self.corrupt(str(exc), memory_id=str(found[0]))
+        return self.corrupt(str(exc), row=f"row {exc.rowid}")
 
     async def _cached(self, conn: PostgresConnection, scope: str) -> ScopeVectors | None:
         """The scope's vectors from the cache, brought up to the snapshot's change counter
@@ -638,10 +641,7 @@ class PostgresMemoryStore(MemoryStore):
         async def operation(conn: PostgresConnection) -> list[MemoryScopeSummary]:
             cursor = await conn.execute(self._q(query), args)
             rows = await cursor.fetchall()
-            return [
-                MemoryScopeSummary(MemoryScope.from_key(key), int(count), from_micros(newest))
-                for key, count, newest in rows
-            ]
+            return [self.scope_summary(key, count, newest) for key, count, newest in rows]
 
         return await self._run(operation)
 

@@ -70,7 +70,7 @@ from ._vector_cache import (
     VectorCache,
     behind,
 )
-from .base import DAMAGED_ROW_ERRORS, NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
@@ -346,8 +346,8 @@ class SQLiteMemoryStore(MemoryStore):
             with db.read():
                 try:
                     vectors = self._cached(db, scope.key)
-                except DAMAGED_ROW_ERRORS as exc:
-                    raise self._damaged_vector(db, scope.key, exc) from exc
+                except DamagedVector as exc:
+                    raise self._damaged_vector(db, exc) from exc
                 if vectors is None:
                     found = self._nearest_by_vec0(db, scope.key, query, k, kind, cutoff)
                 else:
@@ -364,14 +364,12 @@ class SQLiteMemoryStore(MemoryStore):
 
         return await self._run(job)
 
-    def _damaged_vector(self, db: Db, scope: str, exc: Exception) -> CorruptMemoryError:
-        """The error for a scope whose vectors (or their rows) could not be loaded into the cache."""
-        if isinstance(exc, DamagedVector):
-            found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
-            if found is not None:
-                return self.corrupt(str(exc), memory_id=str(found[0]))
-            return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
-        return self.corrupt(f"{type(exc).__name__}: {exc}", row=f"a vector row of scope {scope!r}")
+    def _damaged_vector(self, db: Db, exc: DamagedVector) -> CorruptMemoryError:
+        """The error for a damaged vector met by a search, naming its memory."""
+        found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
+        if found is not None:
+            return self.corrupt(str(exc), memory_id=str(found[0]))
+        return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
 
     def _nearest_by_vec0(
         self, db: Db, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
@@ -526,10 +524,7 @@ class SQLiteMemoryStore(MemoryStore):
                 args.append(cutoff)
             sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
             rows = db.rows(sql, [*args, limit, offset])
-            return [
-                MemoryScopeSummary(MemoryScope.from_key(key), count, from_micros(newest))
-                for key, count, newest in rows
-            ]
+            return [self.scope_summary(key, count, newest) for key, count, newest in rows]
 
         return await self._run(job)
 

@@ -206,7 +206,6 @@ local max_messages, ttl, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local check, conflicts = ARGV[3] ~= '0', ARGV[3] == '1'
 local start_by = tonumber(ARGV[5])
 local FIRST = 8
-if start_by > 0 and clock_ms() > start_by then return 0 end
 local recorded = redis.call('HMGET', KEYS[8], 'layout', 'format')
 if (tonumber(recorded[1]) or 0) > tonumber(ARGV[6]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[7]) then
   return recorded
@@ -240,7 +239,10 @@ if state[1] then
       if other and base + other >= head then return -(k - FIRST + 1) end
     end
   end
-else
+end
+-- a retry was answered above whenever it came: only a write must start in time
+if start_by > 0 and clock_ms() > start_by then return 0 end
+if not state[1] then
   redis.call('DEL', log, excl, sums, recent)  -- leftovers of a conversation that expired
   head, last = 1, 0
   redis.call('HSET', meta, 'h', 1, 'e', 0)
@@ -400,13 +402,6 @@ for k = 1, #stored, 2 do
     if wanted[n] == false then wanted[n] = {tonumber(seq), tonumber(anchor)}; missing = missing - 1 end
   end
 end
--- a summary may not take the id of a stored message (looked for among the ids this compaction
--- names and the newest WINDOW entries) or of a summary replacing other messages
-for k, s in ipairs(new) do
-  local prior = recorded[s.needle]
-  if prior ~= nil and prior ~= replaced_part(s.record) then return {-3, k} end
-  if prior == nil and redis.call('LPOS', recent, s.needle) then return {-3, k} end
-end
 local xr = ranges(redis.call('GET', excl))
 local function scan(a, b)
   while a <= b and missing > 0 do
@@ -434,7 +429,19 @@ for k, s in ipairs(new) do
     if hit and (anchors[k] == nil or hit[2] < anchors[k]) then anchors[k] = hit[2] end
   end
   if anchors[k] == nil then return {-2, k} end
-  if wanted[s.needle] and recorded[s.needle] == nil then return {-3, k} end  -- a named message's id
+end
+-- a summary may not take the id of a summary replacing other messages, or of a stored message
+-- (looked for among the ids this compaction names and the newest WINDOW entries still stored)
+local base = last - redis.call('LLEN', recent) + 1
+for k, s in ipairs(new) do
+  local prior = recorded[s.needle]
+  if prior ~= nil then
+    if prior ~= replaced_part(s.record) then return {-3, k} end
+  else
+    if wanted[s.needle] then return {-3, k} end
+    local at = redis.call('LPOS', recent, s.needle, 'RANK', -1)
+    if at and base + at >= head then return {-3, k} end
+  end
 end
 local points = {}
 for _, n in ipairs(excluded) do

@@ -68,6 +68,7 @@ __all__ = [
     "SupportsSetup",
     "check_batch_ids",
     "check_retention",
+    "check_summary_ids",
     "close_store",
     "find_retry",
     "id_conflict",
@@ -151,6 +152,22 @@ def id_conflict(
         conversation_id=conversation_id,
         message_id=message_id,
     )
+
+
+def check_summary_ids(backend: str, conversation_id: str, summaries: Sequence[Summary]) -> None:
+    """Refuse two summaries of one compaction with one id that replace different messages (the
+    same summary twice is recorded once).
+
+    Raises:
+        MessageIdConflictError: Naming the id.
+    """
+    seen: dict[str, tuple[str, ...]] = {}
+    for summary in summaries:
+        message_id = summary.message.message_id
+        if message_id is not None and seen.setdefault(message_id, tuple(summary.replaces)) != tuple(
+            summary.replaces
+        ):
+            raise summary_id_conflict(backend, conversation_id, message_id)
 
 
 def summary_id_conflict(backend: str, conversation_id: str, message_id: str) -> MessageIdConflictError:

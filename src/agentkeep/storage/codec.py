@@ -226,7 +226,9 @@ def decode_body(
         kind &= 0x0F
     if kind in (_PLAIN, _AUTHORED, _PLAIN_Z, _AUTHORED_Z):
         stop = len(body) if end is None else end
-        if stop < 2 or stop > len(body) or body[1] >= len(_ROLES):
+        if stop < 2 or stop > len(body):
+            raise ValueError("truncated record")
+        if body[1] >= len(_ROLES):
             raise ValueError("bad role code")
         author: str | None = None
         start = 2

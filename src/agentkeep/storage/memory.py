@@ -22,6 +22,7 @@ from .base import (
     StoredMessage,
     Summary,
     check_batch_ids,
+    check_summary_ids,
     find_retry,
     newest_first,
     summary_id_conflict,
@@ -163,6 +164,7 @@ class InMemoryMessageStore:
         summaries: Sequence[Summary] = (),
     ) -> int:
         self._check()
+        check_summary_ids(self.backend, conversation_id, summaries)
         async with self._lock:
             conversation = self._get(conversation_id)
             if conversation is None:

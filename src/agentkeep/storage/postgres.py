@@ -92,6 +92,7 @@ from .base import (
     Summary,
     check_batch_ids,
     check_retention,
+    check_summary_ids,
     id_conflict,
     summary_id_conflict,
 )
@@ -395,6 +396,7 @@ class PostgresMessageStore:
         named, not the history.
         """
         self.database.check_open()
+        check_summary_ids(self.backend, conversation_id, summaries)
         rows: list[tuple[bytes, int, bytes, list[bytes]]] = []
         for summary in summaries:
             [(summary_id, summary_time, body)] = encode_records(

@@ -120,6 +120,7 @@ from .base import (
     Summary,
     check_batch_ids,
     check_retention,
+    check_summary_ids,
     id_conflict,
     newest_first,
     summary_id_conflict,
@@ -529,6 +530,7 @@ class RedisMessageStore:
                 does not exist (nothing is recorded).
         """
         self.connection.check_open()
+        check_summary_ids(self.backend, conversation_id, summaries)
         args: list[bytes | str | int] = [conversation_id]
         needles = [n for n in map(_known_needle, excluded) if n is not None]
         args += [len(needles), *needles, len(summaries)]

@@ -94,6 +94,7 @@ from .base import (
     Summary,
     check_batch_ids,
     check_retention,
+    check_summary_ids,
     find_retry,
     summary_id_conflict,
 )
@@ -294,6 +295,7 @@ class SQLiteMessageStore:
         The ids are looked up through indexes: the cost follows the ids named, not the history.
         """
         self.database.check_open()
+        check_summary_ids(self.backend, conversation_id, summaries)
         excluded_ids = {encoded for encoded in map(_encode_known_id, excluded) if encoded is not None}
         new: list[_NewSummary] = []
         for summary in summaries:

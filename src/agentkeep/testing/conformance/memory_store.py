@@ -484,6 +484,12 @@ async def damaged_rows_are_reported_not_returned(backend: MemoryStoreBackend) ->
                 with expect_raises(CorruptMemoryError, f"{name} with {what}") as raised:
                     await read()
                 _expect_corrupt(raised, store, damaged.id, f"{name} with {what}")
+            if what.startswith("updated_at"):  # the listing of scopes reads the newest updated_at
+                with expect_raises(CorruptMemoryError, f"scopes with {what}") as raised:
+                    await store.scopes(tenant_id=ALICE.tenant_id)
+                error = raised.error
+                assert isinstance(error, CorruptMemoryError)
+                expect_equal((error.store, error.row), (store.location, f"scope {ALICE.key!r}"), "the error")
             kept = await store.get(ALICE, other.id)
             expect_equal(kept.text if kept else None, "Alice likes tea.", f"another memory, with {what}")
     if not applied:

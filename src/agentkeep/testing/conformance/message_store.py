@@ -399,6 +399,13 @@ async def a_summary_reusing_a_stored_id_is_refused(backend: MessageStoreBackend)
         after = await store.read("s")
         expect_equal(_shape(after.entries), _shape(recorded.entries), "the view after the refused summary")
         expect_equal(texts(after.entries), ["S1", *texts(before.entries)[2:]], "the view")
+        twins = [
+            Summary(Message("assistant", ["T1"], message_id="twin"), ids[2:3]),
+            Summary(Message("assistant", ["T2"], message_id="twin"), ids[3:4]),
+        ]
+        with expect_raises(MessageIdConflictError, "two summaries of one compaction with one id"):
+            await store.record_compaction("s", excluded=ids[2:4], summaries=twins)
+        expect_equal(_shape((await store.read("s")).entries), _shape(after.entries), "after the twins")
 
 
 @_check
