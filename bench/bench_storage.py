@@ -45,7 +45,8 @@ from psycopg import sql
 
 from agentkeep import Agent, KeyRing, Message
 from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
-from agentkeep.storage import MessageStore, StorageHistoryProvider
+from agentkeep.providers import StorageHistoryProvider
+from agentkeep.storage import MessageStore
 from agentkeep.storage.codec import encode_body, encode_id, encode_time
 from agentkeep.storage.postgres import PostgresMessageStore
 from agentkeep.storage.redis import RedisMessageStore

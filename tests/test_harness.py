@@ -14,8 +14,13 @@ from agentkeep.compaction import (
     SlidingWindowStrategy,
     count_message_tokens,
 )
-from agentkeep.harness import AFTER_COMPACTION_SOURCE_ID, BEFORE_COMPACTION_SOURCE_ID, create_harness_agent
-from agentkeep.storage import InMemoryMessageStore, StorageHistoryProvider
+from agentkeep.compaction.harness import (
+    AFTER_COMPACTION_SOURCE_ID,
+    BEFORE_COMPACTION_SOURCE_ID,
+    create_harness_agent,
+)
+from agentkeep.providers import StorageHistoryProvider
+from agentkeep.storage import InMemoryMessageStore
 from agentkeep.testing import ScriptedChatClient
 
 TOKENIZER = CharacterEstimatorTokenizer()

@@ -54,34 +54,3 @@ def test_errors_share_one_root() -> None:
 
     for symbol in errors.__all__:
         assert issubclass(getattr(errors, symbol), errors.AgentkeepError)
-
-
-OLD_HOMES = {
-    # module that moved -> (its new home, the names it still offers)
-    "agentkeep.history": (
-        "agentkeep.providers",
-        ["HistoryOptions", "HistoryProvider", "InMemoryHistoryProvider", "MessageCountingChatReducer"],
-    ),
-    "agentkeep.storage.history": ("agentkeep.providers", ["ConversationState", "StorageHistoryProvider"]),
-    "agentkeep.storage": ("agentkeep.providers", ["ConversationState", "StorageHistoryProvider"]),
-    "agentkeep.responses": ("agentkeep.agent", ["AgentResponse", "AgentResponseUpdate"]),
-    "agentkeep.sequences": ("agentkeep.message_log", ["MessageChain", "MessageLog", "MessageView"]),
-    "agentkeep.harness": ("agentkeep.compaction", ["create_harness_agent"]),
-    "agentkeep.compaction.groups": ("agentkeep.compaction.index", ["MessageIndex"]),
-    "agentkeep.compaction.grouping": ("agentkeep.compaction.groups", ["MessageGroup", "SUMMARY_PROPERTY"]),
-    "agentkeep.compaction.summarization": ("agentkeep.compaction.strategies", ["SummarizationStrategy"]),
-    "agentkeep.compaction.context_window": (
-        "agentkeep.compaction.strategies",
-        ["ContextWindowCompactionStrategy"],
-    ),
-    "agentkeep.storage.sqlite": ("agentkeep._db.sqlite", ["SQLiteDatabase", "default_database_path"]),
-    "agentkeep.storage.redis": ("agentkeep._db.redis", ["RedisConnection", "escape_key_part"]),
-    "agentkeep.storage.postgres": ("agentkeep._db.postgres", ["PostgresDatabase"]),
-}
-
-
-def test_old_import_paths_still_give_the_same_objects() -> None:
-    for old, (new, names) in OLD_HOMES.items():
-        old_module, new_module = importlib.import_module(old), importlib.import_module(new)
-        for name in names:
-            assert getattr(old_module, name) is getattr(new_module, name), f"{old}.{name}"

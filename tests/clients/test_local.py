@@ -27,8 +27,8 @@ from agentkeep.clients.local import (
 )
 from agentkeep.contents import Content, FunctionCallContent
 from agentkeep.errors import ChatRequestError, ModelUnavailableError
-from agentkeep.history import InMemoryHistoryProvider
 from agentkeep.messages import Message
+from agentkeep.providers import InMemoryHistoryProvider
 from agentkeep.tools import FunctionTool
 
 

@@ -18,7 +18,8 @@ from agentkeep.compaction import (
 )
 from agentkeep.errors import ChatRequestError
 from agentkeep.messages import Message
-from agentkeep.storage import InMemoryMessageStore, StorageHistoryProvider
+from agentkeep.providers import StorageHistoryProvider
+from agentkeep.storage import InMemoryMessageStore
 
 
 def _long_history(turns: int) -> list[Message]:

@@ -1,6 +1,6 @@
 """The PostgreSQL database layer: pool, schema, migrations, timeouts and error mapping.
 
-:class:`PostgresDatabase` (re-exported by :mod:`agentkeep.storage.postgres`, where the tables,
+:class:`PostgresDatabase` (used by :mod:`agentkeep.storage.postgres`, where the tables,
 locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
 URL and then owned), applies the append-only list of migrations and maps driver errors to
 agentkeep's. Both PostgreSQL stores run their statements through it: the message store

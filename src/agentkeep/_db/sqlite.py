@@ -1,6 +1,6 @@
 """The SQLite database layer: the file's schema and the connection its jobs run on.
 
-:class:`SQLiteDatabase` (re-exported by :mod:`agentkeep.storage.sqlite`, where the tables and the
+:class:`SQLiteDatabase` (used by :mod:`agentkeep.storage.sqlite`, where the tables and the
 concurrency design are described) opens the file in its one worker thread, sets WAL mode, applies
 the append-only :data:`MIGRATIONS` and maps database failures to agentkeep's errors. Both SQLite
 stores run their jobs through it: the message store (:mod:`agentkeep.storage.sqlite`) and the

@@ -29,8 +29,7 @@ from rich.text import Text
 from ..agent import Agent, AgentResponse, AgentRunStream
 from ..clients.base import ChatClient
 from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
-from ..compaction.context_window import ContextWindowCompactionStrategy
-from ..compaction.strategies import StrategyLike
+from ..compaction.strategies import ContextWindowCompactionStrategy, StrategyLike
 from ..compaction.tokenizers import Tokenizer
 from ..errors import AgentkeepError
 from ..providers.storage import StorageHistoryProvider

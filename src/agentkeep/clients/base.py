@@ -6,7 +6,7 @@ protocol the agent relies on; :class:`BaseChatClient` is an optional base class 
 ``as_agent()`` and a default streaming method built on ``get_response``.
 
 Messages arrive as a ``Sequence[Message]`` that may be a zero-copy view over a long history
-(see :mod:`agentkeep.sequences`): iterate or index it, don't assume it is a ``list``.
+(see :mod:`agentkeep.message_log`): iterate or index it, don't assume it is a ``list``.
 
 **The earlier call shape.** Code written for the earlier API (seed 004) calls
 ``client.get_response(messages=..., chat_options=ChatOptions(...))``, passes options as keywords

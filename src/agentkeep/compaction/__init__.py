@@ -33,6 +33,7 @@ Two window strategies share a name stem, from the two editions of the reference:
 
 from __future__ import annotations
 
+from ..errors import SummarizationError
 from .annotations import (
     EXCLUDE_REASON_KEY,
     EXCLUDED_KEY,
@@ -79,7 +80,6 @@ from .strategies import (
     project,
     tool_group_summary_text,
 )
-from .summarization import SummarizationError
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     CharacterEstimatorTokenizer,

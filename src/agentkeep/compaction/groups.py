@@ -215,13 +215,3 @@ class MessageGroup:
 
 order_key: Callable[[MessageGroup], int] = attrgetter("order")
 """Sort and search key of groups: their logical order (a C-level getter: bisecting calls it often)."""
-
-
-def __getattr__(name: str) -> Any:
-    # This module was the index's home before agentkeep.compaction.index, which imports it;
-    # ``from agentkeep.compaction.groups import MessageIndex`` keeps working.
-    if name == "MessageIndex":
-        from .index import MessageIndex
-
-        return MessageIndex
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

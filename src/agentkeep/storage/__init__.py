@@ -10,8 +10,6 @@ open one from a URL with :mod:`agentkeep.store_urls`. The history provider on to
 :class:`agentkeep.providers.StorageHistoryProvider`; the record codec is :mod:`.codec`.
 """
 
-from typing import Any
-
 from .base import (
     DEDUP_WINDOW,
     ConversationInfo,
@@ -49,15 +47,3 @@ __all__ = [
     "close_store",
     "setup_store",
 ]
-
-_MOVED = {"ConversationState", "StorageHistoryProvider"}
-
-
-def __getattr__(name: str) -> Any:
-    # The history provider moved to agentkeep.providers, which imports this package: importing
-    # it here at once would be circular, so the old names (no longer in __all__) resolve on use.
-    if name in _MOVED:
-        from ..providers import storage
-
-        return getattr(storage, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

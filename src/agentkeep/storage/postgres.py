@@ -1,7 +1,7 @@
 """PostgreSQL storage: the message store, the connection layer it shares, and the history provider.
 
-Needs psycopg 3 and its pool (``pip install 'agentkeep[postgres]'``). :class:`PostgresDatabase`
-(in the database layer, ``agentkeep._db.postgres``, re-exported here) holds an ``AsyncConnectionPool``
+Needs psycopg 3 and its pool (``pip install 'agentkeep[postgres]'``). ``PostgresDatabase``
+(in the private database layer, ``agentkeep._db.postgres``) holds an ``AsyncConnectionPool``
 (injected, or created from a URL and then owned), the schema, the timeouts, the migrations and
 the mapping of driver errors; :class:`PostgresMessageStore` (the
 :class:`~agentkeep.storage.base.MessageStore` contract), :class:`PostgresHistoryProvider` and
@@ -20,7 +20,7 @@ Messages use :mod:`agentkeep.storage.codec` (16-byte ids, microsecond times, com
 fixed-width columns come first so rows need no padding, and ``body`` has storage ``MAIN`` (kept
 in the row). Summaries have their own table, so ``messages`` is exactly the raw log.
 
-**Setup and versions.** :meth:`PostgresDatabase.setup` (also run before the first operation)
+**Setup and versions.** ``PostgresDatabase.setup()`` (also run before the first operation)
 applies an append-only list of migrations in one transaction under an advisory lock derived from
 the schema name, so processes starting together migrate once. ``schema_migrations`` records each
 migration with the record format (:data:`~agentkeep.storage.codec.FORMAT_VERSION`); a newer
@@ -114,7 +114,6 @@ if TYPE_CHECKING:
 __all__ = [
     "SCHEMA_VERSION",
     "PostgresConnection",
-    "PostgresDatabase",
     "PostgresHistoryProvider",
     "PostgresMessageStore",
     "PostgresPool",
@@ -571,7 +570,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
 
     The other options (``load_messages``, ``store_inputs``, ...) are those of
-    :class:`~agentkeep.history.HistoryProvider`.
+    :class:`~agentkeep.providers.HistoryProvider`.
 
     Example:
         ```python

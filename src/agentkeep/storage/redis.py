@@ -2,12 +2,12 @@
 
 What lives here:
 
-* :class:`RedisConnection` (from the database layer, ``agentkeep._db.redis``, re-exported here):
+* ``RedisConnection`` (the private database layer, ``agentkeep._db.redis``):
   a redis-py asyncio client (injected, or created from a URL and then owned), its timeouts, Lua
   scripts run by SHA and the mapping of redis-py errors to agentkeep's.
   :class:`RedisMessageStore` and :class:`~agentkeep.stores.redis.RedisSessionStore` both use it.
 * :class:`RedisMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
-* :class:`RedisHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider` on a
+* :class:`RedisHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider` on a
   :class:`RedisMessageStore` (the reference edition's constructor names).
 
 **Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
@@ -146,10 +146,8 @@ __all__ = [
     "DEFAULT_KEY_PREFIX",
     "LAYOUT_VERSION",
     "ConversationKeys",
-    "RedisConnection",
     "RedisHistoryProvider",
     "RedisMessageStore",
-    "escape_key_part",
 ]
 
 DEFAULT_KEY_PREFIX: Final = "chat_messages"

@@ -2,13 +2,12 @@
 
 What lives here:
 
-* :class:`SQLiteDatabase`: a database file, its connection and the worker thread that opens it.
-  Both SQLite stores (:class:`SQLiteMessageStore` and
-  :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
-  connection settings, migrations and error mapping live in one place (the database layer,
-  ``agentkeep._db.sqlite``; the names are re-exported here).
+* ``SQLiteDatabase`` (the private database layer, ``agentkeep._db.sqlite``): a database file, its
+  connection and the worker thread that opens it. Both SQLite stores (:class:`SQLiteMessageStore`
+  and :class:`~agentkeep.stores.sqlite.SQLiteSessionStore`) run their database work through it, so
+  connection settings, migrations and error mapping live in one place.
 * :class:`SQLiteMessageStore`: the :class:`~agentkeep.storage.base.MessageStore` contract.
-* :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.storage.history.StorageHistoryProvider`
+* :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider`
   that opens (and owns) a :class:`SQLiteMessageStore` on a path.
 
 **The event loop never waits.** Every store has one connection and one dedicated worker thread (a
@@ -29,8 +28,9 @@ contiguous sequence numbers. A write that cannot get the lock within ``timeout``
 view and its ``epoch`` / ``last_seq`` come from one snapshot. ``synchronous=NORMAL``: a commit
 survives a crash of the process; a power loss may roll back the last commits but never corrupts.
 
-**Schema** (version :data:`SCHEMA_VERSION`: the append-only :data:`MIGRATIONS`, applied when a
-connection opens and recorded with the record format version in ``agentkeep_schema``):
+**Schema** (version :data:`SCHEMA_VERSION`: the database layer's append-only ``MIGRATIONS``,
+applied when a connection opens and recorded with the record format version in
+``agentkeep_schema``):
 
 * ``agentkeep_conversations``: an integer ``key``, the ``conversation_id`` text (unique),
   ``last_seq``, ``epoch``, ``message_count``, ``view_floor`` (every message at or below it is
@@ -72,7 +72,6 @@ import msgspec
 
 from .._db.sqlite import (
     BACKEND,
-    MIGRATIONS,
     SCHEMA_VERSION,
     SQLiteDatabase,
     default_database_path,
@@ -114,9 +113,7 @@ if TYPE_CHECKING:
     from ..encryption import KeyRing
 
 __all__ = [
-    "MIGRATIONS",
     "SCHEMA_VERSION",
-    "SQLiteDatabase",
     "SQLiteHistoryProvider",
     "SQLiteMessageStore",
     "default_database_path",
