@@ -54,3 +54,14 @@ def test_errors_share_one_root() -> None:
 
     for symbol in errors.__all__:
         assert issubclass(getattr(errors, symbol), errors.AgentkeepError)
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    import importlib.metadata
+
+    import agentkeep
+
+    assert agentkeep.__version__ == importlib.metadata.version("agentkeep")
+    namespace: dict[str, object] = {}
+    exec("from agentkeep import *", namespace)
+    assert namespace["__version__"] == agentkeep.__version__

@@ -167,7 +167,20 @@ from .tools import FunctionTool, tool
 SupportsChatGetResponse = ChatClient
 """The reference's name of :class:`ChatClient`: anything with ``get_response``."""
 
-__version__ = "0.1.0"
+__version__: str
+"""The installed distribution's version (read from the package metadata on first use)."""
+
+
+def __getattr__(name: str) -> str:
+    # The version is read from the package metadata (one place: pyproject.toml) only when asked
+    # for: importlib.metadata costs tens of milliseconds on every import otherwise.
+    if name == "__version__":
+        from importlib.metadata import version
+
+        found = version("agentkeep")
+        globals()["__version__"] = found
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "EXCLUDED_KEY",
