@@ -44,19 +44,22 @@ anything = st.one_of(
 
 SQLITE_COLUMNS = ("text", "key", "kind", "source_session_id", "metadata", "created_at", "updated_at")
 
+postgres_text = st.text(st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)
+"""What a PostgreSQL text (or jsonb string) can hold: no NUL, no lone surrogate."""
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | postgres_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(postgres_text, inner, max_size=3),
     max_leaves=6,
 )
+"""What a jsonb column can hold."""
 postgres_damage = st.one_of(
     st.tuples(st.just("metadata"), json_values.map(psycopg.types.json.Jsonb)),
     st.tuples(st.sampled_from(["created_at", "updated_at"]), st.integers(-(2**63), 2**63 - 1)),
-    st.tuples(st.sampled_from(["text", "kind", "key"]), st.text(max_size=12)),
+    st.tuples(st.sampled_from(["text", "kind", "key"]), postgres_text),
     st.tuples(st.just("embedding"), st.binary(max_size=40)),
 )
 
