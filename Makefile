@@ -23,7 +23,7 @@ PIP_BUILD = set -o pipefail; $(BIN)/python -m pip --disable-pip-version-check in
 PROGRESS  = { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\]|^Successfully installed' || true; } \
 	| awk '{ print substr($$0, 1, 100); fflush() }'
 
-.PHONY: demo walkthrough test lint typecheck unit services bench clean
+.PHONY: demo walkthrough test test-fast lint typecheck unit services bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,12 @@ unit: $(VENV)/.stamp-dev services $(JS_CLIENT) $(CHROMIUM)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+# The fast tier: every test that needs no service (no PostgreSQL, Redis, Chromium, node, or model),
+# on all cores; about two minutes on 2 cores. `make test` runs everything.
+FAST := not postgres and not redis and not browser and not node and not model
+test-fast: $(VENV)/.stamp-dev
+	$(BIN)/pytest -q -n auto -m "$(FAST)"
 
 bench: $(VENV)/.stamp-dev services
 	$(BIN)/python bench/bench_turn.py

@@ -90,6 +90,50 @@ def server_store(request: pytest.FixtureRequest) -> Iterator[str]:
         asyncio.run(drop_schema(schema))
 
 
+# -- service markers --------------------------------------------------------------------------------
+# Each test that needs a service is marked with it, so ``-m "not postgres and not redis ..."`` (the
+# fast tier, ``make test-fast``) runs without any. A test needs a service when its id names the
+# backend (a parameter ``postgres`` / ``redis``, a module about it) or when it uses a fixture or a
+# module that starts or reaches it; the table below says which.
+SERVICE_FIXTURES: dict[str, frozenset[str]] = {
+    "redis": frozenset({"private_redis"}),
+    "model": frozenset({"local_model_path", "local_client", "llama_server", "minilm"}),
+}
+SERVICE_NAMES: dict[str, frozenset[str]] = {
+    # global names a test function uses that reach the service
+    "postgres": frozenset({"POSTGRES_URL"}),
+    "redis": frozenset({"REDIS_URL"}),
+    "model": frozenset({"MiniLMEmbedder", "LocalChatClient", "default_model_path", "local_model_path"}),
+}
+SERVICE_MODULES: dict[str, frozenset[str]] = {
+    "browser": frozenset({"tests.host.test_inspector", "tests.host.test_inspector_memory"}),
+    "node": frozenset({"tests.host.test_agui_js"}),
+}
+
+
+def service_markers(item: pytest.Item) -> set[str]:
+    """The services ``item`` needs (see the table above)."""
+    needs: set[str] = set()
+    nodeid = item.nodeid.lower()
+    for service in ("postgres", "redis"):
+        if service in nodeid:
+            needs.add(service)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    needs.update(service for service, names in SERVICE_FIXTURES.items() if fixtures & names)
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    used = set(code.co_names) if code is not None else set()
+    needs.update(service for service, names in SERVICE_NAMES.items() if used & names)
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    needs.update(service for service, names in SERVICE_MODULES.items() if module in names)
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for service in service_markers(item):
+            item.add_marker(getattr(pytest.mark, service))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Close the two ``/dev/null`` files llama_cpp opens at import and never closes."""
     utils = sys.modules.get("llama_cpp._utils")

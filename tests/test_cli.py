@@ -118,6 +118,7 @@ async def seed(path: Path, conversation_id: str, *, compact: bool = False) -> li
 # -- chat with the real model ---------------------------------------------------------------------------
 
 
+@pytest.mark.model
 def test_chat_session_persists_across_processes(env: dict[str, str], store_url: str) -> None:
     first = run(env, "chat", "--store", store_url, "--max-tokens", MAX_TOKENS, "-m", "My name is Ada.")
     ok(first)
@@ -199,6 +200,7 @@ def _chat_in_a_terminal(arguments: list[str], env: dict[str, str], line: bytes, 
     return screen.decode(errors="replace")
 
 
+@pytest.mark.model
 def test_interactive_chat_in_a_terminal_then_again(env: dict[str, str], store_url: str) -> None:
     session_id = "pty-session"
     text = _chat_in_a_terminal(
@@ -557,6 +559,7 @@ async def test_chat_session_stores_turns_under_the_session_id() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.model
 def test_local_chat_demo(env: dict[str, str], tmp_path: Path) -> None:
     """``make demo``'s script, short (CI=true), on a private data dir: persistence holds."""
     demo = Path(__file__).resolve().parent.parent / "examples" / "local_chat_demo.py"

@@ -47,6 +47,7 @@ def test_a_ring_from_text_has_the_first_key_current() -> None:
         ("k1=not base64!", "not valid base64"),
         (f"k1={base64.b64encode(b'short').decode()}", "5 bytes"),
     ],
+    ids=["empty", "comment", "no-key", "bad-id", "twice", "not-base64", "short"],  # keys are random
 )
 def test_bad_key_text_names_the_problem_never_the_key(text: str, problem: str) -> None:
     with pytest.raises(KeyRingError, match=problem) as caught:

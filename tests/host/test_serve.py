@@ -53,6 +53,7 @@ def test_a_non_loopback_bind_without_keys_is_refused(env: dict[str, str]) -> Non
     one_line_error(run_cli(env, "serve", "--host", "0.0.0.0", "--port", str(free_port())), "without API keys")
 
 
+@pytest.mark.model
 async def test_serve_answers_over_agui_with_the_local_model_and_remembers(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -87,6 +88,7 @@ def postgres_store() -> Iterator[str]:
     asyncio.run(drop_schema(schema))
 
 
+@pytest.mark.model
 async def test_serve_keeps_each_users_memory_with_the_local_models(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -117,6 +119,7 @@ async def test_serve_keeps_each_users_memory_with_the_local_models(
     one_line_error(run_cli(env, "serve", "--memory", "recall", "--memory", "facts"), "not both")
 
 
+@pytest.mark.model
 async def test_two_server_processes_on_one_postgres_store_serve_one_conversation(
     env: dict[str, str], postgres_store: str
 ) -> None:

@@ -48,6 +48,23 @@ def turn(tag: str) -> list[Message]:
     return [Message("user", [f"{tag} question"]), Message("assistant", [f"{tag} answer"])]
 
 
+async def busy(server: RedisServer) -> None:
+    """Return once ``server`` has stopped answering (it is running a command that blocks it): a
+    probe's PING that gets no reply within 0.2 s proves it (the sleep lasts 1.5 s), where a fixed
+    sleep would guess."""
+    probe = aioredis.Redis.from_url(server.url, socket_timeout=0.2)
+    try:
+        async with asyncio.timeout(30):  # a hang guard
+            while True:
+                try:
+                    await probe.ping()
+                except aioredis.TimeoutError:
+                    return
+                await asyncio.sleep(0.005)
+    finally:
+        await probe.aclose()
+
+
 async def test_a_busy_server_does_not_apply_a_timed_out_append_later(
     server: RedisServer, admin: aioredis.Redis
 ) -> None:
@@ -56,7 +73,7 @@ async def test_a_busy_server_does_not_apply_a_timed_out_append_later(
         await store.append("c", turn("first"))
         second = turn("second")
         sleeping = asyncio.create_task(admin.execute_command("DEBUG", "SLEEP", 1.5))
-        await asyncio.sleep(0.2)
+        await busy(server)
         async with asyncio.timeout(30):  # a hang guard: the reply timeout fires first
             with pytest.raises(StorageUnavailableError) as caught:
                 await store.append("c", second)  # sent, but the reply does not come in time

@@ -149,7 +149,9 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
         odd = ["a:b}{c", "", "ü *?[x]"]
         for number, name in enumerate([*odd, long_id, "plain"]):
             await store.append(name, [Message("user", [name], created_at=day(number))])
+        before_ms = time.time() * 1000
         await store.expire("plain", 100)
+        after_ms = time.time() * 1000
         # what layout 1 left: the same conversation keys, no index, the old marker
         await client.delete(store.index_key, store.expiry_key)
         await client.hset(store.layout_key, "layout", 1)
@@ -159,9 +161,8 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
             assert [info.conversation_id for info in listed] == ["plain", *reversed(odd)]
             assert [info.updated_at for info in listed] == [day(4), day(2), day(1), day(0)]
             assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
-            assert (
-                99_000 < (await client.zscore(store.expiry_key, "plain") or 0) - time.time() * 1000 <= 100_000
-            )
+            deadline = await client.zscore(store.expiry_key, "plain") or 0
+            assert before_ms + 100_000 - 5 <= deadline <= after_ms + 100_000 + 5  # set by expire(): kept
             await fresh.append(long_id, [Message("user", ["again"], created_at=day(9))])
             assert (await fresh.list_conversations(limit=1))[0].conversation_id == long_id
         finally:
@@ -171,16 +172,26 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
 # -- listing --------------------------------------------------------------------------------------
 
 
+async def listed_once_expired(store: RedisMessageStore, expected: list[str]) -> None:
+    """Wait (polling, within a hang guard) until the listing shows ``expected``: the store's TTL
+    runs on the server's clock, which a test cannot move."""
+    async with asyncio.timeout(30):
+        while True:
+            listed = [i.conversation_id for i in await store.list_conversations()]
+            if listed == expected:
+                return
+            await asyncio.sleep(0.05)
+
+
 async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.Redis) -> None:
-    async with open_store(ttl=0.3) as store:
+    async with open_store(ttl=2.0) as store:  # long enough for the checks made before it passes
         forever = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
         try:
             await store.append("short", [Message("user", ["a"], created_at=day(2))])
             await forever.append("kept", [Message("user", ["b"], created_at=day(1))])
             assert [i.conversation_id for i in await store.list_conversations()] == ["short", "kept"]
             assert await client.zrange(store.expiry_key, 0, -1) == [b"short"]
-            await asyncio.sleep(0.4)
-            assert [i.conversation_id for i in await store.list_conversations()] == ["kept"]
+            await listed_once_expired(store, ["kept"])
             assert await client.zrange(store.index_key, 0, -1) == [b"kept"]  # the listing forgot it
             assert await client.exists(store.expiry_key) == 0
             # an append purges the index of conversations whose deadline passed over a second ago
@@ -192,8 +203,8 @@ async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.
             await store.append("s", [Message("user", ["e"], created_at=day(0))])
             assert await store.expire("s", None) is True
             assert await client.zscore(store.expiry_key, "s") is None
-            await asyncio.sleep(0.4)
-            assert [i.conversation_id for i in await store.list_conversations()] == ["kept", "s"]
+            await store.append("t", [Message("user", ["f"], created_at=day(-1))])  # expires as s would
+            await listed_once_expired(store, ["kept", "s"])
             assert await store.expire("s", 0) is True
             assert await client.zscore(store.index_key, "s") is None
         finally:
