@@ -182,6 +182,7 @@ def __getattr__(name: str) -> str:
         return found
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "EXCLUDED_KEY",
     "EXCLUDE_REASON_KEY",

@@ -598,8 +598,8 @@ def serve(
 ) -> None:
     """Serve the agent `chat` over HTTP (AG-UI at /agents/chat), its sessions in the store."""
     with _reported():
-        from ..host._serve import ServeSettings
-        from ..host._serve import serve as run_server
+        from ..host import ServeSettings
+        from ..host import serve as run_server
 
         try:
             settings = ServeSettings(
@@ -636,7 +636,7 @@ def inspect(
 ) -> None:
     """Serve the session inspector over the store (a web page at /inspector/; no model runs)."""
     with _reported():
-        from ..host._inspect import inspect as run_inspector
+        from ..host import serve_inspector as run_inspector
 
         print(f"the inspector: http://{host}:{port}/inspector/", flush=True)
         try:
@@ -654,7 +654,7 @@ def add_api_key(
 ) -> None:
     """Make an API key for TENANT: print it once, add its SHA-256 digest to FILE."""
     with _reported():
-        from ..host._auth import ApiKeys
+        from ..host import ApiKeys
 
         key, line = ApiKeys.generate(tenant)
         descriptor = os.open(

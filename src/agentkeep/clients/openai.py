@@ -29,7 +29,7 @@ Configuration comes from the arguments or the environment: ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY`` and ``OPENAI_MODEL``. A local server needs no real key: when a base URL is
 set and no key is given, the key ``"not-needed"`` is sent.
 
-The mapping to and from the wire format (pure functions) lives in :mod:`._openai_wire`; this
+The mapping to and from the wire format (pure functions) lives in :mod:`.openai_wire`; this
 module holds the clients, their configuration and lifecycle, and the error mapping.
 """
 
@@ -56,7 +56,8 @@ from ..contents import (
 from ..errors import ChatClientError, ChatRequestError, ModelUnavailableError
 from ..messages import Message
 from ..tools import FunctionTool
-from ._openai_wire import (
+from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
+from .openai_wire import (
     OutputFormat,
     PartialCall,
     chat_usage,
@@ -70,7 +71,6 @@ from ._openai_wire import (
     to_chat_messages,
     to_response_items,
 )
-from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 
 # Imported with the module, not on first use: importing the SDK reads files for a good half
 # second, which must not happen inside the event loop that constructs the first client.

@@ -5,6 +5,9 @@
 * ``/api/agents/{name}/sessions``: the tenant's sessions; ``/inspector/``: a web page over them.
 * ``GET /healthz`` (the process answers) and ``GET /readyz`` (every agent's session store answers).
 
+:func:`serve` runs ``agentkeep serve`` (its :class:`ServeSettings`), :func:`serve_inspector` runs
+``agentkeep inspect``.
+
 Each agent has its own session store; every request runs as the tenant its API key names, through
 a per-request :class:`~agentkeep.stores.IsolationKeyScopedSessionStore` view, so tenants never
 reach each other's conversations. Turns of one conversation take turns inside a process; across
@@ -24,8 +27,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from ._app import AgentHost, HostedAgent
 from ._auth import LOCAL_TENANT, ApiKeyFileError, ApiKeys
+from ._inspect import serve_inspector
+from ._serve import ServeSettings, serve
 from ._turns import TurnConflictError
 
 del _ag_ui_core, _fastapi, _jinja2
 
-__all__ = ["LOCAL_TENANT", "AgentHost", "ApiKeyFileError", "ApiKeys", "HostedAgent", "TurnConflictError"]
+__all__ = [
+    "LOCAL_TENANT",
+    "AgentHost",
+    "ApiKeyFileError",
+    "ApiKeys",
+    "HostedAgent",
+    "ServeSettings",
+    "TurnConflictError",
+    "serve",
+    "serve_inspector",
+]

@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.sse import format_sse_event
 
-from ..clients._openai_wire import arguments_text, parse_arguments
+from ..clients.openai_wire import arguments_text, parse_arguments
 from ..contents import Content, FunctionCallContent, TextContent
 from ..errors import MessageFormatError
 from ..messages import Message

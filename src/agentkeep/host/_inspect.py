@@ -28,7 +28,7 @@ from ._serve import is_loopback_address
 from ._sessions_api import install_sessions_api
 from .inspector import install_inspector
 
-__all__ = ["InspectorHost", "build_inspector", "inspect"]
+__all__ = ["InspectorHost", "build_inspector", "serve_inspector"]
 
 AGENT_NAME = "chat"
 
@@ -88,7 +88,7 @@ def build_inspector(
     return host
 
 
-def inspect(
+def serve_inspector(
     store_url: str | None,
     *,
     host: str = "127.0.0.1",

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..clients._openai_wire import arguments_text, json_text, parse_arguments, result_text
+from ..clients.openai_wire import arguments_text, json_text, parse_arguments, result_text
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, UsageDetails
 from ..errors import MessageFormatError
 from ..messages import Message

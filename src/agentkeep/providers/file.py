@@ -34,11 +34,11 @@ from typing import Any, ClassVar, Final, Unpack, cast
 
 import msgspec
 
+from .._files import Folder
 from ..maf.sessions import message_from_maf, message_to_maf
 from ..message_log import MessageLog
 from ..messages import Message
 from ..sessions import AgentSession
-from ..stores._files import Folder
 from ..stores.by_session_id import SerializationFormat, session_file_name
 from .history import HistoryOptions, HistoryProvider, without_excluded
 

@@ -25,7 +25,7 @@ version, wrong field types, a state value a registered type refuses) raises and 
 
 These sit next to the hosting layer's :class:`~agentkeep.stores.AgentSessionStore` family (keyed
 by agent and conversation, versioned for optimistic concurrency); the file mechanics are shared
-with :class:`~agentkeep.stores.FileSystemSessionStore` (:mod:`agentkeep.stores._files`).
+with :class:`~agentkeep.stores.FileSystemSessionStore` (:mod:`agentkeep._files`).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from typing import Any, ClassVar, Final, Literal, cast
 
 import msgspec
 
+from .._files import Folder
 from .._json_values import json_problem
 from ..errors import SessionFormatError, StateTypeError
 from ..sessions import AgentSession
 from ..state_types import StateRestoreError, encode_state_value, revive_state_value
-from ._files import Folder
 
 __all__ = ["FileSessionStore", "SerializationFormat", "SessionStore", "session_file_name"]
 

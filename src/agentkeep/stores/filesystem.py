@@ -55,6 +55,7 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
+from .._files import Folder, LockError
 from ..errors import (
     SchemaVersionError,
     SessionFormatError,
@@ -62,7 +63,6 @@ from ..errors import (
     StorageUnavailableError,
 )
 from ..sessions import AgentSession
-from ._files import Folder, LockError
 from .base import (
     AgentSessionStore,
     StoredPayload,
