@@ -179,6 +179,16 @@ def _newest_id(messages: Sequence[Message]) -> str | None:
     return messages[-1].message_id if messages else None
 
 
+def _run_options(body: ResponsesRequest) -> dict[str, Any]:
+    """The chat options a request sets for its run."""
+    options: dict[str, Any] = {}
+    if body.instructions:
+        options["instructions"] = body.instructions
+    if body.max_output_tokens is not None:
+        options["max_tokens"] = body.max_output_tokens
+    return options
+
+
 def _shell(
     hosted: HostedAgent, body: ResponsesRequest, response_id: str, conversation: str
 ) -> dict[str, Any]:
@@ -302,11 +312,7 @@ class _Responses:
     ) -> AsyncIterator[dict[str, Any]]:
         """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
         conversation = conversation_id or new_conversation_id()
-        options: dict[str, Any] = {}
-        if body.instructions:
-            options["instructions"] = body.instructions
-        if body.max_output_tokens is not None:
-            options["max_tokens"] = body.max_output_tokens
+        options = _run_options(body)
         shell: dict[str, Any] = {}
         started = False
         turn_span = parent.start_child(
@@ -320,31 +326,9 @@ class _Responses:
         held = (tenant, hosted.name, conversation)
         try:
             async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(held), spanned(turn_span):
-                turn: SessionTurn | None = None
-                prior: Sequence[Message] = []
-                if conversation_id is not None:
-                    turn = await self._existing(hosted, tenant, conversation_id, warm=True)
-                    if bind_user(turn.session, user, conversation_id=conversation_id):
-                        await turn.save()  # its owner is decided before anything is written
-                    bound = memory_scope(turn.session)
-                    user = None if bound is None else bound.user_id  # a branch is the same user's
-                    self._check_previous(turn, body.previous_response_id)
-                    history = await turn.history(keep_for_run=body.store)
-                    branch = self._branch_point(turn, body.previous_response_id, history)
-                    if branch is not None:  # continuing an earlier response: a branch
-                        turn.discard_kept()  # the run is not on this session
-                        prefix = await _history_until(hosted.agent, turn.session, branch)
-                        if body.store:
-                            conversation = new_conversation_id()
-                            turn = await self._new_conversation(
-                                hosted, tenant, conversation, prefix, user=user
-                            )
-                        else:
-                            prior = prefix
-                    elif not body.store:
-                        prior = history
-                elif body.store:  # the new conversation exists before its first run
-                    turn = await self._new_conversation(hosted, tenant, conversation, [], user=user)
+                turn, prior, conversation = await self._turn_for(
+                    hosted, tenant, user, conversation_id, conversation, body
+                )
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
@@ -385,6 +369,40 @@ class _Responses:
             yield {"type": "response.failed", "response": failed}
             return
         yield {"type": "response.completed", "response": response}
+
+    async def _turn_for(
+        self,
+        hosted: HostedAgent,
+        tenant: str,
+        user: str | None,
+        conversation_id: str | None,
+        conversation: str,
+        body: ResponsesRequest,
+    ) -> tuple[SessionTurn | None, Sequence[Message], str]:
+        """The session the run goes on (``None``: not stored), the messages the model sees before
+        the request's (an unstored run's history, or a branch's prefix) and the conversation the
+        run is in: a request continuing an earlier response of it branches into a new one."""
+        if conversation_id is None:
+            if not body.store:
+                return None, [], conversation
+            # the new conversation exists before its first run
+            return await self._new_conversation(hosted, tenant, conversation, [], user=user), [], conversation
+        turn = await self._existing(hosted, tenant, conversation_id, warm=True)
+        if bind_user(turn.session, user, conversation_id=conversation_id):
+            await turn.save()  # its owner is decided before anything is written
+        bound = memory_scope(turn.session)
+        user = None if bound is None else bound.user_id  # a branch is the same user's
+        self._check_previous(turn, body.previous_response_id)
+        history = await turn.history(keep_for_run=body.store)
+        branch = self._branch_point(turn, body.previous_response_id, history)
+        if branch is None:
+            return turn, ([] if body.store else history), conversation
+        turn.discard_kept()  # continuing an earlier response: a branch, not on this session
+        prefix = await _history_until(hosted.agent, turn.session, branch)
+        if not body.store:
+            return turn, prefix, conversation
+        conversation = new_conversation_id()
+        return await self._new_conversation(hosted, tenant, conversation, prefix, user=user), [], conversation
 
     def _check_previous(self, turn: SessionTurn, previous: str | None) -> None:
         if previous is not None and _record(turn.session, previous) is None:
