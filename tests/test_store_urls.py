@@ -160,3 +160,32 @@ async def test_a_history_provider_from_a_url_owns_its_store(tmp_path: Path) -> N
     finally:
         assert isinstance(reopened, SupportsClose)
         await reopened.aclose()
+
+
+async def test_a_backend_of_another_package_registers_its_schemes() -> None:
+    from agentkeep.storage import InMemoryMessageStore
+    from agentkeep.store_urls import MessageStoreOptions, StoreLocation, register_store_backend
+
+    opened: list[StoreLocation] = []
+
+    def open_mine(location: StoreLocation, options: MessageStoreOptions) -> InMemoryMessageStore:
+        opened.append(location)
+        return InMemoryMessageStore(max_messages=options["max_messages"], ttl=options["ttl"])
+
+    register_store_backend(
+        "mine", schemes=["mine", "mine+tls"], own_parameter="space", message_store=open_mine
+    )
+    store = open_message_store("mine+tls://db.example:7000/x?space=s1&pool=4", max_messages=3)
+    assert isinstance(store, InMemoryMessageStore)
+    assert store.max_messages == 3
+    [location] = opened
+    assert (location.backend, location.options, location.url) == (
+        "mine",
+        {"space": "s1"},
+        "mine+tls://db.example:7000/x?pool=4",
+    )
+    assert parse_store_url("MINE://h/x").backend == "mine"
+    with pytest.raises(StoreURLError, match="a mine store holds no sessions"):
+        open_session_store("mine://h/x")
+    with pytest.raises(ValueError, match="not a URL scheme"):
+        register_store_backend("bad", schemes=["no spaces"], message_store=open_mine)

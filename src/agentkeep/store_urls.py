@@ -28,16 +28,23 @@ an ``ImportError`` naming the extra to install).
 
 What they return owns what it opened: close it with ``await ....aclose()``. Nothing is connected
 yet; the first operation (or ``await store.setup()``) reaches the backend.
+
+Each backend is one entry of a table: its URL schemes, its own query parameter, and an opener per
+kind of store it holds. agentkeep's backends are registered at import like any other; a backend of
+another package registers its schemes with :func:`register_store_backend`, and then its URLs
+work wherever a store URL is accepted (the CLI's ``--store``, ``agentkeep serve``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Unpack
+from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .errors import StoreURLError
+from .errors import AgentkeepError, StoreURLError
 
 if TYPE_CHECKING:
     from .encryption import KeyRing
@@ -50,7 +57,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_HISTORY_SOURCE_ID",
     "STORE_URL_HELP",
+    "MemoryStoreOptions",
+    "MessageStoreOptions",
+    "SessionStoreOptions",
     "StoreBackend",
+    "StoreKind",
     "StoreLocation",
     "describe_store",
     "open_history_provider",
@@ -59,6 +70,7 @@ __all__ = [
     "open_session_store",
     "parse_store_url",
     "redact_url",
+    "register_store_backend",
 ]
 
 STORE_URL_HELP = "sqlite:///path/to/file.db, redis://host:6379/0, postgresql://user@host:5432/db or memory://"
@@ -67,19 +79,94 @@ STORE_URL_HELP = "sqlite:///path/to/file.db, redis://host:6379/0, postgresql://u
 DEFAULT_HISTORY_SOURCE_ID = "history"
 """The ``source_id`` (and session-state key) of a history provider opened from a URL."""
 
-StoreBackend = Literal["sqlite", "redis", "postgres", "memory", "file"]
+StoreBackend = str
+"""A backend's name: ``"sqlite"``, ``"redis"``, ``"postgres"``, ``"memory"``, ``"file"``, or one
+registered with :func:`register_store_backend`."""
 
-_SCHEMES: dict[str, StoreBackend] = {
-    "sqlite": "sqlite",
-    "redis": "redis",
-    "rediss": "redis",
-    "unix": "redis",
-    "postgres": "postgres",
-    "postgresql": "postgres",
-    "memory": "memory",
-    "file": "file",
-}
-_OWN_PARAMETERS: dict[StoreBackend, str] = {"redis": "key_prefix", "postgres": "schema"}
+StoreKind = Literal["message", "session", "memory"]
+"""What a URL is opened as: a message store, a session store or a long-term memory store."""
+
+MessageStoreOpener = Callable[["StoreLocation", "MessageStoreOptions"], "MessageStore"]
+SessionStoreOpener = Callable[["StoreLocation", "SessionStoreOptions"], "AgentSessionStore"]
+MemoryStoreOpener = Callable[["StoreLocation", "MemoryStoreOptions"], "MemoryStore"]
+
+
+class MessageStoreOptions(TypedDict):
+    """What :func:`open_message_store` hands a backend's opener."""
+
+    max_messages: int | None
+    ttl: float | None
+    timeout: float
+    key_ring: KeyRing | None
+
+
+class SessionStoreOptions(TypedDict):
+    """What :func:`open_session_store` hands a backend's opener."""
+
+    ttl: float | None
+    timeout: float
+    key_ring: KeyRing | None
+
+
+class MemoryStoreOptions(TypedDict):
+    """What :func:`open_memory_store` hands a backend's opener."""
+
+    dimensions: int
+    ttl: float | None
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    name: str
+    local: bool
+    own_parameter: str | None
+    openers: dict[StoreKind, Callable[..., object]]
+
+
+_BACKENDS: dict[str, _Backend] = {}
+_SCHEMES: dict[str, _Backend] = {}
+
+
+def register_store_backend(
+    name: str,
+    *,
+    schemes: Sequence[str],
+    local: bool = False,
+    own_parameter: str | None = None,
+    message_store: MessageStoreOpener | None = None,
+    session_store: SessionStoreOpener | None = None,
+    memory_store: MemoryStoreOpener | None = None,
+) -> None:
+    """Make ``schemes`` URLs open stores of the backend ``name`` (how agentkeep's own backends are
+    registered too; a later registration of a name or scheme replaces the earlier one).
+
+    Args:
+        name: The backend's name (:attr:`StoreLocation.backend`).
+        schemes: The URL schemes that name it (``"mydb"`` for ``mydb://...``).
+        local: URLs name a path (``scheme:///path``, no query), not a server.
+        own_parameter: A query parameter the opener reads from :attr:`StoreLocation.options`
+            instead of the driver (``key_prefix``, ``schema``).
+        message_store: ``opener(location, options)`` for :func:`open_message_store`.
+        session_store: ``opener(location, options)`` for :func:`open_session_store`.
+        memory_store: ``opener(location, options)`` for :func:`open_memory_store`.
+
+    Raises:
+        ValueError: No scheme, or a scheme that is not a valid URL scheme.
+    """
+    if not schemes:
+        raise ValueError("register_store_backend needs at least one scheme")
+    for scheme in schemes:
+        if not (scheme[:1].isalpha() and all(c.isalnum() or c in "+-." for c in scheme)):
+            raise ValueError(f"{scheme!r} is not a URL scheme")
+    openers: dict[StoreKind, Callable[..., object]] = {}
+    for kind, opener in (("message", message_store), ("session", session_store), ("memory", memory_store)):
+        if opener is not None:
+            openers[cast(StoreKind, kind)] = opener
+    backend = _Backend(name, local, own_parameter, openers)
+    _BACKENDS[name] = backend
+    for scheme in schemes:
+        _SCHEMES[scheme.lower()] = backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +174,12 @@ class StoreLocation:
     """A parsed store URL.
 
     Attributes:
-        backend: ``"sqlite"``, ``"redis"``, ``"postgres"``, ``"memory"`` or ``"file"``.
+        backend: ``"sqlite"``, ``"redis"``, ``"postgres"``, ``"memory"``, ``"file"`` or a
+            registered backend's name.
         url: The URL for the driver (agentkeep's own query parameters removed); else the URL as
             given.
-        path: The SQLite file or the session folder (``None`` for the others).
+        path: The SQLite file, the session folder or a local backend's path (``None`` for the
+            others).
         options: agentkeep's own parameters found in the query (``key_prefix``, ``schema``).
     """
 
@@ -127,14 +216,14 @@ def parse_store_url(url: str | None) -> StoreLocation:
     backend = _SCHEMES.get(scheme.lower()) if separator else None
     if backend is None:
         raise StoreURLError(f"unsupported store URL {redact_url(url)!r}: expected {STORE_URL_HELP}")
-    if backend in ("sqlite", "file", "memory"):
-        return _parse_local(url, backend, rest)
+    if backend.local:
+        return _parse_local(url, backend.name, rest)
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises ValueError for a port that is not a number
     except ValueError as exc:
         raise StoreURLError(f"invalid store URL {redact_url(url)!r}: {exc}") from exc
-    own = _OWN_PARAMETERS[backend]
+    own = backend.own_parameter
     options: dict[str, str] = {}
     query: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
@@ -145,7 +234,7 @@ def parse_store_url(url: str | None) -> StoreLocation:
         else:
             query.append((name, value))
     driver_url = urlunsplit(parts._replace(query=urlencode(query)))
-    return StoreLocation(backend, driver_url, None, options)
+    return StoreLocation(backend.name, driver_url, None, options)
 
 
 def _parse_local(url: str, backend: StoreBackend, rest: str) -> StoreLocation:
@@ -156,10 +245,41 @@ def _parse_local(url: str, backend: StoreBackend, rest: str) -> StoreLocation:
             raise StoreURLError(f"store URL {url!r}: write memory:// (it names no place)")
         return StoreLocation("memory", url)
     if not rest:
-        if backend == "file":
-            raise StoreURLError(f"store URL {url!r}: name the folder (file:///path/to/sessions)")
-        return parse_store_url(None)
+        if backend == "sqlite":
+            return parse_store_url(None)
+        what = "folder (file:///path/to/sessions)" if backend == "file" else f"place ({backend}:///path)"
+        raise StoreURLError(f"store URL {url!r}: name the {what}")
     return StoreLocation(backend, url, Path(unquote(rest)).expanduser())
+
+
+_NOT_HELD: Final[dict[StoreKind, str]] = {
+    "message": "message history",
+    "session": "sessions",
+    "memory": "long-term memory (it is kept in SQLite, PostgreSQL or memory://)",
+}
+
+
+def _open(kind: StoreKind, url: str | None, options: Mapping[str, object]) -> object:
+    """The store of ``kind`` for ``url``, by the opener its backend registered."""
+    location = parse_store_url(url)
+    opener = _BACKENDS[location.backend].openers.get(kind)
+    if opener is None:
+        raise StoreURLError(
+            f"store URL {redact_url(url or '')!r}: a {location.backend} store holds no {_NOT_HELD[kind]}"
+        )
+    return opener(location, options)
+
+
+@contextmanager
+def _driver_checks(location: StoreLocation) -> Generator[None]:
+    """A server backend's driver rejecting the URL (``ValueError`` / ``TypeError``) as a
+    :class:`~agentkeep.errors.StoreURLError`."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, AgentkeepError):
+            raise
+        raise StoreURLError(f"invalid store URL {redact_url(location.url)!r}: {exc}") from exc
 
 
 def open_message_store(
@@ -184,43 +304,8 @@ def open_message_store(
         StoreURLError: An unknown scheme, a malformed URL, or ``file://`` (no message store).
         ImportError: The backend's driver is not installed (the message names the extra).
     """
-    location = parse_store_url(url)
-    if location.backend == "sqlite":
-        from .storage.sqlite import SQLiteMessageStore
-
-        return SQLiteMessageStore(
-            location.path, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring
-        )
-    if location.backend == "memory":
-        from .storage.memory import InMemoryMessageStore
-
-        return InMemoryMessageStore(max_messages=max_messages, ttl=ttl)
-    if location.backend == "file":
-        raise StoreURLError(f"store URL {url!r}: file:// holds session files, not message history")
-    try:
-        if location.backend == "redis":
-            from .storage.redis import RedisMessageStore
-
-            return RedisMessageStore.from_url(
-                location.url,
-                key_prefix=location.options.get("key_prefix", RedisMessageStore.DEFAULT_KEY_PREFIX),
-                max_messages=max_messages,
-                ttl=ttl,
-                timeout=timeout,
-                key_ring=key_ring,
-            )
-        from .storage.postgres import PostgresMessageStore
-
-        return PostgresMessageStore.from_url(
-            location.url,
-            schema=location.options.get("schema", PostgresMessageStore.DEFAULT_SCHEMA),
-            max_messages=max_messages,
-            ttl=ttl,
-            timeout=timeout,
-            key_ring=key_ring,
-        )
-    except (ValueError, TypeError) as exc:  # the driver rejected the URL
-        raise StoreURLError(f"invalid store URL {redact_url(url or '')!r}: {exc}") from exc
+    options = MessageStoreOptions(max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring)
+    return cast("MessageStore", _open("message", url, options))
 
 
 def open_history_provider(
@@ -276,35 +361,8 @@ def open_session_store(
         StoreURLError: An unknown scheme, a malformed URL, or ``ttl`` for a store without expiry.
         ImportError: The backend's driver is not installed (the message names the extra).
     """
-    location = parse_store_url(url)
-    if ttl is not None and location.backend != "redis":
-        raise StoreURLError(f"store URL {redact_url(url or '')!r}: only Redis session stores expire (ttl)")
-    if location.backend == "sqlite":
-        from .stores.sqlite import SQLiteSessionStore
-
-        return SQLiteSessionStore(location.path, timeout=timeout, key_ring=key_ring)
-    if location.backend == "memory":
-        from .stores.memory import InMemorySessionStore
-
-        return InMemorySessionStore()
-    if location.backend == "file":
-        from .stores.filesystem import FileSystemSessionStore
-
-        return FileSystemSessionStore(location.path, key_ring=key_ring)
-    try:
-        if location.backend == "redis":
-            from .stores.redis import RedisSessionStore
-
-            prefix = location.options.get("key_prefix", RedisSessionStore.DEFAULT_KEY_PREFIX)
-            return RedisSessionStore.from_url(
-                location.url, key_prefix=prefix, ttl=ttl, timeout=timeout, key_ring=key_ring
-            )
-        from .stores.postgres import PostgresSessionStore
-
-        schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)
-        return PostgresSessionStore.from_url(location.url, schema=schema, timeout=timeout, key_ring=key_ring)
-    except (ValueError, TypeError) as exc:  # the driver rejected the URL
-        raise StoreURLError(f"invalid store URL {redact_url(url or '')!r}: {exc}") from exc
+    options = SessionStoreOptions(ttl=ttl, timeout=timeout, key_ring=key_ring)
+    return cast("AgentSessionStore", _open("session", url, options))
 
 
 def describe_store(store: object) -> str:
@@ -336,22 +394,146 @@ def open_memory_store(
         StoreURLError: An unknown scheme, a malformed URL, or a backend that keeps no memories yet.
         ImportError: The SQLite memory store's extra is not installed (the message names it).
     """
-    location = parse_store_url(url)
-    if location.backend == "sqlite":
-        from .memory.sqlite import SQLiteMemoryStore
+    options = MemoryStoreOptions(dimensions=dimensions, ttl=ttl, timeout=timeout)
+    return cast("MemoryStore", _open("memory", url, options))
 
-        return SQLiteMemoryStore(location.path, dimensions=dimensions, ttl=ttl, timeout=timeout)  # pyright: ignore[reportArgumentType]
-    if location.backend == "memory":
-        from .memory import InMemoryMemoryStore
 
-        return InMemoryMemoryStore(dimensions=dimensions, ttl=ttl)
-    if location.backend == "postgres":
-        from .memory.postgres import PostgresMemoryStore
+# -- agentkeep's own backends -----------------------------------------------------------------------
 
-        schema = location.options.get("schema", "agentkeep")
-        return PostgresMemoryStore(
-            location.url, schema=schema, dimensions=dimensions, ttl=ttl, timeout=timeout
+
+def _sqlite_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
+    from .storage.sqlite import SQLiteMessageStore
+
+    return SQLiteMessageStore(location.path, **options)
+
+
+def _sqlite_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
+    from .stores.sqlite import SQLiteSessionStore
+
+    _no_ttl(location, options)
+    return SQLiteSessionStore(location.path, timeout=options["timeout"], key_ring=options["key_ring"])
+
+
+def _sqlite_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
+    from .memory.sqlite import SQLiteMemoryStore
+
+    assert location.path is not None  # a sqlite location always names its file
+    return SQLiteMemoryStore(location.path, **options)
+
+
+def _memory_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
+    from .storage.memory import InMemoryMessageStore
+
+    return InMemoryMessageStore(max_messages=options["max_messages"], ttl=options["ttl"])
+
+
+def _memory_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
+    from .stores.memory import InMemorySessionStore
+
+    _no_ttl(location, options)
+    return InMemorySessionStore()
+
+
+def _memory_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
+    from .memory import InMemoryMemoryStore
+
+    return InMemoryMemoryStore(dimensions=options["dimensions"], ttl=options["ttl"])
+
+
+def _file_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
+    from .stores.filesystem import FileSystemSessionStore
+
+    _no_ttl(location, options)
+    assert location.path is not None  # a file location always names its folder
+    return FileSystemSessionStore(location.path, key_ring=options["key_ring"])
+
+
+def _redis_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
+    from .storage.redis import RedisMessageStore
+
+    prefix = location.options.get("key_prefix", RedisMessageStore.DEFAULT_KEY_PREFIX)
+    with _driver_checks(location):
+        return RedisMessageStore.from_url(location.url, key_prefix=prefix, **options)
+
+
+def _redis_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
+    from .stores.redis import RedisSessionStore
+
+    prefix = location.options.get("key_prefix", RedisSessionStore.DEFAULT_KEY_PREFIX)
+    with _driver_checks(location):
+        return RedisSessionStore.from_url(location.url, key_prefix=prefix, **options)
+
+
+def _postgres_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
+    from .storage.postgres import PostgresMessageStore
+
+    schema = location.options.get("schema", PostgresMessageStore.DEFAULT_SCHEMA)
+    with _driver_checks(location):
+        return PostgresMessageStore.from_url(location.url, schema=schema, **options)
+
+
+def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
+    from .stores.postgres import PostgresSessionStore
+
+    _no_ttl(location, options)
+    schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)
+    with _driver_checks(location):
+        return PostgresSessionStore.from_url(
+            location.url, schema=schema, timeout=options["timeout"], key_ring=options["key_ring"]
         )
-    raise StoreURLError(
-        f"store URL {redact_url(url or '')!r}: long-term memory is kept in SQLite, PostgreSQL or memory://"
-    )
+
+
+def _postgres_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
+    from .memory.postgres import PostgresMemoryStore
+
+    with _driver_checks(location):
+        return PostgresMemoryStore(
+            location.url, schema=location.options.get("schema", "agentkeep"), **options
+        )
+
+
+def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:
+    if options["ttl"] is not None:
+        raise StoreURLError(f"store URL {redact_url(location.url)!r}: only Redis session stores expire (ttl)")
+
+
+register_store_backend(
+    "sqlite",
+    schemes=["sqlite"],
+    local=True,
+    message_store=_sqlite_messages,
+    session_store=_sqlite_sessions,
+    memory_store=_sqlite_memories,
+)
+register_store_backend(
+    "memory",
+    schemes=["memory"],
+    local=True,
+    message_store=_memory_messages,
+    session_store=_memory_sessions,
+    memory_store=_memory_memories,
+)
+
+
+def _file_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
+    raise StoreURLError(f"store URL {location.url!r}: file:// holds session files, not message history")
+
+
+register_store_backend(
+    "file", schemes=["file"], local=True, message_store=_file_messages, session_store=_file_sessions
+)
+register_store_backend(
+    "redis",
+    schemes=["redis", "rediss", "unix"],
+    own_parameter="key_prefix",
+    message_store=_redis_messages,
+    session_store=_redis_sessions,
+)
+register_store_backend(
+    "postgres",
+    schemes=["postgres", "postgresql"],
+    own_parameter="schema",
+    message_store=_postgres_messages,
+    session_store=_postgres_sessions,
+    memory_store=_postgres_memories,
+)
