@@ -67,8 +67,6 @@ async def damage(store: MemoryStore, memory_id: str, what: str) -> None:
 
 async def damage_meta(store: MemoryStore, name: str) -> None:
     assert isinstance(store, PostgresMemoryStore)
-    if name != "dimensions":
-        raise NotApplicable(f"the postgres memory store keeps no {name} row")
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
         await conn.execute(
             sql.SQL("UPDATE {} SET value = 'x1' WHERE name = %s").format(

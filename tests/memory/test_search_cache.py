@@ -391,7 +391,8 @@ async def test_a_postgres_schema_written_before_the_change_log_is_upgraded() -> 
         for table in ("memory_changes", "memory_scopes"):
             await execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(old.schema, table)))
         meta = sql.Identifier(old.schema, "memory_meta")
-        await execute(sql.SQL("DELETE FROM {} WHERE name = 'change_log'").format(meta))
+        # a schema of that time recorded neither its change log nor a layout
+        await execute(sql.SQL("DELETE FROM {} WHERE name IN ('change_log', 'layout')").format(meta))
         upgraded = PostgresMemoryStore(URL, schema=old.schema, dimensions=DIMENSIONS, cache_min_vectors=1)
         try:
             await upgraded.setup()

@@ -14,7 +14,12 @@ from typing import Any, Final
 
 import apsw
 
-from ..errors import CorruptMemoryError, MemoryFormatError, StorageClosedError, StorageError
+from ..errors import (
+    CorruptMemoryError,
+    MemoryFormatError,
+    SchemaVersionError,
+    StorageClosedError,
+)
 from ._vector_cache import LOG_KEEP
 from .records import MemoryScope
 
@@ -262,7 +267,7 @@ def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:
     """Create the store's tables in the file, or bring a file of an older layout up to date.
 
     Raises:
-        StorageError: The file is of a newer layout than this code knows.
+        SchemaVersionError: The file is of a newer layout than this code knows.
         MemoryFormatError: The file holds embeddings of another length.
     """
     with db.write():
@@ -272,7 +277,7 @@ def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:
         found: dict[str, object] = dict(db.rows("SELECT name, value FROM agentkeep_memory_meta"))  # pyright: ignore[reportAssignmentType]
         layout = _meta_number(found, "layout", path)
         if layout > LAYOUT:
-            raise StorageError(f"{path} holds memories of a newer layout ({layout})", backend="sqlite")
+            raise SchemaVersionError(f"{path} holds memories of a newer layout ({layout})", backend="sqlite")
         if "dimensions" in found and _meta_number(found, "dimensions", path) != dimensions:
             raise MemoryFormatError(
                 f"{path} holds {found['dimensions']}-dimension embeddings, not {dimensions}"

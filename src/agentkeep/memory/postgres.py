@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from .._db.postgres import DEFAULT_SCHEMA, PostgresConnection, PostgresDatabase, PostgresPool
-from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
+from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MIN_VECTORS,
@@ -48,10 +48,41 @@ from ._vector_cache import (
 from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
-__all__ = ["PostgresMemoryStore"]
+__all__ = ["MEMORY_LAYOUT", "PostgresMemoryStore"]
 
 T = TypeVar("T")
 _COLUMNS: Final = "id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
+
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (  # 1: the memories and their indexes
+        "CREATE TABLE IF NOT EXISTS {memories} ("
+        "row bigserial PRIMARY KEY, id text NOT NULL, scope text NOT NULL, user_key text NOT NULL, "
+        "key text, kind text NOT NULL, text text NOT NULL, source_session_id text, "
+        "metadata jsonb NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL, "
+        "superseded_by text, embedding bytea, UNIQUE (scope, id))",
+        "CREATE UNIQUE INDEX IF NOT EXISTS memories_current_key ON {memories} (scope, key) "
+        "WHERE key IS NOT NULL AND superseded_by IS NULL",
+        "CREATE INDEX IF NOT EXISTS memories_scope ON {memories} (scope, updated_at)",
+        "CREATE INDEX IF NOT EXISTS memories_user ON {memories} (user_key)",
+        # byte order, whatever the database's collation: a tenant's scopes are a range
+        'CREATE INDEX IF NOT EXISTS memories_scope_bytes ON {memories} (scope COLLATE "C")',
+    ),
+    (  # 2: each scope's change counter and vector count, and the log of changed vectors (what
+        # keeps search caches coherent, see _vector_cache); a scope forgotten and written again
+        # gets a new id, which no cache has. The scopes that hold vectors are counted once.
+        "CREATE TABLE IF NOT EXISTS {scopes} (id bigserial PRIMARY KEY, "
+        "scope text NOT NULL UNIQUE, seq bigint NOT NULL, vectors bigint NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS {changes} (scope_id bigint NOT NULL, seq bigint NOT NULL, "
+        "row bigint NOT NULL, PRIMARY KEY (scope_id, seq))",
+        "INSERT INTO {scopes} (scope, seq, vectors) SELECT scope, 0, count(*) "
+        "FROM {memories} WHERE embedding IS NOT NULL GROUP BY scope ON CONFLICT (scope) DO NOTHING",
+    ),
+)
+"""The memory schema's layouts, in order: a schema of layout ``n`` runs the steps from index ``n``
+on, in one transaction (under an advisory lock), and records :data:`MEMORY_LAYOUT`."""
+
+MEMORY_LAYOUT: Final = len(_MIGRATIONS)
+"""The layout this agentkeep writes (recorded in the ``memory_meta`` table as ``layout``)."""
 _ATTEMPTS: Final = 5
 
 
@@ -126,6 +157,34 @@ class PostgresMemoryStore(MemoryStore):
             ),
         )
 
+    async def _meta_number(self, conn: PostgresConnection, name: str) -> int | None:
+        """The whole number meta row ``name`` holds (``None``: no such row).
+
+        Raises:
+            CorruptMemoryError: The row holds anything else.
+        """
+        cursor = await conn.execute(self._q("SELECT value FROM {meta} WHERE name = %s"), (name,))
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        value: str = row[0]
+        if not (value.isascii() and value.isdigit() and len(value) < 10):
+            raise self.corrupt(f"it holds {value!r}, not a whole number", row=f"meta {name!r}")
+        return int(value)
+
+    async def _layout(self, conn: PostgresConnection) -> int:
+        """The schema's memory layout: its ``layout`` row, or for a schema written before layouts
+        were recorded, what its tables show (2: with the change log, 1: memories only, 0: none)."""
+        recorded = await self._meta_number(conn, "layout")
+        if recorded is not None:
+            return recorded
+        cursor = await conn.execute(self._q("SELECT 1 FROM {meta} WHERE name = 'change_log'"))
+        if await cursor.fetchone() is not None:
+            return 2
+        cursor = await conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".memories',))
+        (table,) = await cursor.fetchone() or (None,)
+        return 0 if table is None else 1
+
     def _q(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(**self._tables)  # pyright: ignore[reportArgumentType]
 
@@ -149,43 +208,23 @@ class PostgresMemoryStore(MemoryStore):
                 await conn.execute(
                     self._q("CREATE TABLE IF NOT EXISTS {meta} (name text PRIMARY KEY, value text NOT NULL)")
                 )
-                await conn.execute(
-                    self._q(
-                        "CREATE TABLE IF NOT EXISTS {memories} ("
-                        "row bigserial PRIMARY KEY, id text NOT NULL, scope text NOT NULL, "
-                        "user_key text NOT NULL, "
-                        "key text, kind text NOT NULL, text text NOT NULL, source_session_id text, "
-                        "metadata jsonb NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL, "
-                        "superseded_by text, embedding bytea, UNIQUE (scope, id))"
+                layout = await self._layout(conn)
+                if layout > MEMORY_LAYOUT:
+                    raise SchemaVersionError(
+                        f"postgres memory store {self.location} is of a newer layout ({layout}) than this "
+                        f"agentkeep knows ({MEMORY_LAYOUT})",
+                        backend=self.backend,
                     )
-                )
-                for index in (
-                    "CREATE UNIQUE INDEX IF NOT EXISTS memories_current_key ON {memories} (scope, key) "
-                    "WHERE key IS NOT NULL AND superseded_by IS NULL",
-                    "CREATE INDEX IF NOT EXISTS memories_scope ON {memories} (scope, updated_at)",
-                    "CREATE INDEX IF NOT EXISTS memories_user ON {memories} (user_key)",
-                    # byte order, whatever the database's collation: a tenant's scopes are a range
-                    'CREATE INDEX IF NOT EXISTS memories_scope_bytes ON {memories} (scope COLLATE "C")',
-                    # each scope's change counter and vector count, and the log of changed vectors
-                    # (what keeps search caches coherent, see _vector_cache); a scope forgotten
-                    # and written again gets a new id, which no cache has
-                    "CREATE TABLE IF NOT EXISTS {scopes} (id bigserial PRIMARY KEY, "
-                    "scope text NOT NULL UNIQUE, seq bigint NOT NULL, vectors bigint NOT NULL)",
-                    "CREATE TABLE IF NOT EXISTS {changes} (scope_id bigint NOT NULL, seq bigint NOT NULL, "
-                    "row bigint NOT NULL, PRIMARY KEY (scope_id, seq))",
-                ):
-                    await conn.execute(self._q(index))
-                cursor = await conn.execute(
-                    self._q(
-                        "INSERT INTO {meta} (name, value) VALUES ('change_log', '1') ON CONFLICT DO NOTHING"
-                    )
-                )
-                if cursor.rowcount:  # a new schema, or one written before the change log: count once
+                for migration in _MIGRATIONS[layout:]:
+                    for statement in migration:
+                        await conn.execute(self._q(statement))
+                if layout < MEMORY_LAYOUT:
                     await conn.execute(
                         self._q(
-                            "INSERT INTO {scopes} (scope, seq, vectors) SELECT scope, 0, count(*) "
-                            "FROM {memories} WHERE embedding IS NOT NULL GROUP BY scope"
-                        )
+                            "INSERT INTO {meta} (name, value) VALUES ('layout', %s) "
+                            "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+                        ),
+                        (str(MEMORY_LAYOUT),),
                     )
                 await conn.execute(
                     self._q(
@@ -193,11 +232,8 @@ class PostgresMemoryStore(MemoryStore):
                     ),
                     (str(self.dimensions),),
                 )
-                cursor = await conn.execute(self._q("SELECT value FROM {meta} WHERE name = 'dimensions'"))
-                (found,) = await cursor.fetchone() or (str(self.dimensions),)
-                if not (found.isascii() and found.isdigit() and len(found) < 10):
-                    raise self.corrupt(f"it holds {found!r}, not a whole number", row="meta 'dimensions'")
-                if int(found) != self.dimensions:
+                found = await self._meta_number(conn, "dimensions")
+                if found != self.dimensions:
                     raise MemoryFormatError(
                         f"schema {self.schema!r} holds {found}-dimension embeddings, not {self.dimensions}"
                     )
