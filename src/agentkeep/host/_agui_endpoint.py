@@ -15,7 +15,6 @@ and then nothing of the run is stored.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -29,11 +28,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import telemetry
 from ..errors import ToolError
-from ..stores import session_version
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
-from ._http import EventStreamResponse, HTTPProblem, error_response, run_error, spanned
-from ._memory import bind_user, user_of
-from ._turns import SessionTurn
+from ._hosted_turn import HostedTurn
+from ._http import EventStreamResponse, HTTPProblem, error_response, run_error
+from ._memory import user_of
 
 if TYPE_CHECKING:
     from ._app import AgentHost, HostedAgent
@@ -114,30 +112,12 @@ class AGUIRoute:
         """The run's events in batches, each sent as one chunk: what is ready together travels
         together (``RUN_STARTED`` at once, then each update's events, then the closing events with
         ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
-        host = self.host
         thread, run = run_input.thread_id, run_input.run_id
         yield [RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], True
-        key = (tenant, hosted.name, thread)
-        turn_span = parent.start_child(
-            "agentkeep.host.turn",
-            **{"agentkeep.agent": hosted.name, "agentkeep.conversation": thread, "agentkeep.tenant": tenant},
-        )
         closing: list[BaseEvent] = []
         try:
-            async with asyncio.timeout(host.run_timeout), host.locks.hold(key), spanned(turn_span):
-                turn = await SessionTurn.load(
-                    hosted.agent,
-                    hosted.session_store,
-                    tenant,
-                    thread,
-                    cache=(host.sessions, key),
-                    attempts=host.save_attempts,
-                )
-                bound = bind_user(turn.session, user, conversation_id=thread)
-                if bound or session_version(turn.session) is None:
-                    # a new conversation, or one just bound to its user, is stored before its run:
-                    # of two turns naming two users at once, one owns it before anything is written
-                    await turn.save()
+            async with HostedTurn(self.host, hosted, tenant, thread, parent) as frame:
+                turn = await frame.session(user=user)
                 new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
                 stream = EventStream()
                 async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
@@ -145,11 +125,8 @@ class AGUIRoute:
                         if events := stream.update(update):
                             yield events, True
                 closing = stream.finish()
-                turn.discard_kept()  # what the run's history provider did not take (it loads nothing)
-                await turn.save()
-                host.sessions.keep(key, turn.session)
+                await frame.store(turn)
         except Exception as exc:  # reported in the protocol: the stream has started
-            turn_span.fail(exc)
             code, message = run_error(exc)
             if code == "internal_error":
                 log.exception("run %s of thread %r failed", run, thread)

@@ -23,7 +23,6 @@ caller's tenant only: another tenant's id is a 404.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -43,7 +42,8 @@ from ..providers.storage import StorageHistoryProvider
 from ..sessions import AgentSession
 from ..stores import session_version
 from ..tools import FunctionTool
-from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error, spanned
+from ._hosted_turn import HostedTurn
+from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error
 from ._memory import bind_user, readable_by, user_of
 from ._responses_wire import (
     LiveOutput,
@@ -315,20 +315,9 @@ class _Responses:
         options = _run_options(body)
         shell: dict[str, Any] = {}
         started = False
-        turn_span = parent.start_child(
-            "agentkeep.host.turn",
-            **{
-                "agentkeep.agent": hosted.name,
-                "agentkeep.conversation": conversation,
-                "agentkeep.tenant": tenant,
-            },
-        )
-        held = (tenant, hosted.name, conversation)
         try:
-            async with asyncio.timeout(self.host.run_timeout), self.host.locks.hold(held), spanned(turn_span):
-                turn, prior, conversation = await self._turn_for(
-                    hosted, tenant, user, conversation_id, conversation, body
-                )
+            async with HostedTurn(self.host, hosted, tenant, conversation, parent) as frame:
+                turn, prior, conversation = await self._turn_for(frame, user, conversation_id, body)
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
@@ -353,13 +342,11 @@ class _Responses:
                 if body.store and turn is not None:
                     produced = answer.messages
                     _keep_record(turn.session, response, produced[-1].message_id if produced else None)
-                    await turn.save()
-                    self.host.sessions.keep((tenant, hosted.name, conversation), turn.session)
+                    await frame.store(turn, conversation_id=conversation)
         except HTTPProblem as exc:
             yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
             return
         except Exception as exc:
-            turn_span.fail(exc)
             code, message = run_error(exc)
             if not started:
                 yield {"type": "problem", "status": STATUS_OF[code], "code": code, "message": message}
@@ -371,25 +358,20 @@ class _Responses:
         yield {"type": "response.completed", "response": response}
 
     async def _turn_for(
-        self,
-        hosted: HostedAgent,
-        tenant: str,
-        user: str | None,
-        conversation_id: str | None,
-        conversation: str,
-        body: ResponsesRequest,
+        self, frame: HostedTurn, user: str | None, conversation_id: str | None, body: ResponsesRequest
     ) -> tuple[SessionTurn | None, Sequence[Message], str]:
         """The session the run goes on (``None``: not stored), the messages the model sees before
         the request's (an unstored run's history, or a branch's prefix) and the conversation the
         run is in: a request continuing an earlier response of it branches into a new one."""
+        hosted, tenant, conversation = frame.hosted, frame.tenant, frame.conversation_id
         if conversation_id is None:
             if not body.store:
                 return None, [], conversation
             # the new conversation exists before its first run
             return await self._new_conversation(hosted, tenant, conversation, [], user=user), [], conversation
-        turn = await self._existing(hosted, tenant, conversation_id, warm=True)
-        if bind_user(turn.session, user, conversation_id=conversation_id):
-            await turn.save()  # its owner is decided before anything is written
+        turn = await frame.session(
+            user=user, existing=True
+        )  # its owner is decided before anything is written
         bound = memory_scope(turn.session)
         user = None if bound is None else bound.user_id  # a branch is the same user's
         self._check_previous(turn, body.previous_response_id)
