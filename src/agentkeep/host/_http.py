@@ -47,7 +47,7 @@ __all__ = [
 
 access_log = logging.getLogger("agentkeep.host.access")
 
-_LOOPBACK_NAMES: Final = frozenset({"localhost", "testclient"})
+_LOOPBACK_NAMES: Final = frozenset({"localhost"})
 
 STATUS_OF: Final = {
     "timeout": 504,
