@@ -71,9 +71,7 @@ class AGUIRoute:
         host = self.host
         try:
             tenant = host.tenant_of(request)
-            hosted = host.agents.get(name)
-            if hosted is None:
-                raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
+            hosted = host.hosted_agent(name)
             body = await host.body_of(request)
             try:
                 run_input, sent = parse_input(body)
@@ -82,8 +80,7 @@ class AGUIRoute:
                 raise HTTPProblem(422, "invalid_request", "not a RunAgentInput", details=details) from exc
             except ValueError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
-            if len(sent) > host.max_messages:
-                raise HTTPProblem(413, "too_large", f"more than {host.max_messages} messages")
+            host.check_message_count(len(sent))
             try:
                 tools = client_tools(run_input)
             except ToolError as exc:

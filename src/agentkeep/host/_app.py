@@ -212,6 +212,29 @@ class AgentHost:
         """The time limit of one run (:attr:`run_timeout`)."""
         return asyncio.timeout(self.run_timeout)
 
+    def hosted_agent(self, name: str, *, as_model: bool = False) -> HostedAgent:
+        """The agent served as ``name``.
+
+        Raises:
+            HTTPProblem: 404 when there is none (``model_not_found`` for the OpenAI-compatible
+                APIs, which name agents as models).
+        """
+        hosted = self.agents.get(name)
+        if hosted is None:
+            if as_model:
+                raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
+            raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
+        return hosted
+
+    def check_message_count(self, count: int, what: str = "messages") -> None:
+        """Refuse a request of more than :attr:`max_messages` messages (or input items).
+
+        Raises:
+            HTTPProblem: 413.
+        """
+        if count > self.max_messages:
+            raise HTTPProblem(413, "too_large", f"more than {self.max_messages} {what}")
+
     def tenant_of(self, request: Request) -> str:
         """The tenant ``request`` runs as (recorded on ``request.state`` for the access log).
 

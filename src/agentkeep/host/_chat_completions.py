@@ -31,7 +31,6 @@ from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed
 from ._responses_wire import usage_of
 
 if TYPE_CHECKING:
-    from ..agent import Agent
     from ._app import AgentHost
 
 __all__ = ["install_chat_completions"]
@@ -124,18 +123,11 @@ class _ChatCompletions:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
 
-    def _agent(self, name: str) -> Agent:
-        hosted = self.host.agents.get(name)
-        if hosted is None:
-            raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
-        return hosted.stateless
-
     async def create(self, request: Request) -> Response:
         self.host.tenant_of(request)
         body = parsed(ChatRequest, await self.host.body_of(request), what="a chat completion request")
-        agent = self._agent(body.model)
-        if len(body.messages) > self.host.max_messages:
-            raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} messages")
+        agent = self.host.hosted_agent(body.model, as_model=True).stateless
+        self.host.check_message_count(len(body.messages))
         try:
             messages = to_messages(body.messages)
         except MessageFormatError as exc:

@@ -231,12 +231,6 @@ class _Responses:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
 
-    def _agent(self, name: str) -> HostedAgent:
-        hosted = self.host.agents.get(name)
-        if hosted is None:
-            raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
-        return hosted
-
     async def _existing(
         self, hosted: HostedAgent, tenant: str, conversation_id: str, *, warm: bool = False
     ) -> SessionTurn:
@@ -257,13 +251,12 @@ class _Responses:
     async def create(self, request: Request) -> Response:
         tenant = self.host.tenant_of(request)
         body = parsed(ResponsesRequest, await self.host.body_of(request), what="a Responses request")
-        hosted = self._agent(body.model)
+        hosted = self.host.hosted_agent(body.model, as_model=True)
         try:
             new = to_messages(body.input)
         except MessageFormatError as exc:
             raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-        if len(new) > self.host.max_messages:
-            raise HTTPProblem(413, "too_large", f"more than {self.host.max_messages} input items")
+        self.host.check_message_count(len(new), "input items")
         tools = _tools(body)
         conversation_id = self._conversation_id(body)
         user = user_of(request, body.user)
