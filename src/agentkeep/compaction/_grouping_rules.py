@@ -86,32 +86,23 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             contents = message.contents
             only = contents[0] if len(contents) == 1 else None
             plain = type(only) is TextContent
-            if plain:
-                text: str = only.text  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
-                if per_token:
-                    if only.additional_properties or only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
-                        length = payload_length(message)
-                    else:
-                        message_id = message.message_id
-                        length = (
-                            PLAIN_TEXT_PAYLOAD_CHARS
-                            + len(encode_basestring(text))
-                            + (4 if message_id is None else len(encode_basestring(message_id)))
-                            + len(message.role)
-                        )
-                    tokens = max(1, length // per_token)
-                elif text_per_token:
-                    tokens = -(-len(text) // text_per_token) + overhead
+            text: str = only.text if plain else message_token_text(message)  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
+            if per_token:
+                if plain and not only.additional_properties and not only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
+                    message_id = message.message_id  # reference_payload_length's plain text, inline
+                    length = (
+                        PLAIN_TEXT_PAYLOAD_CHARS
+                        + len(encode_basestring(text))
+                        + (4 if message_id is None else len(encode_basestring(message_id)))
+                        + len(message.role)
+                    )
                 else:
-                    tokens = count_message(message)
+                    length = payload_length(message)
+                tokens = max(1, length // per_token)
+            elif text_per_token:
+                tokens = -(-len(text) // text_per_token) + overhead
             else:
-                text = message_token_text(message)
-                if per_token:
-                    tokens = max(1, payload_length(message) // per_token)
-                elif text_per_token:
-                    tokens = -(-len(text) // text_per_token) + overhead
-                else:
-                    tokens = count_message(message)
+                tokens = count_message(message)
             size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             position = len(all_messages)
             all_messages.append(message)

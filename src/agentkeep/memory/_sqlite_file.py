@@ -15,12 +15,12 @@ from typing import Any, Final
 import apsw
 
 from ..errors import (
-    CorruptMemoryError,
     MemoryFormatError,
     SchemaVersionError,
     StorageClosedError,
 )
 from ._vector_cache import LOG_KEEP
+from .base import meta_number
 from .records import MemoryScope
 
 __all__ = [
@@ -250,17 +250,8 @@ _MIGRATIONS: Final[tuple[Callable[[Db, int], None], ...]] = (_create_tables, _cr
 
 
 def _meta_number(found: dict[str, object], name: str, path: Path) -> int:
-    """The whole number a meta row holds (0 when absent).
-
-    Raises:
-        CorruptMemoryError: The row holds anything else.
-    """
-    value: object = found.get(name, "0")
-    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10):
-        raise CorruptMemoryError(
-            f"it holds {value!r}, not a whole number", backend="sqlite", store=str(path), row=f"meta {name!r}"
-        )
-    return int(value)
+    """The whole number a meta row holds (0 when absent; see :func:`~.base.meta_number`)."""
+    return meta_number(found.get(name, "0"), name, backend="sqlite", store=str(path))
 
 
 def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:

@@ -131,6 +131,12 @@ def vector_matrix(rowids: Sequence[int], vectors: Sequence[bytes], dimensions: i
     return matrix
 
 
+def _check_fields(rowid: int, kind: object, updated: object) -> None:
+    """Refuse a vector row whose kind or ``updated_at`` a damaged row replaced with another type."""
+    if type(kind) is not str or type(updated) is not int:
+        raise DamagedVector(rowid, f"its kind {kind!r} or updated_at {updated!r} is damaged")
+
+
 class ScopeVectors:
     """One scope's current vectors as of change ``seq`` of the scope row ``scope_id``.
 
@@ -182,13 +188,9 @@ class ScopeVectors:
             for start in range(0, count, _QUANTIZE_ROWS):
                 vectors._quantize(start, min(count, start + _QUANTIZE_ROWS))
             vectors._rowids[:count] = rowids
-            updated = [row[2] for row in rows]
-            for at, row in enumerate(rows):  # what a damaged row may hold instead
-                if type(row[1]) is not str or type(row[2]) is not int:
-                    raise DamagedVector(
-                        rowids[at], f"its kind {row[1]!r} or updated_at {row[2]!r} is damaged"
-                    )
-            vectors._updated[:count] = updated
+            for rowid, kind, updated, _ in rows:
+                _check_fields(rowid, kind, updated)
+            vectors._updated[:count] = [row[2] for row in rows]
             vectors._kinds[:count] = [vectors._code(row[1]) for row in rows]
             vectors._position = {row[0]: at for at, row in enumerate(rows)}
             vectors._count = count
@@ -210,8 +212,7 @@ class ScopeVectors:
             DamagedVector: ``vector`` is damaged (nothing changes).
         """
         checked = vector_matrix((rowid,), (vector,), self.dimensions)
-        if type(kind) is not str or type(updated) is not int:
-            raise DamagedVector(rowid, f"its kind {kind!r} or updated_at {updated!r} is damaged")
+        _check_fields(rowid, kind, updated)
         at = self._position.get(rowid)
         if at is None:
             if self._count == len(self._rowids):

@@ -43,6 +43,7 @@ __all__ = [
     "MemoryStore",
     "cosine",
     "from_micros",
+    "meta_number",
     "normalized",
     "rewrite_keyed",
     "to_micros",
@@ -66,6 +67,19 @@ MAX_K: Final = 1_000
 NO_CURRENT: Final = ""
 """``add(..., replaces=NO_CURRENT)``: store only if the key has no current record yet (the first
 write of a read-modify-write; no id is empty, so this names none)."""
+
+
+def meta_number(value: object, name: str, *, backend: str, store: str) -> int:
+    """The whole number a store's meta row ``name`` holds (its text, as the stores write it).
+
+    Raises:
+        CorruptMemoryError: The row holds anything else.
+    """
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 10):
+        raise CorruptMemoryError(
+            f"it holds {value!r}, not a whole number", backend=backend, store=store, row=f"meta {name!r}"
+        )
+    return int(value)
 
 
 def normalized(vector: Sequence[float]) -> list[float]:

@@ -45,7 +45,7 @@ from ._vector_cache import (
     behind,
     vector_matrix,
 )
-from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import NO_CURRENT, MemoryStore, from_micros, meta_number, normalized, to_micros
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["MEMORY_LAYOUT", "PostgresMemoryStore"]
@@ -167,10 +167,7 @@ class PostgresMemoryStore(MemoryStore):
         row = await cursor.fetchone()
         if row is None:
             return None
-        value: str = row[0]
-        if not (value.isascii() and value.isdigit() and len(value) < 10):
-            raise self.corrupt(f"it holds {value!r}, not a whole number", row=f"meta {name!r}")
-        return int(value)
+        return meta_number(row[0], name, backend=self.backend, store=self.location)
 
     async def _layout(self, conn: PostgresConnection) -> int:
         """The schema's memory layout: its ``layout`` row, or for a schema written before layouts
