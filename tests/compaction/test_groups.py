@@ -732,3 +732,15 @@ def test_replacing_excluding_and_appending_keep_totals_projection_and_walks_righ
         assert index.newest_included(3) == walk[::-1][:3]
     index.append(messages[cut:])
     assert_totals_match_a_recount(index)
+
+
+def test_a_message_named_by_a_replace_keeps_a_count_a_recount_gives() -> None:
+    """The default estimator measures the id: a message that a replace names (it had none) is
+    counted as named, also when a later result brings it into an included group."""
+    index = MessageIndex()
+    messages = [call("c0", "c1"), result("c0"), user(""), user(""), call("c2"), result("c1", "c2")]
+    index.append(messages[:5])
+    index.replace([index.groups[3]], Message("assistant", "summary"))
+    assert_totals_match_a_recount(index)
+    index.append(messages[5:])
+    assert_totals_match_a_recount(index)

@@ -51,7 +51,7 @@ from .groups import (
     order_key,
     summarized_message_ids,
 )
-from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, message_token_text
+from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, message_token_text, reference_payload_length
 
 __all__ = ["MessageIndex"]
 
@@ -299,7 +299,7 @@ class MessageIndex:
         # the list.
         state = self._state
         first, later = ordered[0], ordered[1:]
-        listed = [state.messages[i] for i in sorted(i for g in ordered for i in g.indices)]
+        listed = sorted(i for g in ordered for i in g.indices)
         tail = state.reasoning_tail
         if tail and any(g in tail for g in later):
             state.reasoning_tail = []  # replaced reasoning no longer joins a following call
@@ -353,6 +353,33 @@ class MessageIndex:
         """
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
+    def _name(self, named: Sequence[Message], positions: Sequence[int], new_id: Callable[[], str]) -> None:
+        """Give each of ``named`` (the messages at ``positions``) that has no id one from ``new_id``
+        (a summary names what it replaces). The default estimator measures the reference's
+        payload, which holds the id: its count is corrected from the payload length (no tokenizer
+        call), so the count kept for the message stays what a recount gives wherever it is counted
+        later. Other tokenizers are not called again (a message is counted once); one that
+        measures ids keeps the count of the unnamed message."""
+        state = self._state
+        if None not in (message.message_id for message in named):
+            return
+        per_token = state.payload_chars_per_token
+        tokens, group_of = state.tokens, state.group_of
+        for message, at in zip(named, positions, strict=True):
+            if message.message_id is not None:
+                continue
+            message.message_id = new_id()
+            if not per_token:
+                continue
+            fresh = max(1, reference_payload_length(message) // per_token)
+            if change := fresh - tokens[at]:
+                tokens[at] = fresh
+                owner = group_of[at]
+                owner.token_count += change
+                state.total_tokens += change
+                if not owner.excluded:
+                    state.included_token_count += change
+
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
         if group.excluded:
@@ -363,14 +390,15 @@ class MessageIndex:
         groups: Iterable[MessageGroup],
         summarize: Callable[[MessageGroup], Message] | None,
         new_id: Callable[[], str],
-        listed: Sequence[Message] | None = None,
+        listed: Sequence[int] | None = None,
         *,
         summary_text: Callable[[list[Message]], str] | None = None,
         role: Role = "assistant",
     ) -> list[MessageGroup]:
         """:meth:`replace_each` (``summarize``) or :meth:`collapse_each` (``summary_text`` and
         ``role``), with the id source to use, and for :meth:`replace` of several groups (then
-        ``groups`` is the oldest of them) the messages the summary lists instead of its own.
+        ``groups`` is the oldest of them) the positions of the messages the summary lists instead
+        of its own.
 
         A cold compaction replaces thousands of groups, so this loop is written for speed: state in
         locals, the summary group made directly, totals summed and added once (in ``finally``, so
@@ -402,17 +430,23 @@ class MessageIndex:
                 later = group.later_indices  # the group's messages (as group.messages reads them)
                 first = messages[group.first_index]
                 own = [first, *map(messages.__getitem__, later)] if later else [first]
+                if listed is None:
+                    named = own
+                    self._name(own, [group.first_index, *later] if later else [group.first_index], new_id)
+                else:
+                    named = [messages[at] for at in listed]
+                    self._name(named, listed, new_id)
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    ids = fill_message_ids(own if listed is None else listed, new_id)
+                    ids = fill_message_ids(named, new_id)
                     summary = Message(
                         role, text, message_id=new_id(), additional_properties={SUMMARY_PROPERTY: ids}
                     )
                 else:
                     summary = summarize(group)
                     text = message_token_text(summary)
-                    mark_summary(summary, own if listed is None else listed, new_id)
+                    mark_summary(summary, named, new_id)
                     if summary.message_id is None:
                         summary.message_id = new_id()
                 tail = state.reasoning_tail
