@@ -176,9 +176,9 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None
     from agentkeep import Agent, BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, Message
     from agentkeep.contents import TextContent
     from agentkeep.host import AgentHost
+    from agentkeep.message_stores.sqlite import SQLiteMessageStore
     from agentkeep.providers import StorageHistoryProvider
-    from agentkeep.storage.sqlite import SQLiteMessageStore
-    from agentkeep.stores.sqlite import SQLiteSessionStore
+    from agentkeep.session_stores.sqlite import SQLiteSessionStore
 
     class InstantChatClient(BaseChatClient):
         """Answers "ok" at once (one streamed text update), as the reference's fake does."""
@@ -584,8 +584,8 @@ async def section_history(
 
 
 async def _ours_stored(db: Path, thread: str) -> list[dict[str, Any]]:
-    from agentkeep.storage.base import close_store
-    from agentkeep.storage.sqlite import SQLiteMessageStore
+    from agentkeep.message_stores.base import close_store
+    from agentkeep.message_stores.sqlite import SQLiteMessageStore
 
     store = SQLiteMessageStore(db)
     try:

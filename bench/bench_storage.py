@@ -45,12 +45,12 @@ from psycopg import sql
 
 from agentkeep import Agent, KeyRing, Message
 from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
+from agentkeep.message_stores import MessageStore
+from agentkeep.message_stores.codec import encode_body, encode_id, encode_time
+from agentkeep.message_stores.postgres import PostgresMessageStore
+from agentkeep.message_stores.redis import RedisMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage import MessageStore
-from agentkeep.storage.codec import encode_body, encode_id, encode_time
-from agentkeep.storage.postgres import PostgresMessageStore
-from agentkeep.storage.redis import RedisMessageStore
-from agentkeep.storage.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
 
 HERE = Path(__file__).resolve().parent

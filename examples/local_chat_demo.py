@@ -37,7 +37,7 @@ from pathlib import Path
 
 from agentkeep import Agent, ChatOptions, ChatResponse, ChatResponseUpdate, Message
 from agentkeep.clients.local import LocalChatClient, default_model_path
-from agentkeep.storage.sqlite import SQLiteHistoryProvider, default_database_path
+from agentkeep.message_stores.sqlite import SQLiteHistoryProvider, default_database_path
 
 FACTS = "My name is Ada and my favourite colour is teal."
 QUESTIONS = [("What is my name?", "Ada"), ("What is my favourite colour?", "teal")]

@@ -18,10 +18,10 @@ from blockbuster import blockbuster_ctx
 
 from agentkeep.clients.local import default_model_path
 from tests.clients.servers import llama_server
+from tests.message_stores.backend_postgres import URL as POSTGRES_URL
+from tests.message_stores.backend_postgres import drop_schema, new_schema
+from tests.message_stores.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 from tests.private_redis import RedisServer
-from tests.storage.backend_postgres import URL as POSTGRES_URL
-from tests.storage.backend_postgres import drop_schema, new_schema
-from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
 __all__ = [
     "env",

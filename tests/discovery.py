@@ -21,7 +21,8 @@ __all__ = ["backend_modules", "message_store_backend", "run_check", "session_sto
 
 
 def backend_modules(package: str) -> list[ModuleType]:
-    """The ``backend_*`` modules of ``package`` (e.g. ``"tests.storage"``), imported, sorted by name."""
+    """The ``backend_*`` modules of ``package`` (e.g. ``"tests.message_stores"``), imported, sorted
+    by name."""
     folders = importlib.import_module(package).__path__
     return [
         importlib.import_module(f"{package}.{info.name}")
@@ -31,7 +32,7 @@ def backend_modules(package: str) -> list[ModuleType]:
 
 
 def message_store_backend(module: ModuleType) -> MessageStoreBackend:
-    """The description of a ``tests/storage/backend_*`` module for the message-store suite."""
+    """The description of a ``tests/message_stores/backend_*`` module for the message-store suite."""
     spec_of, from_spec = getattr(module, "spec_of", None), getattr(module, "store_from_spec", None)
     return MessageStoreBackend(
         module.NAME,
@@ -45,7 +46,7 @@ def message_store_backend(module: ModuleType) -> MessageStoreBackend:
 
 
 def session_store_backend(module: ModuleType) -> SessionStoreBackend:
-    """The description of a ``tests/stores/backend_*`` module for the session-store suite."""
+    """The description of a ``tests/session_stores/backend_*`` module for the session-store suite."""
     return SessionStoreBackend(
         module.NAME, module.open_session_store, corrupt_session=getattr(module, "corrupt_session", None)
     )

@@ -37,9 +37,9 @@ from agentkeep.cli import (
     redact_url,
     render_markdown,
 )
-from agentkeep.storage import InMemoryMessageStore, Summary
-from agentkeep.storage.base import close_store, setup_store
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores import InMemoryMessageStore, Summary
+from agentkeep.message_stores.base import close_store, setup_store
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import LlamaServer, closed_port_url
 

@@ -18,8 +18,8 @@ from agentkeep import Content, Message
 from agentkeep.cli import ChatSession, CLIError, open_store
 from agentkeep.cli._compact import StrategyName, compact_conversation, plan_compaction
 from agentkeep.compaction import MessageIndex
-from agentkeep.storage import InMemoryMessageStore, Summary
-from agentkeep.storage.base import HistoryView, MessageStore, StoredMessage, close_store, setup_store
+from agentkeep.message_stores import InMemoryMessageStore, Summary
+from agentkeep.message_stores.base import HistoryView, MessageStore, StoredMessage, close_store, setup_store
 from agentkeep.testing import ScriptedChatClient
 from tests.test_cli import ok, one_line_error, run, shown_roles
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from agentkeep import KeyRing, Message
-from agentkeep.storage.base import close_store
-from agentkeep.storage.codec import record_key_id
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.base import close_store
+from agentkeep.message_stores.codec import record_key_id
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from tests.test_cli import ok, one_line_error, run
 
 

@@ -15,7 +15,7 @@ import pytest
 from agentkeep._db.redis import RedisConnection
 from agentkeep.maf import session_from_maf
 from tests.maf.fixtures import HERE, REDIS_DUMP, SESSIONS
-from tests.storage.backend_redis import REDIS_URL
+from tests.message_stores.backend_redis import REDIS_URL
 from tests.test_cli import ok, one_line_error, run
 
 TOOL_CALL = HERE / "sessions" / "tool_call.json"

@@ -14,7 +14,7 @@ from agentkeep.providers import StorageHistoryProvider
 from agentkeep.testing import ScriptedChatClient
 from tests.discovery import backend_modules
 
-HISTORY_BACKENDS = backend_modules("tests.storage")
+HISTORY_BACKENDS = backend_modules("tests.message_stores")
 
 
 def _answer(messages: Sequence[Message]) -> str:

@@ -22,7 +22,7 @@ from agentkeep.encryption import (
     payload_key_id,
     reencrypt_payload,
 )
-from agentkeep.storage.codec import decode_message, encode_records, record_key_id, reseal, seal_key
+from agentkeep.message_stores.codec import decode_message, encode_records, record_key_id, reseal, seal_key
 
 K1, K2 = KeyRing.generate_key(), KeyRing.generate_key()
 

@@ -12,11 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = [
-    ("agentkeep.storage.redis", "redis", "redis"),
-    ("agentkeep.stores.redis", "redis", "redis"),
-    ("agentkeep.storage.postgres", "psycopg", "postgres"),
-    ("agentkeep.stores.postgres", "psycopg", "postgres"),
-    ("agentkeep.storage.postgres", "psycopg_pool", "postgres"),
+    ("agentkeep.message_stores.redis", "redis", "redis"),
+    ("agentkeep.session_stores.redis", "redis", "redis"),
+    ("agentkeep.message_stores.postgres", "psycopg", "postgres"),
+    ("agentkeep.session_stores.postgres", "psycopg", "postgres"),
+    ("agentkeep.message_stores.postgres", "psycopg_pool", "postgres"),
     ("agentkeep.clients.openai", "openai", "openai"),
     ("agentkeep.cli", "typer", "cli"),
     ("agentkeep.cli", "rich", "cli"),
@@ -48,7 +48,8 @@ def test_the_core_needs_no_extra() -> None:
     code = (
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
-        "import agentkeep, agentkeep.compaction, agentkeep.storage.sqlite, agentkeep.stores.sqlite\n"
+        "import agentkeep, agentkeep.compaction, agentkeep.message_stores.sqlite,"
+        " agentkeep.session_stores.sqlite\n"
         "import agentkeep.store_urls, agentkeep.testing.conformance\n"
         "import agentkeep.memory, agentkeep.memory.semantic, agentkeep.memory.embedders\n"
         "print('ok')\n"

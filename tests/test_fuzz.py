@@ -28,9 +28,15 @@ from agentkeep import (
     StateTypeError,
     TextContent,
 )
-from agentkeep.storage import InMemoryMessageStore
-from agentkeep.storage.codec import DECODE_ERRORS, decode_body, decode_message, encode_records, seal_key
-from agentkeep.stores import InMemorySessionStore, session_version
+from agentkeep.message_stores import InMemoryMessageStore
+from agentkeep.message_stores.codec import (
+    DECODE_ERRORS,
+    decode_body,
+    decode_message,
+    encode_records,
+    seal_key,
+)
+from agentkeep.session_stores import InMemorySessionStore, session_version
 from agentkeep.testing import ScriptedChatClient
 
 FUZZ = settings(

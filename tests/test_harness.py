@@ -19,8 +19,8 @@ from agentkeep.compaction.harness import (
     BEFORE_COMPACTION_SOURCE_ID,
     create_harness_agent,
 )
+from agentkeep.message_stores import InMemoryMessageStore
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage import InMemoryMessageStore
 from agentkeep.testing import ScriptedChatClient
 
 TOKENIZER = CharacterEstimatorTokenizer()

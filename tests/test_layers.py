@@ -143,3 +143,45 @@ def test_private_modules_are_imported_only_from_their_own_package() -> None:
                         violations.append(f"{importer} imports {imported}")
                     break
     assert violations == []
+
+
+def mapped_paths() -> list[str]:
+    """The paths the tree map of docs/architecture.md ("The map") names, relative to
+    ``src/agentkeep``: an entry is a line that starts left of the description column (28), its
+    depth given by its indent, a folder ending in ``/``; other lines go on a description."""
+    text = DOC.read_text(encoding="utf-8").split("## The map", 1)[1]
+    block = text.split("```", 2)[1]
+    lines = [line for line in block.splitlines()[2:] if line.strip()]  # after "src/agentkeep/"
+    folders: list[str] = []
+    paths: list[str] = []
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        if indent >= 28:
+            continue
+        assert indent % 2 == 0, f"a map entry at an odd indent: {line!r}"
+        assert indent >= 2, f"a map entry outside src/agentkeep/: {line!r}"
+        depth = indent // 2 - 1
+        assert depth <= len(folders), f"a map entry deeper than its folder: {line!r}"
+        del folders[depth:]
+        name = line.split()[0]
+        paths.append("/".join([*folders, name.rstrip("/")]))
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+    return paths
+
+
+def test_the_tree_map_names_every_file_of_the_package_and_nothing_else() -> None:
+    mapped = mapped_paths()
+    assert len(mapped) == len(set(mapped)), "the map names a path twice"
+    missing_on_disk = [p for p in mapped if not (SRC / p).exists()]
+    assert missing_on_disk == [], "the map names paths src/agentkeep does not have"
+    on_disk = {
+        p.relative_to(SRC).as_posix()
+        for p in SRC.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and (p.suffix == ".py" or p.name == "py.typed")
+    }
+    folders = {
+        p.relative_to(SRC).as_posix() for p in SRC.rglob("*") if p.is_dir() and p.name != "__pycache__"
+    }
+    unmapped = sorted((on_disk | folders) - set(mapped))
+    assert unmapped == [], "files and folders of src/agentkeep the map leaves out"

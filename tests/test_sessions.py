@@ -25,7 +25,7 @@ from agentkeep import (
     StateTypeError,
     register_state_type,
 )
-from agentkeep.stores import session_version, set_session_version
+from agentkeep.session_stores import session_version, set_session_version
 
 
 @dataclass

@@ -7,10 +7,14 @@ from pathlib import Path
 import pytest
 
 from agentkeep import Agent, AgentkeepError, Message, StoreURLError
-from agentkeep.storage import InMemoryMessageStore, SupportsClose
-from agentkeep.storage.postgres import PostgresMessageStore
-from agentkeep.storage.redis import RedisMessageStore
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores import InMemoryMessageStore, SupportsClose
+from agentkeep.message_stores.postgres import PostgresMessageStore
+from agentkeep.message_stores.redis import RedisMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
+from agentkeep.session_stores import FileSystemSessionStore, InMemorySessionStore
+from agentkeep.session_stores.postgres import PostgresSessionStore
+from agentkeep.session_stores.redis import RedisSessionStore
+from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.store_urls import (
     DEFAULT_HISTORY_SOURCE_ID,
     describe_store,
@@ -20,14 +24,10 @@ from agentkeep.store_urls import (
     parse_store_url,
     redact_url,
 )
-from agentkeep.stores import FileSystemSessionStore, InMemorySessionStore
-from agentkeep.stores.postgres import PostgresSessionStore
-from agentkeep.stores.redis import RedisSessionStore
-from agentkeep.stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
-from tests.storage.backend_postgres import URL as POSTGRES_URL
-from tests.storage.backend_postgres import drop_schema, new_schema
-from tests.storage.backend_redis import REDIS_URL, delete_prefix, unique_prefix
+from tests.message_stores.backend_postgres import URL as POSTGRES_URL
+from tests.message_stores.backend_postgres import drop_schema, new_schema
+from tests.message_stores.backend_redis import REDIS_URL, delete_prefix, unique_prefix
 
 
 def test_the_forms_parse_into_locations(tmp_path: Path) -> None:
@@ -163,7 +163,7 @@ async def test_a_history_provider_from_a_url_owns_its_store(tmp_path: Path) -> N
 
 
 async def test_a_backend_of_another_package_registers_its_schemes() -> None:
-    from agentkeep.storage import InMemoryMessageStore
+    from agentkeep.message_stores import InMemoryMessageStore
     from agentkeep.store_urls import MessageStoreOptions, StoreLocation, register_store_backend
 
     opened: list[StoreLocation] = []

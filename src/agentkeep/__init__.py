@@ -132,6 +132,15 @@ from .providers import (
     SessionContext,
     StorageHistoryProvider,
 )
+from .session_stores import (
+    AgentSessionStore,
+    FileSessionStore,
+    FileSystemSessionStore,
+    InMemorySessionStore,
+    IsolationKeyScopedSessionStore,
+    NoopSessionStore,
+    SessionStore,
+)
 from .sessions import (
     ISOLATION_SEPARATOR,
     SESSION_FORMAT_VERSION,
@@ -143,15 +152,6 @@ from .sessions import (
     encode_payload,
 )
 from .state_types import register_state_type
-from .stores import (
-    AgentSessionStore,
-    FileSessionStore,
-    FileSystemSessionStore,
-    InMemorySessionStore,
-    IsolationKeyScopedSessionStore,
-    NoopSessionStore,
-    SessionStore,
-)
 from .threads import (
     AgentThread,
     AggregateContextProvider,

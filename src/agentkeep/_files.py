@@ -8,7 +8,8 @@ content, never half. :meth:`Folder.locked` holds an exclusive ``flock`` on a loc
 threads and processes of one machine. Errors are ``OSError`` (and ``TimeoutError`` for a lock not
 obtained in time); each store maps them to its own errors.
 
-Used by :class:`~agentkeep.stores.FileSystemSessionStore`, :class:`~agentkeep.stores.FileSessionStore`
+Used by :class:`~agentkeep.session_stores.FileSystemSessionStore`,
+:class:`~agentkeep.session_stores.FileSessionStore`
 and :class:`~agentkeep.providers.FileHistoryProvider`.
 """
 

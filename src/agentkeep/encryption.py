@@ -1,6 +1,6 @@
 """Encryption at rest: a :class:`KeyRing` of AES-256-GCM keys, and the envelope session payloads
 are stored in when a store is given one (message records have theirs in
-:mod:`agentkeep.storage.codec`).
+:mod:`agentkeep.message_stores.codec`).
 
 **Keys.** A key is 32 random bytes with an id (``[A-Za-z0-9._-]``, up to 64 characters). The ring's
 *current* key encrypts; every key in it decrypts, so older keys stay listed until

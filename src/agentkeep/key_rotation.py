@@ -2,14 +2,14 @@
 
 ``agentkeep keys rotate --store URL`` runs :func:`rotate_store`. How it works:
 
-* **Message stores** (:class:`~agentkeep.storage.base.SupportsRecordRewrite` and
-  :class:`~agentkeep.storage.base.SupportsListing`): every conversation is read in batches of
+* **Message stores** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite` and
+  :class:`~agentkeep.message_stores.base.SupportsListing`): every conversation is read in batches of
   records as stored; each record not yet under the current key (plaintext ones included) is
-  decrypted and sealed again (:func:`~agentkeep.storage.codec.reseal`), and the batch is written
+  decrypted and sealed again (:func:`~agentkeep.message_stores.codec.reseal`), and the batch is written
   back with a compare-and-set per record (``replace_records``): a record that changed meanwhile
   (trimmed, deleted) is left alone. Appends, reads and compactions go on throughout; a record is
   readable before and after its replacement, because the ring holds both keys.
-* **Session stores** (:class:`~agentkeep.stores.base.SupportsPayloadRewrite`): every payload not
+* **Session stores** (:class:`~agentkeep.session_stores.base.SupportsPayloadRewrite`): every payload not
   under the current key is re-encrypted under the same version, replaced only if the session is
   still stored as read; one saved meanwhile was written with the writer's current key.
 
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .encryption import KeyMismatch, KeyRing, decryption_error, reencrypt_payload
-from .storage.base import StoredRecord, SupportsListing, SupportsRecordRewrite
-from .storage.codec import reseal, seal_key
-from .stores.base import StoredPayload, SupportsPayloadRewrite
+from .message_stores.base import StoredRecord, SupportsListing, SupportsRecordRewrite
+from .message_stores.codec import reseal, seal_key
+from .session_stores.base import StoredPayload, SupportsPayloadRewrite
 
 __all__ = ["RotationProgress", "rotate_messages", "rotate_sessions", "rotate_store"]
 

@@ -22,7 +22,7 @@ session; keys are namespaced by their owner (``"compaction:<source_id>"``,
 other's data.
 
 **Tenants.** A session made or saved through a tenant's scoped store
-(:class:`~agentkeep.stores.IsolationKeyScopedSessionStore`) records that tenant's
+(:class:`~agentkeep.session_stores.IsolationKeyScopedSessionStore`) records that tenant's
 :attr:`AgentSession.isolation_key`, and :attr:`AgentSession.storage_key` — what every provider and
 store derives its keys from (a history's conversation id, a memory's key) — is then
 ``{isolation_key}::{session_id}``: two tenants that both call their conversation ``chat-1`` never

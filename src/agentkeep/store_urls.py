@@ -20,10 +20,10 @@ when they are left out); every other parameter goes to the driver. The Redis and
 drivers are optional dependencies, imported only when such a URL is used (a missing one raises
 an ``ImportError`` naming the extra to install).
 
-* :func:`open_message_store`: a :class:`~agentkeep.storage.base.MessageStore`;
+* :func:`open_message_store`: a :class:`~agentkeep.message_stores.base.MessageStore`;
 * :func:`open_history_provider`: a :class:`~agentkeep.providers.storage.StorageHistoryProvider`
   that owns a message store opened from the URL;
-* :func:`open_session_store`: an :class:`~agentkeep.stores.base.AgentSessionStore`;
+* :func:`open_session_store`: an :class:`~agentkeep.session_stores.base.AgentSessionStore`;
 * :func:`open_memory_store`: a :class:`~agentkeep.memory.MemoryStore` (SQLite, PostgreSQL or memory).
 
 What they return owns what it opened: close it with ``await ....aclose()``. Nothing is connected
@@ -49,10 +49,10 @@ from .errors import AgentkeepError, StoreURLError
 if TYPE_CHECKING:
     from .encryption import KeyRing
     from .memory import MemoryStore
+    from .message_stores.base import MessageStore
     from .providers.history import HistoryOptions
     from .providers.storage import StorageHistoryProvider
-    from .storage.base import MessageStore
-    from .stores.base import AgentSessionStore
+    from .session_stores.base import AgentSessionStore
 
 __all__ = [
     "DEFAULT_HISTORY_SOURCE_ID",
@@ -402,13 +402,13 @@ def open_memory_store(
 
 
 def _sqlite_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
-    from .storage.sqlite import SQLiteMessageStore
+    from .message_stores.sqlite import SQLiteMessageStore
 
     return SQLiteMessageStore(location.path, **options)
 
 
 def _sqlite_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
-    from .stores.sqlite import SQLiteSessionStore
+    from .session_stores.sqlite import SQLiteSessionStore
 
     _no_ttl(location, options)
     return SQLiteSessionStore(location.path, timeout=options["timeout"], key_ring=options["key_ring"])
@@ -422,13 +422,13 @@ def _sqlite_memories(location: StoreLocation, options: MemoryStoreOptions) -> Me
 
 
 def _memory_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
-    from .storage.memory import InMemoryMessageStore
+    from .message_stores.memory import InMemoryMessageStore
 
     return InMemoryMessageStore(max_messages=options["max_messages"], ttl=options["ttl"])
 
 
 def _memory_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
-    from .stores.memory import InMemorySessionStore
+    from .session_stores.memory import InMemorySessionStore
 
     _no_ttl(location, options)
     return InMemorySessionStore()
@@ -441,7 +441,7 @@ def _memory_memories(location: StoreLocation, options: MemoryStoreOptions) -> Me
 
 
 def _file_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
-    from .stores.filesystem import FileSystemSessionStore
+    from .session_stores.filesystem import FileSystemSessionStore
 
     _no_ttl(location, options)
     assert location.path is not None  # a file location always names its folder
@@ -449,7 +449,7 @@ def _file_sessions(location: StoreLocation, options: SessionStoreOptions) -> Age
 
 
 def _redis_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
-    from .storage.redis import RedisMessageStore
+    from .message_stores.redis import RedisMessageStore
 
     prefix = location.options.get("key_prefix", RedisMessageStore.DEFAULT_KEY_PREFIX)
     with _driver_checks(location):
@@ -457,7 +457,7 @@ def _redis_messages(location: StoreLocation, options: MessageStoreOptions) -> Me
 
 
 def _redis_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
-    from .stores.redis import RedisSessionStore
+    from .session_stores.redis import RedisSessionStore
 
     prefix = location.options.get("key_prefix", RedisSessionStore.DEFAULT_KEY_PREFIX)
     with _driver_checks(location):
@@ -465,7 +465,7 @@ def _redis_sessions(location: StoreLocation, options: SessionStoreOptions) -> Ag
 
 
 def _postgres_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
-    from .storage.postgres import PostgresMessageStore
+    from .message_stores.postgres import PostgresMessageStore
 
     schema = location.options.get("schema", PostgresMessageStore.DEFAULT_SCHEMA)
     with _driver_checks(location):
@@ -473,7 +473,7 @@ def _postgres_messages(location: StoreLocation, options: MessageStoreOptions) ->
 
 
 def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
-    from .stores.postgres import PostgresSessionStore
+    from .session_stores.postgres import PostgresSessionStore
 
     _no_ttl(location, options)
     schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)

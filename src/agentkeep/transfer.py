@@ -37,8 +37,8 @@ from .contents import (
     UriContent,
     UsageContent,
 )
+from .message_stores.base import MessageStore, StoredMessage, Summary
 from .messages import Message
-from .storage.base import MessageStore, StoredMessage, Summary
 
 __all__ = [
     "EXPORT_FORMAT",

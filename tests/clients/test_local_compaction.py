@@ -17,9 +17,9 @@ from agentkeep.compaction import (
     summarized_message_ids,
 )
 from agentkeep.errors import ChatRequestError
+from agentkeep.message_stores import InMemoryMessageStore
 from agentkeep.messages import Message
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage import InMemoryMessageStore
 
 
 def _long_history(turns: int) -> list[Message]:

@@ -15,10 +15,10 @@ import pytest
 
 from agentkeep import Agent, Content, Message
 from agentkeep.host import AgentHost, ApiKeys
+from agentkeep.message_stores.base import close_store
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage.base import close_store
-from agentkeep.storage.sqlite import SQLiteMessageStore
-from agentkeep.stores.sqlite import SQLiteSessionStore
+from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import ThreadedUvicorn
 

@@ -12,9 +12,9 @@ from agentkeep import Agent, Message
 from agentkeep.host import AgentHost
 from agentkeep.memory import SemanticMemoryProvider
 from agentkeep.memory.sqlite import SQLiteMemoryStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage.sqlite import SQLiteMessageStore
-from agentkeep.stores.sqlite import SQLiteSessionStore
+from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import HashingEmbedder, ScriptedChatClient
 from tests.clients.servers import ThreadedUvicorn
 from tests.host.conftest import ALICE, BOB, keys_of

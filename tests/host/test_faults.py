@@ -12,10 +12,10 @@ import pytest
 
 from agentkeep import Agent, Message, ModelUnavailableError
 from agentkeep.host import AgentHost
+from agentkeep.message_stores.base import close_store
+from agentkeep.message_stores.redis import RedisMessageStore
 from agentkeep.providers import StorageHistoryProvider
-from agentkeep.storage.base import close_store
-from agentkeep.storage.redis import RedisMessageStore
-from agentkeep.stores.redis import RedisSessionStore
+from agentkeep.session_stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
 from tests.clients.servers import ThreadedUvicorn
 from tests.host.conftest import conversation, run, user

@@ -11,7 +11,7 @@ import httpx
 from agentkeep import Message
 from agentkeep.memory import MemoryRecord, MemoryScope
 from agentkeep.memory.sqlite import SQLiteMemoryStore
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from tests.host.processes import running
 from tests.test_cli import one_line_error
 from tests.test_cli import run as run_cli

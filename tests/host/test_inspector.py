@@ -17,7 +17,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from agentkeep import Message
 from agentkeep.compaction import CharacterEstimatorTokenizer, MessageIndex, apply_compaction
 from agentkeep.compaction.plans import StrategyName, plan_compaction
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

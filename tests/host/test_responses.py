@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from agentkeep.clients.openai import OpenAIResponsesClient
-from agentkeep.storage import HistoryView
+from agentkeep.message_stores import HistoryView
 from tests.host.conftest import ALICE, BOB, Hosted
 
 WEATHER = {

@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agentkeep.storage.base import close_store
-from agentkeep.storage.postgres import PostgresMessageStore
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.base import close_store
+from agentkeep.message_stores.postgres import PostgresMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from tests.clients.servers import free_port
 from tests.host.conftest import conversation, run, user
 from tests.host.processes import running
-from tests.storage.backend_postgres import URL as POSTGRES_URL
-from tests.storage.backend_postgres import drop_schema, new_schema
+from tests.message_stores.backend_postgres import URL as POSTGRES_URL
+from tests.message_stores.backend_postgres import drop_schema, new_schema
 from tests.test_cli import ok, one_line_error
 from tests.test_cli import run as run_cli
 

@@ -12,8 +12,8 @@ import pytest
 from agentkeep import Agent
 from agentkeep.host import TurnConflictError
 from agentkeep.host._turns import ConversationLocks, SessionCache, SessionTurn
-from agentkeep.stores import session_version
-from agentkeep.stores.sqlite import SQLiteSessionStore
+from agentkeep.session_stores import session_version
+from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
 
 

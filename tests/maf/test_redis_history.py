@@ -21,9 +21,9 @@ from agentkeep.maf.redis_history import (
     key_segment,
     parse_maf_key,
 )
-from agentkeep.storage.base import MessageStore
+from agentkeep.message_stores.base import MessageStore
 from tests.maf.fixtures import REDIS_DUMP
-from tests.storage import backend_memory, backend_postgres, backend_redis, backend_sqlite
+from tests.message_stores import backend_memory, backend_postgres, backend_redis, backend_sqlite
 
 REDIS_URL = backend_redis.REDIS_URL
 TENANT_CONVERSATION = "Tenant-A::Conv-Two/Ünïcode"

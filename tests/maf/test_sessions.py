@@ -37,7 +37,7 @@ from agentkeep.maf import (
     session_from_maf,
     session_to_maf,
 )
-from agentkeep.storage.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.testing import ScriptedChatClient
 from tests.fixtures.maf import export_samples
 from tests.maf.fixtures import EXPORTED, LOADED, SESSIONS, VERSIONS

@@ -14,7 +14,7 @@ from psycopg import sql
 from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.testing.conformance import NotApplicable
-from tests.storage.backend_postgres import URL, drop_schema, new_schema
+from tests.message_stores.backend_postgres import URL, drop_schema, new_schema
 
 NAME = "postgres"
 

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.postgres import PostgresMemoryStore
 from tests.memory.backend_postgres import damage, damage_meta
-from tests.storage.backend_postgres import URL, drop_schema, new_schema
+from tests.message_stores.backend_postgres import URL, drop_schema, new_schema
 
 __all__ = ["NAME", "damage", "damage_meta", "open_store", "reopen"]
 

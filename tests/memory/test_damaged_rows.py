@@ -28,7 +28,7 @@ from agentkeep.memory.base import MemoryStore
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 from tests.memory import backend_postgres, backend_sqlite, backend_sqlite_cached
-from tests.storage.backend_postgres import URL
+from tests.message_stores.backend_postgres import URL
 
 DIMENSIONS = 8
 SCOPE = MemoryScope("ana", tenant_id="t")

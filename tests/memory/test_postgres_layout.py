@@ -9,7 +9,7 @@ from psycopg import sql
 from agentkeep.errors import SchemaVersionError
 from agentkeep.memory import MemoryRecord, MemoryScope
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
-from tests.storage.backend_postgres import URL, drop_schema, execute, new_schema
+from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
 pytestmark = pytest.mark.postgres
 

@@ -30,7 +30,7 @@ from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope
 from agentkeep.memory._vector_cache import LOG_KEEP, ScopeVectors, VectorCache
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
-from tests.storage.backend_postgres import URL, drop_schema, execute, new_schema
+from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
 DIMENSIONS = 8
 TTL = 3_600.0

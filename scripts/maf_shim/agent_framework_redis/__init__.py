@@ -2,7 +2,7 @@
 
 from _absent import absent_names
 
-from agentkeep.storage.redis import RedisHistoryProvider
+from agentkeep.message_stores.redis import RedisHistoryProvider
 
 __all__ = ["RedisHistoryProvider"]
 

@@ -1,7 +1,7 @@
 """The database layer (private): connection ownership, schemas, migrations and error mapping.
 
 One module per database, each used by both of that database's stores (the message store in
-:mod:`agentkeep.storage` and the session store in :mod:`agentkeep.stores`):
+:mod:`agentkeep.message_stores` and the session store in :mod:`agentkeep.session_stores`):
 
 * :mod:`.sqlite`: :class:`~agentkeep._db.sqlite.SQLiteDatabase`, the file's schema and the
   worker thread that owns its connection (standard library only).

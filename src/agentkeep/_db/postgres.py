@@ -1,10 +1,10 @@
 """The PostgreSQL database layer: pool, schema, migrations, timeouts and error mapping.
 
-:class:`PostgresDatabase` (used by :mod:`agentkeep.storage.postgres`, where the tables,
+:class:`PostgresDatabase` (used by :mod:`agentkeep.message_stores.postgres`, where the tables,
 locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
 URL and then owned), applies the append-only list of migrations and maps driver errors to
 agentkeep's. Both PostgreSQL stores run their statements through it: the message store
-(:mod:`agentkeep.storage.postgres`) and the session store (:mod:`agentkeep.stores.postgres`).
+(:mod:`agentkeep.message_stores.postgres`) and the session store (:mod:`agentkeep.session_stores.postgres`).
 
 Needs psycopg 3 and its pool (extra ``[postgres]``); importing this module without them raises an
 ``ImportError`` that names the extra.
@@ -35,7 +35,7 @@ from ..errors import (
     StorageError,
     StorageUnavailableError,
 )
-from ..storage.codec import FORMAT_VERSION
+from ..message_stores.codec import FORMAT_VERSION
 
 __all__ = [
     "BACKEND",

@@ -4,7 +4,7 @@
 owned), runs Lua scripts by SHA (:class:`RedisScript`, sent again when the server lost its script
 cache) and maps redis-py's errors to agentkeep's. :func:`escape_key_part` makes any id a safe,
 collision-free part of a key. Both Redis stores run on it: the message store
-(:mod:`agentkeep.storage.redis`) and the session store (:mod:`agentkeep.stores.redis`).
+(:mod:`agentkeep.message_stores.redis`) and the session store (:mod:`agentkeep.session_stores.redis`).
 
 Needs redis-py (extra ``[redis]``); importing this module without it raises an ``ImportError``
 that names the extra.

@@ -1,10 +1,10 @@
 """The SQLite database layer: the file's schema and the connection its jobs run on.
 
-:class:`SQLiteDatabase` (used by :mod:`agentkeep.storage.sqlite`, where the tables and the
+:class:`SQLiteDatabase` (used by :mod:`agentkeep.message_stores.sqlite`, where the tables and the
 concurrency design are described) opens the file in its one worker thread, sets WAL mode, applies
 the append-only :data:`MIGRATIONS` and maps database failures to agentkeep's errors. Both SQLite
-stores run their jobs through it: the message store (:mod:`agentkeep.storage.sqlite`) and the
-session store (:mod:`agentkeep.stores.sqlite`), which may share one file.
+stores run their jobs through it: the message store (:mod:`agentkeep.message_stores.sqlite`) and the
+session store (:mod:`agentkeep.session_stores.sqlite`), which may share one file.
 
 **Quick jobs run on the caller's thread.** Handing a job to a thread and back costs about as much
 CPU as a whole turn's SQL (two context switches and a wake-up of the event loop), so a job its
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from ..errors import SchemaVersionError, StorageClosedError, StorageUnavailableError
-from ..storage.codec import FORMAT_VERSION
+from ..message_stores.codec import FORMAT_VERSION
 
 __all__ = [
     "BACKEND",
@@ -51,7 +51,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-log = logging.getLogger("agentkeep.storage.sqlite")
+log = logging.getLogger("agentkeep.message_stores.sqlite")
 
 BACKEND: Final = "sqlite"
 CHECKPOINT_EVERY: Final = 256

@@ -23,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import AgentkeepError
-from ..storage.base import MessageStore, StoredMessage, SupportsListing, close_store, setup_store
+from ..message_stores.base import MessageStore, StoredMessage, SupportsListing, close_store, setup_store
 from ..store_urls import redact_url
 from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
 from ._compact import (

@@ -32,8 +32,8 @@ from ..clients.selection import SupportsAclose, SupportsLoad, open_chat_client
 from ..compaction.strategies import ContextWindowCompactionStrategy, StrategyLike
 from ..compaction.tokenizers import Tokenizer
 from ..errors import AgentkeepError
+from ..message_stores.base import MessageStore, close_store, setup_store
 from ..providers.storage import StorageHistoryProvider
-from ..storage.base import MessageStore, close_store, setup_store
 from ._stores import CLIError, describe_store, open_store, redact_url
 
 __all__ = [

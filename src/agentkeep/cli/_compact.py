@@ -3,7 +3,7 @@
 The command reads the compacted view (what ``sessions show`` prints and ``chat`` loads), builds a
 :class:`~agentkeep.compaction.MessageIndex` over it, runs the chosen strategies (several run as a
 pipeline, in the order given) and records what they did with
-:meth:`~agentkeep.storage.base.MessageStore.record_compaction`: the excluded message ids and the
+:meth:`~agentkeep.message_stores.base.MessageStore.record_compaction`: the excluded message ids and the
 new summaries. Nothing is deleted: the raw log keeps every original (``sessions show --raw``).
 
 ========================  ====================================================  ================
@@ -49,7 +49,7 @@ from ..compaction.plans import (
     plural,
 )
 from ..errors import ConflictError
-from ..storage.base import MessageStore
+from ..message_stores.base import MessageStore
 from ._stores import CLIError, describe_store, missing_session
 
 __all__ = [

@@ -17,7 +17,7 @@ from .. import store_urls
 from ..encryption import KeyRing
 from ..errors import CLIError, StoreURLError
 from ..key_rotation import RotationProgress, rotate_store
-from ..storage.base import close_store, setup_store
+from ..message_stores.base import close_store, setup_store
 from ._stores import describe_store, key_ring_from_env, parse_store_url
 
 __all__ = ["generate_key_entry", "rotate", "summary"]

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..maf import MafSession, session_from_maf, session_to_maf
+from ..message_stores.base import MessageStore
 from ..sessions import AgentSession
-from ..storage.base import MessageStore
 from ..store_urls import redact_url
 from ..transfer import ConversationExport
 from ._stores import CLIError

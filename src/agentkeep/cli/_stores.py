@@ -8,7 +8,7 @@ from __future__ import annotations
 from .. import store_urls
 from ..encryption import KeyRing
 from ..errors import CLIError, StoreURLError
-from ..storage.base import MessageStore
+from ..message_stores.base import MessageStore
 from ..store_urls import STORE_URL_HELP, StoreLocation, describe_store, redact_url
 
 __all__ = [

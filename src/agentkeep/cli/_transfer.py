@@ -14,8 +14,8 @@ import msgspec
 
 from .. import transfer
 from ..errors import MessageFormatError
+from ..message_stores.base import HistoryView, MessageStore, StoredMessage, Summary
 from ..messages import Message
-from ..storage.base import HistoryView, MessageStore, StoredMessage, Summary
 from ..transfer import EXPORT_FORMAT, EXPORT_VERSION, ConversationExport, content_lines, render_markdown
 from ._stores import CLIError, describe_store, missing_session
 

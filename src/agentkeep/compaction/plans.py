@@ -31,8 +31,8 @@ from enum import StrEnum
 from typing import Final
 
 from ..errors import CompactionError, ConflictError
+from ..message_stores.base import MessageStore, StoredMessage, Summary
 from ..messages import Message
-from ..storage.base import MessageStore, StoredMessage, Summary
 from .groups import SUMMARY_PROPERTY, is_summary_message
 from .index import MessageIndex
 from .strategies import (

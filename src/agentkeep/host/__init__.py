@@ -9,7 +9,7 @@
 ``agentkeep inspect``.
 
 Each agent has its own session store; every request runs as the tenant its API key names, through
-a per-request :class:`~agentkeep.stores.IsolationKeyScopedSessionStore` view, so tenants never
+a per-request :class:`~agentkeep.session_stores.IsolationKeyScopedSessionStore` view, so tenants never
 reach each other's conversations. Turns of one conversation take turns inside a process; across
 processes the stores' versions decide (see :mod:`agentkeep.host._turns`). See ``docs/host.md``.
 """

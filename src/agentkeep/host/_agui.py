@@ -50,6 +50,8 @@ from ..contents import Content, DataContent, FunctionCallContent, FunctionResult
 from ..errors import MessageFormatError
 from ..messages import Message
 from ..tools import FunctionTool
+from ._http import declared_tools
+from ._run_events import rendered_parts
 
 __all__ = [
     "EventStream",
@@ -163,12 +165,9 @@ def client_tools(body: RunAgentInput) -> list[FunctionTool]:
     """The client's (frontend) tools as declarations: the model may call them, the client runs them.
 
     Raises:
-        ToolError: A tool with an invalid name or parameters.
+        HTTPProblem: 422 for a tool with an invalid name or parameters.
     """
-    return [
-        FunctionTool.declaration(tool.name, description=tool.description, parameters=tool.parameters)
-        for tool in body.tools or ()
-    ]
+    return declared_tools((tool.model_dump() for tool in body.tools or ()), shape="flat", status=422)
 
 
 def _fingerprint(message: dict[str, Any]) -> tuple[str, str]:
@@ -222,10 +221,8 @@ class EventStream:
         """The events for one update of the run."""
         events: list[BaseEvent] = []
         message_id = update.message_id or ""
-        for content in update.contents:
-            if isinstance(content, TextContent) and update.role == "assistant":
-                if not content.text:
-                    continue
+        for content in rendered_parts(update, results=True):
+            if isinstance(content, TextContent):
                 if self._open != message_id:
                     events += self._close()
                     events += self._start(message_id)
@@ -237,7 +234,7 @@ class EventStream:
                 if message_id not in self._seen:  # an answer of tool calls only: opened and closed
                     events += [*self._start(message_id), *self._close()]  # so the client keeps its id
                 events += self._call(content, message_id)
-            elif isinstance(content, FunctionResultContent) and content.call_id in self._calls:
+            elif content.call_id in self._calls:
                 events += self._close()
                 events.append(
                     ToolCallResultEvent(

@@ -27,7 +27,6 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import telemetry
-from ..errors import ToolError
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._hosted_turn import HostedTurn
 from ._http import EventStreamResponse, HTTPProblem, error_response, run_error
@@ -81,10 +80,7 @@ class AGUIRoute:
             except ValueError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
             host.check_message_count(len(sent))
-            try:
-                tools = client_tools(run_input)
-            except ToolError as exc:
-                raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+            tools = client_tools(run_input)
             user = user_of(request)
         except HTTPProblem as exc:
             await exc.response()(request.scope, request.receive, send)

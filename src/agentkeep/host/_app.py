@@ -14,7 +14,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from ..stores import AgentSessionStore, NoopSessionStore
+from ..session_stores import AgentSessionStore, NoopSessionStore
 from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
@@ -136,7 +136,7 @@ class AgentHost:
         self, name: str, agent: Agent, *, session_store: AgentSessionStore | None = None
     ) -> HostedAgent:
         """Serve ``agent`` as ``name``; its sessions live in ``session_store`` (default:
-        :class:`~agentkeep.stores.NoopSessionStore`, which remembers nothing between requests).
+        :class:`~agentkeep.session_stores.NoopSessionStore`, which remembers nothing between requests).
 
         Raises:
             ValueError: The name is taken or not a URL path segment.

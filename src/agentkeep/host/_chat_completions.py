@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pydantic
@@ -26,9 +26,9 @@ from ..clients.openai_wire import arguments_text, parse_arguments
 from ..contents import Content, FunctionCallContent, TextContent
 from ..errors import MessageFormatError
 from ..messages import Message
-from ..tools import FunctionTool
-from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error
+from ._http import STATUS_OF, HTTPProblem, declared_tools, error_response, parsed, run_error
 from ._responses_wire import usage_of
+from ._run_events import rendered_parts
 
 if TYPE_CHECKING:
     from ._app import AgentHost
@@ -102,16 +102,6 @@ def to_messages(raw: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
-def _tools(raw: list[dict[str, Any]] | None) -> list[FunctionTool]:
-    declared: list[FunctionTool] = []
-    for tool in raw or ():
-        function = tool.get("function")
-        if tool.get("type") != "function" or not isinstance(function, dict):
-            raise HTTPProblem(400, "invalid_request", "tools are {'type': 'function', 'function': {...}}")
-        declared.append(declared_tool(cast("dict[str, Any]", function)))
-    return declared
-
-
 def _tool_calls(calls: list[FunctionCallContent]) -> list[dict[str, Any]]:
     return [
         {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": arguments_text(c)}}
@@ -132,7 +122,7 @@ class _ChatCompletions:
             messages = to_messages(body.messages)
         except MessageFormatError as exc:
             raise HTTPProblem(400, "invalid_request", str(exc)) from exc
-        tools = _tools(body.tools)
+        tools = declared_tools(body.tools or (), shape="nested")
         limit = body.max_completion_tokens or body.max_tokens
         options = {} if limit is None else {"max_tokens": limit}
         completion_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())
@@ -182,10 +172,8 @@ class _ChatCompletions:
         try:
             async with self.host.timed(), stream as updates:
                 async for update in updates:
-                    if update.role != "assistant":
-                        continue
-                    for content in update.contents:
-                        if isinstance(content, TextContent) and content.text:
+                    for content in rendered_parts(update):
+                        if isinstance(content, TextContent):
                             yield chunk({"content": content.text})
                         elif isinstance(content, FunctionCallContent):
                             [call] = _tool_calls([content])

@@ -14,7 +14,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from .. import telemetry
-from ..stores import session_version
+from ..session_stores import session_version
 from ._http import HTTPProblem, spanned
 from ._memory import bind_user
 from ._turns import SessionTurn

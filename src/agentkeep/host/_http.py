@@ -9,8 +9,8 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any, Final, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from typing import Any, Final, Literal, TypeVar, cast
 
 import anyio
 import pydantic
@@ -37,7 +37,7 @@ __all__ = [
     "AccessLog",
     "EventStreamResponse",
     "HTTPProblem",
-    "declared_tool",
+    "declared_tools",
     "error_response",
     "is_loopback",
     "parsed",
@@ -92,21 +92,43 @@ def parsed(model: type[M], raw: bytes, *, what: str, status: int = 400) -> M:
         raise HTTPProblem(status, "invalid_request", f"not {what}", details=details) from exc
 
 
-def declared_tool(spec: Mapping[str, Any]) -> FunctionTool:
-    """A caller-run tool from an OpenAI-style function spec (``name``, ``description``,
-    ``parameters``).
+def declared_tools(
+    specs: Iterable[Mapping[str, Any]], *, shape: Literal["flat", "typed", "nested"], status: int = 400
+) -> list[FunctionTool]:
+    """The caller-run tools a request declares (the model may call them, the caller runs them),
+    from its tool list in one of the three shapes the protocols use: ``flat`` (``name``,
+    ``description``, ``parameters``: AG-UI), ``typed`` (the same with ``"type": "function"``:
+    the Responses API) or ``nested`` (``{"type": "function", "function": {...}}``: Chat Completions).
 
     Raises:
-        HTTPProblem: 400 for an invalid name or parameters.
+        HTTPProblem: ``status`` for a tool of another type or shape, or an invalid name or
+            parameters.
     """
-    try:
-        return FunctionTool.declaration(
-            str(spec.get("name", "")),
-            description=str(spec.get("description") or ""),
-            parameters=spec.get("parameters"),
-        )
-    except ToolError as exc:
-        raise HTTPProblem(400, "invalid_request", str(exc)) from exc
+    declared: list[FunctionTool] = []
+    for tool in specs:
+        spec: Mapping[str, Any] = tool
+        if shape != "flat" and tool.get("type") != "function":
+            raise HTTPProblem(
+                status, "invalid_request", f"tools of type {tool.get('type')!r} are not supported"
+            )
+        if shape == "nested":
+            nested = tool.get("function")
+            if not isinstance(nested, Mapping):
+                raise HTTPProblem(
+                    status, "invalid_request", "tools are {'type': 'function', 'function': {...}}"
+                )
+            spec = cast("Mapping[str, Any]", nested)
+        try:
+            declared.append(
+                FunctionTool.declaration(
+                    str(spec.get("name", "")),
+                    description=str(spec.get("description") or ""),
+                    parameters=spec.get("parameters"),
+                )
+            )
+        except ToolError as exc:
+            raise HTTPProblem(status, "invalid_request", str(exc)) from exc
+    return declared
 
 
 def is_loopback(host: str | None) -> bool:

@@ -38,13 +38,19 @@ from ..contents import FunctionCallContent, TextContent
 from ..errors import MessageFormatError
 from ..memory.semantic import memory_scope
 from ..messages import Message
-from ..providers.storage import StorageHistoryProvider
-from ..sessions import AgentSession
-from ..stores import session_version
 from ..tools import FunctionTool
+from ._conversations import (
+    KEPT_RESPONSES,
+    Conversations,
+    all_messages,
+    history_until,
+    keep_record,
+    newest_messages,
+    record_of,
+)
 from ._hosted_turn import HostedTurn
-from ._http import STATUS_OF, HTTPProblem, declared_tool, error_response, parsed, run_error
-from ._memory import bind_user, readable_by, user_of
+from ._http import STATUS_OF, HTTPProblem, declared_tools, error_response, parsed, run_error
+from ._memory import user_of
 from ._responses_wire import (
     LiveOutput,
     conversation_items,
@@ -55,17 +61,16 @@ from ._responses_wire import (
     to_messages,
     usage_of,
 )
-from ._turns import SessionTurn
+from ._run_events import rendered_parts
 
 if TYPE_CHECKING:
-    from ..agent import AgentResponse
+    from ..agent import Agent, AgentResponse, AgentResponseUpdate
+    from ..sessions import AgentSession
     from ._app import AgentHost, HostedAgent
+    from ._turns import SessionTurn
 
 __all__ = ["KEPT_RESPONSES", "install_responses"]
 
-KEPT_RESPONSES: Final = 64
-"""How many responses of each conversation ``GET /v1/responses/{id}`` can return."""
-_RECORD: Final = "host:response:"
 _CONVERSATION: Final = "host:conversation"
 
 
@@ -93,50 +98,6 @@ class _NewConversation(msgspec.Struct):
     metadata: dict[str, str] | None = None
 
 
-def _tools(request: ResponsesRequest) -> list[FunctionTool]:
-    declared: list[FunctionTool] = []
-    for tool in request.tools or ():
-        if tool.get("type") != "function":
-            raise HTTPProblem(400, "invalid_request", f"tools of type {tool.get('type')!r} are not supported")
-        declared.append(declared_tool(tool))
-    return declared
-
-
-def _records(session: AgentSession) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for key in session.state:
-        if key.startswith(_RECORD):
-            record = session.state.get(key)
-            if isinstance(record, dict):
-                out[key[len(_RECORD) :]] = record  # pyright: ignore[reportUnknownArgumentType]
-    return out
-
-
-def _record(session: AgentSession, response_id: str) -> dict[str, Any] | None:
-    """The stored record of response ``response_id`` in its conversation's session."""
-    record = session.state.get(_RECORD + response_id)
-    return record if isinstance(record, dict) else None  # pyright: ignore[reportUnknownVariableType]
-
-
-def _keep_record(session: AgentSession, response: dict[str, Any], last_message_id: str | None) -> None:
-    session.state[_RECORD + response["id"]] = {"response": response, "last_message_id": last_message_id}
-    records = _records(session)
-    if len(records) > KEPT_RESPONSES:
-        oldest = sorted(records, key=lambda rid: records[rid]["response"]["created_at"])
-        for rid in oldest[: len(records) - KEPT_RESPONSES]:
-            del session.state[_RECORD + rid]
-
-
-async def _all_messages(agent: Any, session: AgentSession) -> list[Message]:
-    """The conversation's whole compacted history (for listing its items)."""
-    provider = agent.history_provider()
-    if isinstance(provider, StorageHistoryProvider):
-        return (await provider.store.read(provider.conversation_id(session))).messages
-    if provider is None:
-        return []
-    return list(await provider.get_session_messages(session))
-
-
 def _after(items: list[dict[str, Any]], after: str | None) -> list[dict[str, Any]]:
     """The items after the one with id ``after`` (all without one; none if it is not there)."""
     if after is None:
@@ -148,25 +109,18 @@ def _after(items: list[dict[str, Any]], after: str | None) -> list[dict[str, Any
 
 
 async def _newest_items(
-    agent: Any, session: AgentSession, limit: int, after: str | None
+    agent: Agent, session: AgentSession, limit: int, after: str | None
 ) -> list[dict[str, Any]]:
     """The conversation's items newest first, from after the item ``after``, at least ``limit + 1``
-    of them when there are (so the caller can tell whether more follow). From a message store the
-    newest messages are read in windows that double until they hold the page: a page costs what
-    lies between it and the newest message, not the whole history."""
-    provider = agent.history_provider()
-    if not isinstance(provider, StorageHistoryProvider):
-        items = conversation_items(await _all_messages(agent, session))
-        items.reverse()
-        return _after(items, after)
-    conversation = provider.conversation_id(session)
+    of them when there are (so the caller can tell whether more follow). The newest messages are
+    read in windows that double until they hold the page: a page costs what lies between it and
+    the newest message, not the whole history."""
     window = limit + 1
     while True:
-        messages = (await provider.store.read(conversation, last=window)).messages
+        messages, whole = await newest_messages(agent, session, window)
         items = conversation_items(messages)
         items.reverse()
-        whole = len(messages) < window  # the view holds no older message
-        if whole:
+        if whole:  # the view holds no older message
             return _after(items, after)
         ids = [item["id"] for item in items]
         start = 0 if after is None else (ids.index(after) + 1 if after in ids else None)
@@ -215,37 +169,10 @@ def _shell(
     }
 
 
-async def _history_until(agent: Any, session: AgentSession, last_message_id: str) -> list[Message]:
-    """The stored history up to and including ``last_message_id`` (where a branch starts; the
-    history a turn loads may be only the newest window of it, so the whole view is read)."""
-    messages = await _all_messages(agent, session)
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].message_id == last_message_id:
-            return messages[: index + 1]
-    raise HTTPProblem(
-        400, "invalid_request", "the previous response's messages were compacted away: cannot branch"
-    )
-
-
 class _Responses:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
-
-    async def _existing(
-        self, hosted: HostedAgent, tenant: str, conversation_id: str, *, warm: bool = False
-    ) -> SessionTurn:
-        cache = (self.host.sessions, (tenant, hosted.name, conversation_id)) if warm else None
-        turn = await SessionTurn.load(
-            hosted.agent,
-            hosted.session_store,
-            tenant,
-            conversation_id,
-            cache=cache,
-            attempts=self.host.save_attempts,
-        )
-        if session_version(turn.session) is None:
-            raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
-        return turn
+        self.conversations = Conversations(host)
 
     # -- POST /v1/responses -------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
@@ -257,7 +184,7 @@ class _Responses:
         except MessageFormatError as exc:
             raise HTTPProblem(400, "invalid_request", str(exc)) from exc
         self.host.check_message_count(len(new), "input items")
-        tools = _tools(body)
+        tools = declared_tools(body.tools or (), shape="typed")
         conversation_id = self._conversation_id(body)
         user = user_of(request, body.user)
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
@@ -304,21 +231,21 @@ class _Responses:
         parent: telemetry.Span,
     ) -> AsyncIterator[dict[str, Any]]:
         """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
-        conversation = conversation_id or new_conversation_id()
-        options = _run_options(body)
         shell: dict[str, Any] = {}
-        started = False
         try:
-            async with HostedTurn(self.host, hosted, tenant, conversation, parent) as frame:
+            async with HostedTurn(
+                self.host, hosted, tenant, conversation_id or new_conversation_id(), parent
+            ) as frame:
                 turn, prior, conversation = await self._turn_for(frame, user, conversation_id, body)
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
-                started = True
                 live = LiveOutput()
                 session = turn.session if body.store and turn is not None else None
                 agent = hosted.agent if session is not None else hosted.stateless
-                stream = agent.run([*prior, *new], session=session, stream=True, tools=tools, options=options)
+                stream = agent.run(
+                    [*prior, *new], session=session, stream=True, tools=tools, options=_run_options(body)
+                )
                 async with stream as updates:
                     async for update in updates:
                         for event in _events_of(live, update):
@@ -332,21 +259,16 @@ class _Responses:
                     "output": live.items,
                     "usage": usage_of(answer.usage),
                 }
-                if body.store and turn is not None:
+                if session is not None and turn is not None:
                     produced = answer.messages
-                    _keep_record(turn.session, response, produced[-1].message_id if produced else None)
+                    keep_record(session, response, produced[-1].message_id if produced else None)
                     await frame.store(turn, conversation_id=conversation)
         except HTTPProblem as exc:
             yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
             return
         except Exception as exc:
-            code, message = run_error(exc)
-            if not started:
-                yield {"type": "problem", "status": STATUS_OF[code], "code": code, "message": message}
-                return
-            yield {"type": "error", "code": code, "message": message, "param": None}
-            failed = {**shell, "status": "failed", "error": {"code": code, "message": message}}
-            yield {"type": "response.failed", "response": failed}
+            for event in _failure(shell, exc):
+                yield event
             return
         yield {"type": "response.completed", "response": response}
 
@@ -361,78 +283,45 @@ class _Responses:
             if not body.store:
                 return None, [], conversation
             # the new conversation exists before its first run
-            return await self._new_conversation(hosted, tenant, conversation, [], user=user), [], conversation
+            return (
+                await self.conversations.create(hosted, tenant, conversation, [], user=user),
+                [],
+                conversation,
+            )
         turn = await frame.session(
             user=user, existing=True
         )  # its owner is decided before anything is written
         bound = memory_scope(turn.session)
         user = None if bound is None else bound.user_id  # a branch is the same user's
-        self._check_previous(turn, body.previous_response_id)
+        previous = body.previous_response_id
+        record = None if previous is None else record_of(turn.session, previous)
+        if previous is not None and record is None:
+            raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
         history = await turn.history(keep_for_run=body.store)
-        branch = self._branch_point(turn, body.previous_response_id, history)
-        if branch is None:
+        last = None if record is None else record.get("last_message_id")
+        if last in (None, _newest_id(history)):  # not a branch: the newest response, or none
             return turn, ([] if body.store else history), conversation
         turn.discard_kept()  # continuing an earlier response: a branch, not on this session
-        prefix = await _history_until(hosted.agent, turn.session, branch)
+        prefix = await history_until(hosted.agent, turn.session, str(last))
         if not body.store:
             return turn, prefix, conversation
         conversation = new_conversation_id()
-        return await self._new_conversation(hosted, tenant, conversation, prefix, user=user), [], conversation
-
-    def _check_previous(self, turn: SessionTurn, previous: str | None) -> None:
-        if previous is not None and _record(turn.session, previous) is None:
-            raise HTTPProblem(404, "previous_response_not_found", "no such previous response")
-
-    def _branch_point(
-        self, turn: SessionTurn, previous: str | None, history: Sequence[Message]
-    ) -> str | None:
-        """The id of the last message of ``previous`` if it is not the newest of its
-        conversation (continuing it branches), else ``None``."""
-        record = None if previous is None else _record(turn.session, previous)
-        if record is None:
-            return None
-        last = record.get("last_message_id")
-        return None if last in (None, _newest_id(history)) else str(last)
-
-    async def _new_conversation(
-        self,
-        hosted: HostedAgent,
-        tenant: str,
-        conversation: str,
-        messages: Sequence[Message],
-        *,
-        state: dict[str, Any] | None = None,
-        user: str | None = None,
-    ) -> SessionTurn:
-        """A new stored conversation with ``state`` in its session and ``messages`` in its
-        history (a branch's prefix, a created conversation's items), bound to ``user``."""
-        turn = await SessionTurn.load(
-            hosted.agent, hosted.session_store, tenant, conversation, attempts=self.host.save_attempts
+        return (
+            await self.conversations.create(hosted, tenant, conversation, prefix, user=user),
+            [],
+            conversation,
         )
-        for key, value in (state or {}).items():
-            turn.session.state[key] = value
-        bind_user(turn.session, user, conversation_id=conversation)
-        await turn.save()
-        provider = hosted.agent.history_provider()
-        if provider is not None and messages:
-            await provider.save_messages(
-                turn.session.storage_key,
-                messages,
-                state=provider.get_state(turn.session),
-                session=turn.session,
-            )
-        return turn
 
     # -- GET /v1/responses/{id} -----------------------------------------------------------------
     async def get(self, response_id: str, request: Request) -> Response:
         tenant = self.host.tenant_of(request)
         conversation = conversation_of(response_id)
         if conversation is not None:
-            for hosted in self.host.agents.values():
-                turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation)
-                record = _record(turn.session, response_id)
-                if record is not None and readable_by(turn.session, user_of(request)):
-                    return JSONResponse(record["response"])
+            found = await self.conversations.response(
+                tenant, conversation, response_id, user=user_of(request)
+            )
+            if found is not None:
+                return JSONResponse(found)
         raise HTTPProblem(404, "not_found", f"no response {response_id!r}")
 
     # -- conversations ------------------------------------------------------------------------------
@@ -458,7 +347,7 @@ class _Responses:
                 "created_at": int(time.time()),
                 "metadata": metadata,
             }
-            await self._new_conversation(
+            await self.conversations.create(
                 hosted, tenant, conversation, items, state={_CONVERSATION: created}, user=user_of(request)
             )
             return JSONResponse(created)
@@ -470,9 +359,9 @@ class _Responses:
         if not is_conversation_id(conversation_id):
             raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
         hosted = self._first_agent()
-        turn = await self._existing(hosted, tenant, conversation_id)
-        if not readable_by(turn.session, user_of(request)):
-            raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
+        turn = await self.conversations.open(
+            hosted, tenant, conversation_id, user=user_of(request), check_reader=True
+        )
         return hosted, turn
 
     async def get_conversation(self, conversation_id: str, request: Request) -> Response:
@@ -496,8 +385,7 @@ class _Responses:
         if order == "desc":
             items = await _newest_items(hosted.agent, turn.session, limit, after)
         else:
-            items = conversation_items(await _all_messages(hosted.agent, turn.session))
-            items = _after(items, after)
+            items = _after(conversation_items(await all_messages(hosted.agent, turn.session)), after)
         page = items[:limit]
         return JSONResponse(
             {
@@ -510,12 +398,23 @@ class _Responses:
         )
 
 
-def _events_of(live: LiveOutput, update: Any) -> list[dict[str, Any]]:
+def _failure(shell: dict[str, Any], exc: Exception) -> list[dict[str, Any]]:
+    """The events of a run that failed: a ``problem`` (an HTTP error) before the response was
+    created, else ``error`` and ``response.failed``."""
+    code, message = run_error(exc)
+    if not shell:
+        return [{"type": "problem", "status": STATUS_OF[code], "code": code, "message": message}]
+    failed = {**shell, "status": "failed", "error": {"code": code, "message": message}}
+    return [
+        {"type": "error", "code": code, "message": message, "param": None},
+        {"type": "response.failed", "response": failed},
+    ]
+
+
+def _events_of(live: LiveOutput, update: AgentResponseUpdate) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    if update.role != "assistant":
-        return events
-    for content in update.contents:
-        if isinstance(content, TextContent) and content.text:
+    for content in rendered_parts(update):
+        if isinstance(content, TextContent):
             events += live.text(update.message_id or "", content.text)
         elif isinstance(content, FunctionCallContent):
             events += live.call(content)

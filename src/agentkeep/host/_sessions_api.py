@@ -40,10 +40,10 @@ from ..compaction.plans import (
     plan_compaction,
 )
 from ..errors import ConflictError
+from ..message_stores.base import StoredMessage, SupportsListing
 from ..providers.storage import StorageHistoryProvider
+from ..session_stores import IsolationKeyScopedSessionStore
 from ..sessions import ISOLATION_SEPARATOR
-from ..storage.base import StoredMessage, SupportsListing
-from ..stores import IsolationKeyScopedSessionStore
 from ..transfer import export_conversation, render_markdown
 from ._auth import WHOLE_STORE
 from ._http import HTTPProblem, parsed

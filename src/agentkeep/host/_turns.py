@@ -18,7 +18,7 @@ provider stores nothing of it.
 **Warm sessions.** A :class:`SessionCache` keeps the session objects of recent conversations
 (with their providers' caches in ``session.runtime``, such as the loaded history): when the store
 still holds the version a cached object was saved as (asked with
-:meth:`~agentkeep.stores.AgentSessionStore.get_session_if_changed`, which reads only the version
+:meth:`~agentkeep.session_stores.AgentSessionStore.get_session_if_changed`, which reads only the version
 where the store can), the next turn runs on that object, so a durable history provider reads only
 what was appended since, by any process. Any other version, or a failed turn, and the cached
 object is dropped.
@@ -38,8 +38,13 @@ import msgspec
 from .. import telemetry
 from .._json_values import encode_json
 from ..errors import ConflictError
+from ..session_stores import (
+    AgentSessionStore,
+    IsolationKeyScopedSessionStore,
+    session_version,
+    set_session_version,
+)
 from ..sessions import AgentSession
-from ..stores import AgentSessionStore, IsolationKeyScopedSessionStore, session_version, set_session_version
 
 if TYPE_CHECKING:
     from ..agent import Agent

@@ -1,5 +1,5 @@
 """Copy chat history stored by ``agent-framework-redis``'s ``RedisHistoryProvider`` into any
-agentkeep :class:`~agentkeep.storage.base.MessageStore`.
+agentkeep :class:`~agentkeep.message_stores.base.MessageStore`.
 
 **The source layout** (agent-framework-redis 1.0.0b261022, the release of core 1.23): one Redis
 list per conversation, one JSON message (the framework's ``Message.to_dict()``) per element,
@@ -36,9 +36,9 @@ from typing import Any, Final, Literal, cast
 
 from .._db.redis import RedisConnection, glob_escape
 from ..errors import MessageFormatError, TransferError
+from ..message_stores.base import MessageStore
 from ..messages import Message
 from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
-from ..storage.base import MessageStore
 from .sessions import message_from_maf
 
 __all__ = [

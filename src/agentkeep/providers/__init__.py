@@ -14,8 +14,8 @@ What lives where:
 * :mod:`.file`: :class:`FileHistoryProvider` (one append-only file per session, the reference's
   layout).
 * :mod:`.storage`: :class:`StorageHistoryProvider`, history in any
-  :class:`~agentkeep.storage.base.MessageStore` (the session keeps only a key). The backend
-  modules (:mod:`agentkeep.storage.sqlite`, ...) subclass it with convenient constructors.
+  :class:`~agentkeep.message_stores.base.MessageStore` (the session keeps only a key). The backend
+  modules (:mod:`agentkeep.message_stores.sqlite`, ...) subclass it with convenient constructors.
 """
 
 from .context import (

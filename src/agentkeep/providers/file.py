@@ -6,7 +6,7 @@ reference Python edition's message shape (``{"type": "message", "role", "content
 reference's. With ``serialization_format="msgpack"`` the file is ``<name>.msgpack``: each record
 a 4-byte big-endian length and a MessagePack map. ``<name>`` is the session id, or (for ids that
 are not a plain file name) ``~session-`` and an encoding of it, as
-:class:`~agentkeep.stores.FileSessionStore` names files; a call without a session id uses
+:class:`~agentkeep.session_stores.FileSessionStore` names files; a call without a session id uses
 ``default``.
 
 **Appends.** A save writes the new records in one ``write`` to a file opened for appending,
@@ -38,8 +38,8 @@ from .._files import Folder
 from ..maf.sessions import message_from_maf, message_to_maf
 from ..message_log import MessageLog
 from ..messages import Message
+from ..session_stores.by_session_id import SerializationFormat, session_file_name
 from ..sessions import AgentSession
-from ..stores.by_session_id import SerializationFormat, session_file_name
 from .history import HistoryOptions, HistoryProvider, without_excluded
 
 __all__ = ["FileHistoryProvider"]

@@ -28,7 +28,7 @@ model sees.
 
 The implementations: :class:`~agentkeep.providers.in_memory.InMemoryHistoryProvider` (messages in
 the session's state bag) and :class:`~agentkeep.providers.storage.StorageHistoryProvider` (messages
-in a :class:`~agentkeep.storage.base.MessageStore`, only a key in the session).
+in a :class:`~agentkeep.message_stores.base.MessageStore`, only a key in the session).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The storage-backed history provider: the session keeps a key, a message store the messages.
 
-:class:`StorageHistoryProvider` works with any :class:`~agentkeep.storage.base.MessageStore`; the
+:class:`StorageHistoryProvider` works with any :class:`~agentkeep.message_stores.base.MessageStore`; the
 backend modules subclass it with convenient constructors (``SQLiteHistoryProvider``,
 ``RedisHistoryProvider``, ``PostgresHistoryProvider``), and
 :func:`agentkeep.store_urls.open_history_provider` makes one from a URL.
@@ -23,9 +23,9 @@ from typing import Any, Unpack
 
 from .. import telemetry
 from ..message_log import MessageLog, MessageView
+from ..message_stores.base import HistoryView, MessageStore, Summary, close_store
 from ..messages import Message, new_message_id
 from ..sessions import AgentSession, ProviderSessionState
-from ..storage.base import HistoryView, MessageStore, Summary, close_store
 from .history import HistoryOptions, HistoryProvider
 
 __all__ = ["ConversationState", "StorageHistoryProvider"]

@@ -22,10 +22,10 @@ from ...compaction import (
 )
 from ...contents import Content
 from ...errors import ScriptExhaustedError
+from ...message_stores.base import HistoryView, MessageStore, StoredMessage, Summary
 from ...messages import Message
 from ...providers.storage import StorageHistoryProvider
 from ...sessions import AgentSession
-from ...storage.base import HistoryView, MessageStore, StoredMessage, Summary
 from ._checks import ConformanceCheck, check_list, expect, expect_equal, expect_raises
 from .message_store import MessageStoreBackend, texts
 

@@ -1,9 +1,9 @@
-"""The message-store contract as checks: what every :class:`~agentkeep.storage.base.MessageStore` does.
+"""The message-store contract as checks: what every :class:`~agentkeep.message_stores.base.MessageStore` does.
 
 Describe your backend with a :class:`MessageStoreBackend` (how to open a fresh, isolated store,
 and the optional hooks that let the suite corrupt records or fake a newer version), then run
 :func:`~agentkeep.testing.conformance.message_store_checks` against it. The core checks run on
-every backend; a check about an optional capability (:class:`~agentkeep.storage.base.SupportsSetup`,
+every backend; a check about an optional capability (:class:`~agentkeep.message_stores.base.SupportsSetup`,
 ``SupportsClose``, ``SupportsListing``, ``SupportsExpiry``, ``SupportsPurge``) runs when the
 store declares it (implements that protocol) and is *not applicable* otherwise.
 """
@@ -26,11 +26,11 @@ from ...errors import (
     SchemaVersionError,
     StorageClosedError,
 )
+from ...message_stores import base as contract
+from ...message_stores import codec
+from ...message_stores.base import MessageStore, StoredMessage, Summary
+from ...message_stores.memory import InMemoryMessageStore
 from ...messages import Message
-from ...storage import base as contract
-from ...storage import codec
-from ...storage.base import MessageStore, StoredMessage, Summary
-from ...storage.memory import InMemoryMessageStore
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
 
 __all__ = ["MESSAGE_STORE_CHECKS", "MessageStoreBackend", "texts", "turn"]

@@ -1,4 +1,5 @@
-"""The session-store contract as checks: what every :class:`~agentkeep.stores.base.AgentSessionStore` does.
+"""The session-store contract as checks: what every
+:class:`~agentkeep.session_stores.base.AgentSessionStore` does.
 
 Describe your store with a :class:`SessionStoreBackend` and run
 :func:`~agentkeep.testing.conformance.session_store_checks` against it. Covered: new sessions for
@@ -20,8 +21,8 @@ from ...agent import Agent
 from ...clients.scripted import ScriptedChatClient
 from ...errors import ConflictError, SessionFormatError, StorageClosedError
 from ...messages import Message
+from ...session_stores.base import AgentSessionStore, session_version, set_session_version
 from ...sessions import AgentSession
-from ...stores.base import AgentSessionStore, session_version, set_session_version
 from ._checks import ConformanceCheck, NotApplicable, check_list, expect, expect_equal, expect_raises
 
 __all__ = ["ODD_CONVERSATION_IDS", "SESSION_STORE_CHECKS", "SessionStoreBackend"]

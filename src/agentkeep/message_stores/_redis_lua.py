@@ -1,0 +1,708 @@
+"""The Lua scripts of the Redis backend (kept apart from the Python so each stays readable).
+
+Every mutating operation of :class:`~agentkeep.message_stores.redis.RedisMessageStore` is one script, which
+Redis runs start to finish: that is what makes appends, trims, expiry and compaction atomic across
+processes. The key layout they work on is described in :mod:`agentkeep.message_stores.redis`.
+"""
+
+from __future__ import annotations
+
+from .._db.redis import RedisScript
+from .base import DEDUP_WINDOW
+
+__all__ = [
+    "APPEND",
+    "COMPACT",
+    "DELETE",
+    "EXPIRE",
+    "LIST",
+    "READ",
+    "RECORDS",
+    "REINDEX",
+    "REWRITE",
+    "SETUP",
+    "UPGRADE",
+]
+
+
+# -- Lua ------------------------------------------------------------------------------------------
+# KEYS of every conversation script: meta hash, log list, exclusion ranges, summaries hash, the
+# ids of the newest DEDUP_WINDOW seqs; the scripts that keep the listing up to date add the
+# prefix's index (conversation ids by their newest message's time) and expiry (conversation ids by
+# deadline) sorted sets as KEYS[6] and KEYS[7], and take the conversation id as an argument.
+
+_COUNTERS = """
+-- A conversation's counters from its meta hash (head, last seq, epoch), checked: a damaged
+-- field must fail the script, never make it loop or misnumber the log.
+local function counters(meta, state)
+  local head, last, epoch = tonumber(state[1]), tonumber(state[2]), tonumber(state[3] or 0)
+  local function bad(n) return n == nil or n ~= n or n ~= math.floor(n) or n > 9007199254740991 end
+  if bad(head) or bad(last) or bad(epoch) or head < 1 or last < head - 1 or epoch < 0 then
+    error({err = 'AGENTKEEP_CORRUPT_META ' .. meta .. ': h=' .. tostring(state[1]) .. ' l=' ..
+      tostring(state[2]) .. ' e=' .. tostring(state[3])})
+  end
+  return head, last, epoch
+end
+"""
+
+_PRELUDE = (
+    f"local WINDOW = {DEDUP_WINDOW}\n"
+    + _COUNTERS
+    + """
+local function ranges(text)
+  local out = {}
+  if text then
+    for a, b in string.gmatch(text, '(%d+)-(%d+)') do out[#out + 1] = {tonumber(a), tonumber(b)} end
+  end
+  return out
+end
+
+local function covered(rs, seq)
+  local lo, hi = 1, #rs
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    if seq < rs[mid][1] then hi = mid - 1 elseif seq > rs[mid][2] then lo = mid + 1 else return true end
+  end
+  return false
+end
+
+-- {seq, anchor, field} of every summary, by seq
+local function summaries(key)
+  local out = {}
+  for _, field in ipairs(redis.call('HKEYS', key)) do
+    local seq, anchor = string.match(field, '^(%d+):(%d+)$')
+    out[#out + 1] = {tonumber(seq), tonumber(anchor), field}
+  end
+  table.sort(out, function(p, q) return p[1] < q[1] end)
+  return out
+end
+
+-- the parts of [lo, hi] outside `skips` (ranges sorted by start), ascending
+local function segments(lo, hi, skips)
+  local out, cur = {}, lo
+  for _, r in ipairs(skips) do
+    if r[1] > hi then break end
+    if r[2] >= cur then
+      if r[1] > cur then out[#out + 1] = {cur, r[1] - 1} end
+      cur = r[2] + 1
+    end
+  end
+  if cur <= hi then out[#out + 1] = {cur, hi} end
+  return out
+end
+
+-- the length-prefixed id an entry starts with (nil for a placeholder)
+local function needle_at(entry, at)
+  local size = string.byte(entry, at)
+  if not size then return nil end
+  if size == 255 then
+    local high, low = string.byte(entry, at + 1, at + 2)
+    if not low then return nil end
+    return string.sub(entry, at, at + 2 + high * 256 + low)
+  end
+  return string.sub(entry, at, at + size)
+end
+"""
+)
+
+# Helpers of the listing index (used by the scripts that maintain or read it).
+_INDEX = """
+local CONVERSATION_KEYS = 5
+local PURGE_BATCH, PURGE_GRACE = 16, 1000
+
+-- the server's clock in milliseconds
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- a number as the integer argument Redis expects (tostring would round to 14 digits)
+local function int(value)
+  return string.format('%.0f', value)
+end
+
+-- the 8 time bytes of a message entry (after its length-prefixed id)
+local function time_bytes(entry)
+  local at = 2 + (string.byte(entry, 1) or 0)
+  if at == 257 then
+    local high, low = string.byte(entry, 2, 3)
+    at = 4 + (high or 0) * 256 + (low or 0)
+  end
+  return string.sub(entry, at, at + 7)
+end
+
+-- 8 bytes big-endian signed as a number (exact within 2^53 microseconds, ~285 years of 1970)
+local function time_value(bytes)
+  local negative = string.byte(bytes, 1) >= 128
+  local value = 0
+  for k = 1, 8 do
+    local b = string.byte(bytes, k)
+    if negative then b = 255 - b end
+    value = value * 256 + b
+  end
+  if negative then value = -value - 1 end
+  return value
+end
+
+-- seq and time bytes of the newest message in the log (skipping summary placeholders), or nil
+local function newest(log, head, last)
+  local top = last - head
+  local entry = redis.call('LINDEX', log, top)
+  if entry and entry ~= '' then return last, time_bytes(entry) end
+  while top > 0 do
+    local low = math.max(0, top - 64)
+    local chunk = redis.call('LRANGE', log, low, top - 1)
+    for k = #chunk, 1, -1 do
+      if chunk[k] ~= '' then return head + low + k - 1, time_bytes(chunk[k]) end
+    end
+    top = low
+  end
+  return nil
+end
+
+-- drop from the index (and expiry set) a few conversations whose deadline passed
+local function purge_expired(index, expiry, now)
+  local gone = redis.call(
+    'ZRANGEBYSCORE', expiry, '-inf', '(' .. int(now - PURGE_GRACE), 'LIMIT', 0, PURGE_BATCH
+  )
+  if #gone > 0 then
+    redis.call('ZREM', index, unpack(gone))
+    redis.call('ZREM', expiry, unpack(gone))
+  end
+end
+"""
+
+SETUP = RedisScript("""
+local found = redis.call('HMGET', KEYS[1], 'layout', 'format')
+if not found[1] then
+  redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'format', ARGV[2])
+  return {ARGV[1], ARGV[2]}
+end
+-- an older record format is raised to this one (what is written from now on), so an older
+-- agentkeep refuses the keys instead of misreading new records
+local format = tonumber(found[2])
+if format and format >= 1 and format < tonumber(ARGV[2]) then
+  redis.call('HSET', KEYS[1], 'format', ARGV[2])
+end
+return found
+""")
+
+APPEND = RedisScript(
+    _PRELUDE
+    + _INDEX
+    + """
+local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local index, expiry = KEYS[6], KEYS[7]
+-- KEYS[8]: the prefix's layout hash.
+-- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
+-- newest (the caller gave some) or '2' to look for its first id only (new ids: only a resend of
+-- this very script after a dropped connection can have stored them), the conversation id, the
+-- server time (ms) by which this must start (0: any time), the layout and record format the
+-- caller writes, then the entries.
+-- Returns the first seq, -k when the k-th entry's id is stored with other content, 0 when it
+-- started too late (its caller has timed out: nothing is written), or the recorded layout and
+-- format when a newer agentkeep has upgraded the keys since the caller checked them.
+local max_messages, ttl, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
+local check, conflicts = ARGV[3] ~= '0', ARGV[3] == '1'
+local start_by = tonumber(ARGV[5])
+local FIRST = 8
+local recorded = redis.call('HMGET', KEYS[8], 'layout', 'format')
+if (tonumber(recorded[1]) or 0) > tonumber(ARGV[6]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[7]) then
+  return recorded
+end
+local state = redis.call('HMGET', meta, 'h', 'l')
+local head, last
+if state[1] then
+  head, last = counters(meta, state)
+  if check then
+    local base = last - redis.call('LLEN', recent) + 1
+    local first = needle_at(ARGV[FIRST], 1)
+    local at = redis.call('LPOS', recent, first, 'RANK', -1)
+    if at and base + at >= head then
+      -- a retry if the batch is stored as it is from there (ids, and bodies short of their
+      -- 4-byte seals, which cover the time: a retry may have stamped its messages anew)
+      local seq, n = base + at, #ARGV - FIRST + 1
+      local stored = redis.call('LRANGE', log, seq - head, seq - head + n - 1)
+      local same = #stored == n
+      for k = 1, n do
+        if not same then break end
+        local mine, theirs = ARGV[FIRST + k - 1], stored[k]
+        local id = needle_at(mine, 1)
+        same = theirs ~= '' and needle_at(theirs, 1) == id
+          and string.sub(theirs, #id + 9, -5) == string.sub(mine, #id + 9, -5)
+      end
+      if same then return seq end
+      return -1
+    end
+    for k = FIRST + 1, conflicts and #ARGV or 0 do
+      local other = redis.call('LPOS', recent, needle_at(ARGV[k], 1), 'RANK', -1)
+      if other and base + other >= head then return -(k - FIRST + 1) end
+    end
+  end
+end
+-- a retry was answered above whenever it came: only a write must start in time
+if start_by > 0 and clock_ms() > start_by then return 0 end
+if not state[1] then
+  redis.call('DEL', log, excl, sums, recent)  -- leftovers of a conversation that expired
+  head, last = 1, 0
+  redis.call('HSET', meta, 'h', 1, 'e', 0)
+end
+for i = FIRST, #ARGV, 1000 do redis.call('RPUSH', log, unpack(ARGV, i, math.min(i + 999, #ARGV))) end
+local needles = {}
+for i = math.max(FIRST, #ARGV - WINDOW + 1), #ARGV do needles[#needles + 1] = needle_at(ARGV[i], 1) end
+redis.call('RPUSH', recent, unpack(needles))
+redis.call('LTRIM', recent, -WINDOW, -1)
+local first = last + 1
+last = last + #ARGV - FIRST + 1
+redis.call('HSET', meta, 'l', last)
+if max_messages > 0 then
+  local points = {}
+  for _, s in ipairs(summaries(sums)) do
+    if s[1] >= head then points[#points + 1] = s[1] end
+  end
+  local excess = last - head + 1 - #points - max_messages
+  if excess > 0 then
+    local cut = head + excess
+    for _, p in ipairs(points) do
+      if p < cut then cut = cut + 1 end
+    end
+    redis.call('LTRIM', log, cut - head, -1)
+    redis.call('HSET', meta, 'h', cut)
+  end
+end
+local now = clock_ms()
+purge_expired(index, expiry, now)
+redis.call('ZADD', index, int(time_value(time_bytes(ARGV[#ARGV]))), member)
+if ttl > 0 then
+  local deadline = int(now + ttl)
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+  redis.call('ZADD', expiry, deadline, member)
+elseif not state[1] then
+  redis.call('ZREM', expiry, member)  -- a new conversation without a deadline
+end
+return first
+"""
+)
+
+READ = RedisScript(
+    _PRELUDE
+    + """
+local meta, log, excl, sums = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- ARGV: after (0: from the start), how many (-1: all), 1 for the raw log / 0 for the view
+local after, want, raw = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local state = redis.call('HMGET', meta, 'h', 'l', 'e')
+if not state[1] then return {0, 0, {}, ''} end
+local head, last, epoch = counters(meta, state)
+local text = redis.call('GET', excl) or ''
+if want == 0 then return {epoch, last, {}, text} end
+local excluded = ranges(text)
+local skips, active = {}, {}
+if not raw then
+  for _, r in ipairs(excluded) do skips[#skips + 1] = r end
+end
+for _, s in ipairs(summaries(sums)) do
+  skips[#skips + 1] = {s[1], s[1]}
+  if not raw and s[1] > after and not covered(excluded, s[1]) then active[#active + 1] = s end
+end
+table.sort(skips, function(p, q) return p[1] < q[1] end)
+table.sort(active, function(p, q)
+  if p[2] ~= q[2] then return p[2] < q[2] end
+  return p[1] < q[1]
+end)
+-- the view as pieces: {0, first seq, last seq} for messages, {1, summary} for a summary, which
+-- goes just before the first message at or after its anchor
+local pieces, j = {}, 1
+for _, seg in ipairs(segments(math.max(head, after + 1), last, skips)) do
+  local a, b = seg[1], seg[2]
+  while a <= b do
+    while j <= #active and active[j][2] <= a do pieces[#pieces + 1] = {1, active[j]}; j = j + 1 end
+    if j <= #active and active[j][2] <= b then
+      pieces[#pieces + 1] = {0, a, active[j][2] - 1}
+      a = active[j][2]
+    else
+      pieces[#pieces + 1] = {0, a, b}
+      a = b + 1
+    end
+  end
+end
+while j <= #active do pieces[#pieces + 1] = {1, active[j]}; j = j + 1 end
+local first = 1
+if want > 0 then
+  first = #pieces + 1
+  while first > 1 and want > 0 do
+    local p = pieces[first - 1]
+    local size = 1
+    if p[1] == 0 then
+      size = p[3] - p[2] + 1
+      if size > want then p[2] = p[3] - want + 1; size = want end
+    end
+    want = want - size
+    first = first - 1
+  end
+end
+local out = {}
+for i = first, #pieces do
+  local p = pieces[i]
+  if p[1] == 0 then
+    out[#out + 1] = {0, p[2], redis.call('LRANGE', log, p[2] - head, p[3] - head)}
+  else
+    out[#out + 1] = {1, p[2][1], redis.call('HGET', sums, p[2][3]) or ''}
+  end
+end
+return {epoch, last, out, text}
+"""
+)
+
+COMPACT = RedisScript(
+    _PRELUDE
+    + _INDEX
+    + """
+local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local expiry = KEYS[7]
+-- ARGV: the conversation id, the excluded needles (count first), the summaries (count first)
+local member = ARGV[1]
+local i = 2
+local excluded, new = {}, {}
+for k = 1, tonumber(ARGV[i]) do excluded[k] = ARGV[i + k] end
+i = i + #excluded + 1
+for k = 1, tonumber(ARGV[i]) do
+  local count = tonumber(ARGV[i + 3])
+  local s = {needle = ARGV[i + 1], record = ARGV[i + 2], replaces = {}}
+  for q = 1, count do s.replaces[q] = ARGV[i + 3 + q] end
+  new[k] = s
+  i = i + 3 + count
+end
+local state = redis.call('HMGET', meta, 'h', 'l', 'e')
+if not state[1] then
+  if #new > 0 then return {-1, 0} end
+  return {0, 0}
+end
+local head, last, epoch = counters(meta, state)
+-- wanted[needle]: false while not found, then {seq, anchor}
+local wanted, missing = {}, 0
+local function want(n)
+  if wanted[n] == nil then wanted[n] = false; missing = missing + 1 end
+end
+for _, n in ipairs(excluded) do want(n) end
+for _, s in ipairs(new) do
+  for _, n in ipairs(s.replaces) do want(n) end
+end
+-- what a summary record holds after its entry: its replaced ids (a retry repeats them)
+local function replaced_part(record)
+  local a, b, c, d = string.byte(record, 1, 4)
+  if not d then return record end
+  return string.sub(record, 5 + ((a * 256 + b) * 256 + c) * 256 + d)
+end
+local stored, recorded = redis.call('HGETALL', sums), {}
+for k = 1, #stored, 2 do
+  local seq, anchor = string.match(stored[k], '^(%d+):(%d+)$')
+  local n = needle_at(stored[k + 1], 5)
+  if n then
+    recorded[n] = replaced_part(stored[k + 1])
+    if wanted[n] == false then wanted[n] = {tonumber(seq), tonumber(anchor)}; missing = missing - 1 end
+  end
+end
+local xr = ranges(redis.call('GET', excl))
+local function scan(a, b)
+  while a <= b and missing > 0 do
+    local e = math.min(b, a + 499)
+    for k, entry in ipairs(redis.call('LRANGE', log, a - head, e - head)) do
+      local n = needle_at(entry, 1)
+      if n and wanted[n] == false then wanted[n] = {a + k - 1, a + k - 1}; missing = missing - 1 end
+    end
+    a = e + 1
+  end
+end
+if missing > 0 then
+  -- compactions usually exclude what follows the previous one: start at the first included seq
+  local start = head
+  for _, r in ipairs(xr) do
+    if r[1] <= start and r[2] >= start then start = r[2] + 1 end
+  end
+  scan(start, last)
+  scan(head, math.min(start - 1, last))
+end
+local anchors = {}
+for k, s in ipairs(new) do
+  for _, n in ipairs(s.replaces) do
+    local hit = wanted[n]
+    if hit and (anchors[k] == nil or hit[2] < anchors[k]) then anchors[k] = hit[2] end
+  end
+  if anchors[k] == nil then return {-2, k} end
+end
+-- a summary may not take the id of a summary replacing other messages, or of a stored message
+-- (looked for among the ids this compaction names and the newest WINDOW entries still stored)
+local base = last - redis.call('LLEN', recent) + 1
+for k, s in ipairs(new) do
+  local prior = recorded[s.needle]
+  if prior ~= nil then
+    if prior ~= replaced_part(s.record) then return {-3, k} end
+  else
+    if wanted[s.needle] then return {-3, k} end
+    local at = redis.call('LPOS', recent, s.needle, 'RANK', -1)
+    if at and base + at >= head then return {-3, k} end
+  end
+end
+local points = {}
+for _, n in ipairs(excluded) do
+  local hit = wanted[n]
+  if hit then points[#points + 1] = {hit[1], hit[1]} end
+end
+if #points > 0 then
+  for _, r in ipairs(xr) do points[#points + 1] = r end
+  table.sort(points, function(p, q) return p[1] < q[1] end)
+  local merged = {}
+  for _, r in ipairs(points) do
+    local top = merged[#merged]
+    if top and r[1] <= top[2] + 1 then
+      if r[2] > top[2] then top[2] = r[2] end
+    else
+      merged[#merged + 1] = {r[1], r[2]}
+    end
+  end
+  local parts = {}
+  for k, r in ipairs(merged) do parts[k] = r[1] .. '-' .. r[2] end
+  redis.call('SET', excl, table.concat(parts, ','))
+end
+for k, s in ipairs(new) do
+  if recorded[s.needle] == nil then  -- else: recorded before, this is a retry
+    last = last + 1
+    redis.call('RPUSH', log, '')
+    redis.call('RPUSH', recent, '')
+    redis.call('LTRIM', recent, -WINDOW, -1)
+    redis.call('HSET', sums, last .. ':' .. anchors[k], s.record)
+    recorded[s.needle] = replaced_part(s.record)
+  end
+end
+epoch = epoch + 1
+redis.call('HSET', meta, 'l', last, 'e', epoch)
+-- keys created here get the conversation's deadline
+local deadline = redis.call('ZSCORE', expiry, member)
+if deadline then
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+else
+  local ttl = redis.call('PTTL', meta)
+  if ttl > 0 then
+    for k = 1, CONVERSATION_KEYS do redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
+end
+return {0, epoch}
+"""
+)
+
+# Records as stored, for key rotation. KEYS: meta, log, excluded, summaries (as READ).
+# ARGV: after, limit (> 0). Returns {seq, kind, data} per record in seq order, at most `limit`:
+# kind 0 is a log entry (id, time, body), kind 1 a summary's hash value (4-byte entry length,
+# entry, replaced ids). The log is read a window of `limit` seqs at a time from the first seq after
+# `after` (a summary's placeholder stands for its summary), so the cost follows `limit`, not the
+# conversation; the summaries are few and read whole (HGETALL), which also covers those a
+# max_messages trim left before the log's head.
+RECORDS = RedisScript(
+    _COUNTERS
+    + """
+local meta, log, sums = KEYS[1], KEYS[2], KEYS[4]
+local after, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+local state = redis.call('HMGET', meta, 'h', 'l')
+if not state[1] then return {} end
+local head, last = counters(meta, state)
+local by_seq, early = {}, {}
+local stored = redis.call('HGETALL', sums)
+for k = 1, #stored, 2 do
+  local seq = tonumber(string.match(stored[k], '^(%d+):'))
+  if seq and seq > after then
+    by_seq[seq] = stored[k + 1]
+    if seq < head then early[#early + 1] = seq end
+  end
+end
+table.sort(early)
+local out = {}
+for _, seq in ipairs(early) do
+  if #out >= limit then return out end
+  out[#out + 1] = {seq, 1, by_seq[seq]}
+end
+local a = math.max(head, after + 1)
+while a <= last and #out < limit do
+  local b = math.min(last, a + limit - #out - 1)
+  for k, entry in ipairs(redis.call('LRANGE', log, a - head, b - head)) do
+    local seq = a + k - 1
+    if entry ~= '' then
+      out[#out + 1] = {seq, 0, entry}
+    elseif by_seq[seq] then
+      out[#out + 1] = {seq, 1, by_seq[seq]}
+    end
+  end
+  a = b + 1
+end
+return out
+"""
+)
+
+# Replaces records' bodies if they are still stored as read (key rotation). KEYS: the
+# conversation's five keys, then the prefix's layout hash. ARGV: the server time (ms) by which
+# this must start (0: any time), the layout and record format the caller writes, then per record
+# its seq, its entry as read and its new entry (both built as APPEND's entries are). A log entry
+# is replaced in place (LSET), a summary's hash value keeps its replaced ids (HSET); both keep
+# the key's TTL, and nothing else changes. A record that already holds the new entry counts as
+# replaced (the client may resend a script after a dropped connection). Returns how many were
+# replaced, -1 when it started too late (nothing is written), or the recorded layout and format
+# when a newer agentkeep has upgraded the keys since the caller checked them.
+REWRITE = RedisScript(
+    _PRELUDE
+    + _INDEX
+    + """
+local meta, log, sums = KEYS[1], KEYS[2], KEYS[4]
+local start_by = tonumber(ARGV[1])
+local FIRST = 4
+if start_by > 0 and clock_ms() > start_by then return -1 end
+local recorded = redis.call('HMGET', KEYS[6], 'layout', 'format')
+if (tonumber(recorded[1]) or 0) > tonumber(ARGV[2]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[3]) then
+  return recorded
+end
+local state = redis.call('HMGET', meta, 'h', 'l')
+if not state[1] then return 0 end
+local head, last = counters(meta, state)
+local fields  -- summary field by seq, read when a change is not in the log
+local function size_of(value)
+  local b1, b2, b3, b4 = string.byte(value, 1, 4)
+  if not b4 then return nil end
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+local function sized(entry)
+  local n = #entry
+  return string.char(math.floor(n / 16777216) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256) .. entry
+end
+local replaced = 0
+for i = FIRST, #ARGV - 2, 3 do
+  local seq, old, new = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+  local current = false
+  if seq >= head and seq <= last then current = redis.call('LINDEX', log, seq - head) end
+  if current == old then
+    redis.call('LSET', log, seq - head, new)
+    replaced = replaced + 1
+  elseif current == new then
+    replaced = replaced + 1
+  elseif not current or current == '' then  -- not in the log, or a summary's placeholder
+    if not fields then
+      fields = {}
+      for _, s in ipairs(summaries(sums)) do fields[s[1]] = s[3] end
+    end
+    local field = fields[seq]
+    local value = field and redis.call('HGET', sums, field)
+    local size = value and size_of(value)
+    if size then
+      local entry = string.sub(value, 5, 4 + size)
+      if entry == old then
+        redis.call('HSET', sums, field, sized(new) .. string.sub(value, 5 + size))
+        replaced = replaced + 1
+      elseif entry == new then
+        replaced = replaced + 1
+      end
+    end
+  end
+end
+return replaced
+"""
+)
+
+DELETE = RedisScript(
+    _INDEX
+    + """
+-- ARGV: the conversation id
+local found = redis.call('EXISTS', KEYS[1])
+redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+return found
+"""
+)
+
+EXPIRE = RedisScript(
+    _INDEX
+    + """
+-- ARGV: ttl in ms (-1: never), the conversation id
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local ttl, member = tonumber(ARGV[1]), ARGV[2]
+if ttl < 0 then
+  for k = 1, CONVERSATION_KEYS do redis.call('PERSIST', KEYS[k]) end
+  redis.call('ZREM', KEYS[7], member)
+elseif ttl == 0 then
+  redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
+  redis.call('ZREM', KEYS[6], member)
+  redis.call('ZREM', KEYS[7], member)
+else
+  local deadline = int(clock_ms() + ttl)
+  for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
+  redis.call('ZADD', KEYS[7], deadline, member)
+end
+return 1
+"""
+)
+
+# KEYS: index, expiry, then meta, log and summaries of each conversation; ARGV: their ids.
+# Per conversation: 0 if it is gone (expired or deleted: then it leaves the index), else one string
+# (fewer reply elements to parse): "<last seq> <raw messages stored> <seq of the newest message, 0
+# if none> " and that message's 8 time bytes.
+LIST = RedisScript(
+    _COUNTERS
+    + _INDEX
+    + """
+local out = {}
+for k = 1, #ARGV do
+  local meta, log, sums = KEYS[3 * k], KEYS[3 * k + 1], KEYS[3 * k + 2]
+  local state = redis.call('HMGET', meta, 'h', 'l')
+  if not state[1] then
+    redis.call('ZREM', KEYS[1], ARGV[k])
+    redis.call('ZREM', KEYS[2], ARGV[k])
+    out[k] = 0
+  else
+    local head, last = counters(meta, state)
+    local count = last - head + 1
+    if head == 1 then
+      count = count - redis.call('HLEN', sums)
+    else
+      for _, field in ipairs(redis.call('HKEYS', sums)) do
+        if (tonumber(string.match(field, '^(%d+):')) or 0) >= head then count = count - 1 end
+      end
+    end
+    local seq, stamp = newest(log, head, last)
+    out[k] = last .. ' ' .. count .. ' ' .. (seq or 0) .. ' ' .. (stamp or '')
+  end
+end
+return out
+"""
+)
+
+# Indexes conversations written with key layout 1 (which had no index). KEYS: index, expiry,
+# then meta and log of each conversation; ARGV: their ids. Returns how many were indexed.
+REINDEX = RedisScript(
+    _COUNTERS
+    + _INDEX
+    + """
+local now, done = clock_ms(), 0
+for k = 1, #ARGV do
+  local meta, log = KEYS[2 * k + 1], KEYS[2 * k + 2]
+  local state = redis.call('HMGET', meta, 'h', 'l')
+  if state[1] then
+    local head, last = counters(meta, state)
+    local _, stamp = newest(log, head, last)
+    -- a bad time is indexed too: listing reports it rather than skipping the conversation
+    local score = (stamp and #stamp == 8) and time_value(stamp) or 0
+    redis.call('ZADD', KEYS[1], int(score), ARGV[k])
+    local ttl = redis.call('PTTL', meta)
+    if ttl > 0 then redis.call('ZADD', KEYS[2], int(now + ttl), ARGV[k]) end
+    done = done + 1
+  end
+end
+return done
+"""
+)
+
+# KEYS: the layout hash; ARGV: the layout version found, the new one. Moves the marker on only
+# from the version that was found (a concurrent upgrade is not undone).
+UPGRADE = RedisScript("""
+if redis.call('HGET', KEYS[1], 'layout') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'layout', ARGV[2])
+end
+return redis.call('HGET', KEYS[1], 'layout')
+""")

@@ -1,0 +1,438 @@
+"""The storage contract: an append-only message log per conversation, with a compacted view.
+
+Every durable history backend (SQLite, Redis, PostgreSQL) and the in-memory one implement
+:class:`MessageStore`, and all of them pass one conformance suite
+(:mod:`agentkeep.testing.conformance`, which a third-party backend can run too).
+
+**The core** (:class:`MessageStore`, every backend):
+
+* ``backend``: the backend's name, for errors and messages.
+* :meth:`~MessageStore.append` messages to a conversation, atomically (a turn is stored whole or
+  not at all). The backend assigns each message a per-conversation sequence number (``seq``,
+  from 1, increasing, shared with summaries). Messages keep their ids and creation times.
+  Appending a batch whose message ids were already appended (a retry after a failure) stores
+  nothing again and returns the original sequence numbers.
+* :meth:`~MessageStore.read` the compacted **view** (what history loads: non-excluded messages,
+  each non-excluded summary placed where the first message it replaces was) or, with
+  ``raw=True``, the **raw log** (every appended message, excluded ones flagged, summaries not);
+  all of it or a window (the last ``n`` and/or those after a sequence number), oldest first. The
+  result carries the compaction ``epoch`` and the conversation's ``last_seq``, so a reader can
+  cache a view and later ask only for what is new (``after=``) as long as the epoch is unchanged.
+* :meth:`~MessageStore.record_compaction`: mark messages excluded and add summaries (each listing
+  the ids it replaces). Originals are kept; the epoch goes up.
+* :meth:`~MessageStore.delete` a conversation and everything derived from it.
+
+**Optional capabilities**, each a small protocol a backend implements (and so declares) when it
+can; the conformance suite checks each one a backend declares:
+
+* :class:`SupportsSetup`: ``setup()`` creates or migrates what the backend needs (idempotent);
+  backends that need it also run it before their first operation.
+* :class:`SupportsClose`: ``aclose()`` releases what the store owns.
+* :class:`SupportsListing`: ``list_conversations()``, most recently active first.
+* :class:`SupportsExpiry`: ``expire(conversation_id, ttl)``, and the ``ttl`` option honoured.
+* :class:`SupportsPurge`: ``purge_expired()`` deletes expired conversations in bulk (for backends
+  whose expired data stays on disk until then).
+* :class:`SupportsRecordRewrite`: ``stored_records()`` and ``replace_records()`` read and replace
+  records as stored, for ``agentkeep keys rotate`` (:mod:`agentkeep.key_rotation`).
+
+:func:`setup_store` and :func:`close_store` call the first two when a store has them.
+
+Retention settings the built-in backends take: ``max_messages`` (keep only the newest raw
+messages; applied atomically with the append) and ``ttl`` (seconds of inactivity after which the
+conversation expires; refreshed by every append).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, TypeVar, runtime_checkable
+
+from ..errors import MessageIdConflictError
+from ..messages import Message
+
+__all__ = [
+    "DEDUP_WINDOW",
+    "ConversationInfo",
+    "HistoryView",
+    "MessageStore",
+    "StoredMessage",
+    "StoredRecord",
+    "Summary",
+    "SupportsClose",
+    "SupportsExpiry",
+    "SupportsListing",
+    "SupportsPurge",
+    "SupportsRecordRewrite",
+    "SupportsSetup",
+    "check_batch_ids",
+    "check_retention",
+    "check_summary_ids",
+    "close_store",
+    "find_retry",
+    "id_conflict",
+    "newest_first",
+    "setup_store",
+    "summary_id_conflict",
+]
+
+K = TypeVar("K")
+
+DEDUP_WINDOW = 256
+"""How many of the newest stored entries an append checks the batch's message ids against: a batch
+stored there as it is, from its first message on, is a retry; any other batch reusing one of their
+ids is a :class:`~agentkeep.errors.MessageIdConflictError`."""
+
+
+def check_batch_ids(backend: str, conversation_id: str, messages: Sequence[Message]) -> bool:
+    """Whether an append of ``messages`` must look for their ids among the stored ones: only ids
+    the caller gave can be stored already (those :meth:`~agentkeep.messages.Message.ensure_identity`
+    makes are new).
+
+    Raises:
+        MessageIdConflictError: Two messages of the batch have the same id.
+    """
+    given = [m.message_id for m in messages if m.message_id is not None]
+    if len(set(given)) != len(given):
+        seen: set[str] = set()
+        for message_id in given:
+            if message_id in seen:
+                raise id_conflict(backend, conversation_id, message_id, within_batch=True)
+            seen.add(message_id)
+    return bool(given)
+
+
+def find_retry(
+    backend: str,
+    conversation_id: str,
+    ids: Sequence[K],
+    bodies: Sequence[bytes],
+    stored: Mapping[K, tuple[int, bytes]],
+    *,
+    name: Callable[[K], str] = str,
+) -> int | None:
+    """Decide an append whose ids may be stored: the first sequence number of the stored batch if
+    it is a retry, ``None`` if none of ``ids`` is stored.
+
+    Args:
+        backend: For the error.
+        conversation_id: For the error.
+        ids: The batch's message ids, in order.
+        bodies: Their encoded bodies (:func:`~agentkeep.message_stores.codec.encode_body`).
+        stored: ``(seq, body)`` of each stored entry among the newest :data:`DEDUP_WINDOW` whose
+            id is one of ``ids``.
+        name: The id as the caller knows it, for the error (ids may be given encoded).
+
+    Raises:
+        MessageIdConflictError: An id is stored, but the batch is not stored as it is.
+    """
+    if not stored:
+        return None
+    first = stored.get(ids[0])
+    if first is not None:
+        start = first[0]
+        if all(
+            stored.get(i) == (start + k, body) for k, (i, body) in enumerate(zip(ids, bodies, strict=True))
+        ):
+            return start
+    taken = next(i for i in ids if i in stored)
+    raise id_conflict(backend, conversation_id, name(taken))
+
+
+def id_conflict(
+    backend: str, conversation_id: str, message_id: str, *, within_batch: bool = False
+) -> MessageIdConflictError:
+    """The error for an append that reuses ``message_id``."""
+    what = "two messages of the batch have" if within_batch else "a stored message with other content has"
+    return MessageIdConflictError(
+        f"{backend}: cannot append to conversation {conversation_id!r}: {what} the id {message_id!r} "
+        "(nothing was stored)",
+        backend=backend,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
+
+
+def check_summary_ids(backend: str, conversation_id: str, summaries: Sequence[Summary]) -> None:
+    """Refuse two summaries of one compaction with one id that replace different messages (the
+    same summary twice is recorded once).
+
+    Raises:
+        MessageIdConflictError: Naming the id.
+    """
+    seen: dict[str, tuple[str, ...]] = {}
+    for summary in summaries:
+        message_id = summary.message.message_id
+        if message_id is not None and seen.setdefault(message_id, tuple(summary.replaces)) != tuple(
+            summary.replaces
+        ):
+            raise summary_id_conflict(backend, conversation_id, message_id)
+
+
+def summary_id_conflict(backend: str, conversation_id: str, message_id: str) -> MessageIdConflictError:
+    """The error for a compaction whose summary has the id of a stored message (or of a stored
+    summary that replaces other messages)."""
+    return MessageIdConflictError(
+        f"{backend}: cannot record the compaction of conversation {conversation_id!r}: its summary "
+        f"has the id {message_id!r} of a stored message (nothing was recorded)",
+        backend=backend,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as stored in a conversation's log.
+
+    Attributes:
+        seq: Its per-conversation sequence number, assigned by the backend.
+        message: The message (with its id and creation time).
+        excluded: Whether a compaction excluded it from the view.
+        replaces: For a summary, the ids of the messages it replaces (empty otherwise).
+    """
+
+    seq: int
+    message: Message
+    excluded: bool = False
+    replaces: tuple[str, ...] = ()
+
+    @property
+    def is_summary(self) -> bool:
+        """Whether this entry is a summary recorded by a compaction."""
+        return bool(self.replaces)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """A summary message and the ids of the messages it replaces (at least one, all stored)."""
+
+    message: Message
+    replaces: Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryView:
+    """What :meth:`MessageStore.read` returns: the compacted view of a conversation (or, for a raw
+    read, its raw log), all of it or the window the read asked for.
+
+    Attributes:
+        entries: View entries in view order (summaries at their anchors); for a raw read, log
+            entries in sequence order, excluded ones flagged, no summaries.
+        epoch: The compaction epoch: 0 until the first compaction, then +1 per compaction.
+        last_seq: The highest sequence number the conversation has assigned (0 when empty).
+    """
+
+    entries: list[StoredMessage] = field(default_factory=list[StoredMessage])
+    epoch: int = 0
+    last_seq: int = 0
+
+    @property
+    def messages(self) -> list[Message]:
+        """The view's messages."""
+        return [entry.message for entry in self.entries]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    """What :meth:`MessageStore.list_conversations` reports about one conversation.
+
+    Attributes:
+        conversation_id: The conversation.
+        message_count: Raw messages stored (excluded ones included, summaries not).
+        last_seq: The highest sequence number assigned.
+        updated_at: Creation time of the newest stored message (``None`` if it has none).
+    """
+
+    conversation_id: str
+    message_count: int
+    last_seq: int
+    updated_at: datetime | None
+
+
+def check_retention(max_messages: int | None, ttl: float | None) -> None:
+    """Refuse retention settings (see the module docs) that no backend can honour.
+
+    Raises:
+        ValueError: ``max_messages`` or ``ttl`` is not positive.
+    """
+    if max_messages is not None and max_messages <= 0:
+        raise ValueError("max_messages must be positive")
+    if ttl is not None and ttl <= 0:
+        raise ValueError("ttl must be positive")
+
+
+def newest_first(infos: list[ConversationInfo]) -> None:
+    """Sort ``infos`` in place, most recently active first (those without messages last)."""
+    infos.sort(key=_activity, reverse=True)
+
+
+def _activity(info: ConversationInfo) -> float:
+    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    """An append-only message log per conversation with a compacted view (see the module docs).
+
+    Every method raises :class:`~agentkeep.errors.StorageUnavailableError` when the backend cannot
+    be reached (after its timeout), :class:`~agentkeep.errors.CorruptRecordError` for a record it
+    cannot decode, and :class:`~agentkeep.errors.StorageClosedError` after ``aclose()``.
+    """
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: ``"memory"``, ``"sqlite"``, ``"redis"``, ``"postgres"``."""
+        ...
+
+    async def append(self, conversation_id: str, messages: Sequence[Message]) -> list[int]:
+        """Append ``messages`` atomically; returns their sequence numbers.
+
+        Messages without an id or creation time get them (on the caller's objects). Ids the
+        caller gave are looked for among the newest :data:`DEDUP_WINDOW` stored entries: a batch
+        stored there as it is (same ids in the same order and the same content, from its first
+        message on) is a retry, which stores nothing and returns the original sequence numbers;
+        any other reuse of a stored id, or one id twice in the batch, raises
+        :class:`~agentkeep.errors.MessageIdConflictError` and stores nothing. Times are not
+        compared: a retry that stamped its messages anew is still the same batch.
+        """
+        ...
+
+    async def read(
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
+    ) -> HistoryView:
+        """The compacted view in view order, or with ``raw`` the raw log in sequence order.
+
+        Args:
+            conversation_id: The conversation.
+            raw: Read the raw log (every appended message, excluded ones flagged, no summaries).
+            last: Only the last ``last`` entries (of those after ``after``).
+            after: Only entries with ``seq > after`` (for readers that cached an earlier view
+                with the same epoch: these are exactly the messages appended since).
+        """
+        ...
+
+    async def record_compaction(
+        self,
+        conversation_id: str,
+        *,
+        excluded: Collection[str] = (),
+        summaries: Sequence[Summary] = (),
+    ) -> int:
+        """Exclude messages (by id) from the view and add summaries; returns the new epoch.
+
+        Originals stay in the log. Excluding an unknown id is ignored; a summary whose
+        ``replaces`` names no stored message raises ``ValueError``; a summary with the id of a
+        stored message, or of a stored summary that replaces other messages, raises
+        :class:`~agentkeep.errors.MessageIdConflictError`. Either way nothing is recorded. The
+        same summary (id and ``replaces``) recorded again is a retry: stored once.
+        """
+        ...
+
+    async def delete(self, conversation_id: str) -> bool:
+        """Delete the conversation and everything derived from it; ``False`` if it did not exist."""
+        ...
+
+
+@runtime_checkable
+class SupportsSetup(Protocol):
+    """A store that creates or migrates what it needs before use."""
+
+    async def setup(self) -> None:
+        """Create or migrate what the backend needs; idempotent.
+
+        Raises:
+            SchemaVersionError: The stored data was written by a newer format version.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsClose(Protocol):
+    """A store that owns something to release (a connection, a client, a worker thread)."""
+
+    async def aclose(self) -> None:
+        """Release what this store owns; idempotent. The store refuses work afterwards."""
+        ...
+
+
+@runtime_checkable
+class SupportsListing(Protocol):
+    """A store that can list its conversations."""
+
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Stored (unexpired) conversations, most recently active first; at most ``limit``."""
+        ...
+
+
+@runtime_checkable
+class SupportsExpiry(Protocol):
+    """A store whose conversations can expire (its ``ttl`` option, and :meth:`expire`)."""
+
+    async def expire(self, conversation_id: str, ttl: float | None) -> bool:
+        """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
+        ...
+
+
+@runtime_checkable
+class SupportsPurge(Protocol):
+    """A store whose expired conversations stay stored until purged."""
+
+    async def purge_expired(self) -> int:
+        """Delete every expired conversation; returns how many."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A message or summary exactly as a backend stores it (see :mod:`agentkeep.message_stores.codec`).
+
+    Attributes:
+        seq: Its sequence number.
+        message_id: The encoded id (:func:`~agentkeep.message_stores.codec.encode_id`).
+        created_at: The encoded time (:func:`~agentkeep.message_stores.codec.encode_time`).
+        body: The stored body (sealed, perhaps encrypted).
+    """
+
+    seq: int
+    message_id: bytes
+    created_at: int
+    body: bytes
+
+
+@runtime_checkable
+class SupportsRecordRewrite(Protocol):
+    """A backend whose records can be read and replaced as stored (to re-encrypt them online)."""
+
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` of the conversation's records (messages and summaries, excluded or not)
+        with ``seq > after``, in seq order, as stored."""
+        ...
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Give each record the new body if it is still stored as read (a record trimmed or
+        deleted meanwhile is left alone), in one atomic step; returns how many were replaced. Ids,
+        times, sequence numbers and flags stay as they are."""
+        ...
+
+
+async def setup_store(store: object) -> None:
+    """``await store.setup()`` if ``store`` has that capability (:class:`SupportsSetup`)."""
+    if isinstance(store, SupportsSetup):
+        await store.setup()
+
+
+async def close_store(store: object) -> None:
+    """``await store.aclose()`` if ``store`` has that capability (:class:`SupportsClose`)."""
+    if isinstance(store, SupportsClose):
+        await store.aclose()

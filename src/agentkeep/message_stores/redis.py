@@ -1,0 +1,818 @@
+"""The Redis backend: a conversation's log in a Redis list, every write one Lua script.
+
+What lives here:
+
+* ``RedisConnection`` (the private database layer, ``agentkeep._db.redis``):
+  a redis-py asyncio client (injected, or created from a URL and then owned), its timeouts, Lua
+  scripts run by SHA and the mapping of redis-py errors to agentkeep's.
+  :class:`RedisMessageStore` and :class:`~agentkeep.session_stores.redis.RedisSessionStore` both use it.
+* :class:`RedisMessageStore`: the :class:`~agentkeep.message_stores.base.MessageStore` contract.
+* :class:`RedisHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider` on a
+  :class:`RedisMessageStore` (the reference edition's constructor names).
+
+**Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
+hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
+and upgrades layout 1, see below). A
+conversation id is percent-encoded (ids longer than 100 characters once encoded are replaced by
+``#`` + their SHA-256), so no id can collide with another or reach outside its keys. The five keys
+of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
+
+* ``m``: a hash with ``h`` (the seq of the log's first entry), ``l`` (the last assigned seq) and
+  ``e`` (the compaction epoch). It exists exactly when the conversation does.
+* ``l``: the log, a list holding one entry per seq from ``h`` to ``l``, so list index =
+  seq - ``h`` and every window is one ``LRANGE``. A message entry is a length-prefixed message id
+  (see :mod:`~agentkeep.message_stores.codec`), the time as 8 bytes big-endian microseconds, then the
+  body. A summary occupies its seq with an empty placeholder. Trims only remove from the head.
+* ``i``: the length-prefixed ids of the newest :data:`~agentkeep.message_stores.base.DEDUP_WINDOW`
+  seqs (placeholders for summaries), for recognising a retried append with one ``LPOS``.
+* ``x``: excluded seqs as sorted ranges (``"1-40,45-45"``).
+* ``s``: summaries, a hash from ``"<seq>:<anchor>"`` (anchor: the seq of the first message it
+  replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
+  (MessagePack).
+
+Two keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layout 2):
+
+* ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
+  creation time of their newest message (microseconds since the epoch; the score orders, the
+  reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
+  expiry to 0 remove it.
+* ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
+  their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
+  conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
+  ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
+  both sets up to 16 conversations whose deadline passed more than a second ago, so conversations
+  that expire leave the index as fast as new ones come, without anyone listing.
+
+A listing skips (and removes from both sets) ids whose meta key is gone, whatever the reason
+(expiry not yet purged, keys removed by hand or evicted). Layout 1 had neither key:
+:meth:`RedisMessageStore.setup` upgrades such a prefix once by finding its meta keys with
+``SCAN`` and indexing them, then records layout 2 (which agentkeep versions that do not maintain
+the index refuse). A conversation whose id was replaced by its hash in its keys cannot be named
+that way; it is listed again from its next append. The two keys are outside the conversations'
+hash tags, so the scripts that maintain them touch keys of two cluster slots: like its client
+(``redis.asyncio.Redis``), the store works with one server (or primary), not Redis Cluster.
+
+**Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
+server lost its script cache). Redis runs a script to completion before any other command, so
+appends from any number of clients and processes serialize: each gets contiguous seqs, the
+retry check, the ``max_messages`` trim and the TTL refresh happen in the same step, and a reader
+never sees half a turn. A retried batch (a client timed out but the server ran the append) is
+recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``).
+
+**Cost per turn.** An append searches the short list ``i`` (``LPOS``, in Redis's C code) and
+pushes the new entries; a window read computes list ranges from the exclusion ranges and summary
+anchors (both small) and reads only those. Nothing on a turn scans the conversation. Recording a
+compaction looks the given ids up by scanning the log from the first message that is not yet
+excluded until all are found (an id that is not stored makes it scan the whole log). A summary
+that takes the id of a stored message is refused when that message is one the compaction names
+or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
+older message it does not name goes unnoticed (both are then kept).
+
+**Cost of listing.** ``list_conversations(limit=n)`` reads the index newest first in batches
+of up to 200 ids (``ZREVRANGE``, O(log C + n) for C indexed conversations) and runs one script per
+batch that reads, per conversation, its meta hash, its newest log entry (``LINDEX``; walking back
+over trailing summary placeholders) and, only after a ``max_messages`` trim, its summary fields
+(to count the raw messages): O(n) for a limited listing, independent of the conversations'
+lengths. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of the expiry set.
+
+**Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
+:meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
+summaries hash; :meth:`RedisMessageStore.replace_records` is one script that replaces each entry
+(``LSET``) or summary value (``HSET``) only if it still holds exactly the bytes read.
+
+**Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
+five keys in every append (and compactions give keys they create the conversation's deadline);
+``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
+index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ... TYPE`` for the upgrade).
+
+**Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
+``timeout``; one immediate retry on a dropped connection, none on a timeout) raise
+:class:`~agentkeep.errors.StorageUnavailableError` naming the server's address without
+credentials; for an append or a recorded compaction, whose script may have run before the
+connection failed, the subclass :class:`~agentkeep.errors.OutcomeUnknownError` (retrying with the
+same messages stores them once); an entry that does not decode raises
+:class:`~agentkeep.errors.CorruptRecordError`.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Unpack, cast
+from urllib.parse import unquote
+
+import msgspec
+
+from .._db.redis import RedisConnection, escape_key_part, glob_escape
+from ..encryption import KeyMismatch
+from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
+from ..messages import Message
+from ..providers.history import HistoryOptions
+from ..providers.storage import StorageHistoryProvider
+from . import _redis_lua as _lua
+from .base import (
+    ConversationInfo,
+    HistoryView,
+    StoredMessage,
+    StoredRecord,
+    Summary,
+    check_batch_ids,
+    check_retention,
+    check_summary_ids,
+    id_conflict,
+    newest_first,
+    summary_id_conflict,
+)
+from .codec import (
+    FORMAT_VERSION,
+    RecordKey,
+    decode_message,
+    decode_time,
+    encode_id,
+    encode_records,
+    record_error,
+    seal_key,
+)
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.credentials import CredentialProvider
+
+    from ..encryption import KeyRing
+
+__all__ = [
+    "DEFAULT_KEY_PREFIX",
+    "LAYOUT_VERSION",
+    "ConversationKeys",
+    "RedisHistoryProvider",
+    "RedisMessageStore",
+]
+
+DEFAULT_KEY_PREFIX: Final = "chat_messages"
+"""The key prefix of a message store (and history provider) when none is given."""
+
+LAYOUT_VERSION: Final = 2
+"""Version of the key layout described in the module docs (2: with the listing index)."""
+
+_ESCAPED_PART: Final = re.compile(r"[A-Za-z0-9_.~%-]*")
+_LIST_BATCH: Final = 200  # conversations looked at per listing script
+_REINDEX_BATCH: Final = 100  # conversations indexed per script when upgrading from layout 1
+_replaces_decoder = msgspec.msgpack.Decoder(list[str])
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+def _needle(message_id: str) -> bytes:
+    """The length-prefixed encoded id an entry starts with."""
+    return _length_prefixed(encode_id(message_id))
+
+
+def _length_prefixed(ident: bytes) -> bytes:
+    if len(ident) < 255:
+        return bytes((len(ident),)) + ident
+    if len(ident) > 0xFFFF:
+        raise MessageFormatError("message ids may be at most 65535 bytes long", path="message_id")
+    return b"\xff" + len(ident).to_bytes(2, "big") + ident
+
+
+def _known_needle(message_id: str) -> bytes | None:
+    try:
+        return _needle(message_id)
+    except MessageFormatError:
+        return None  # an id no message can have: nothing stored matches it
+
+
+def _entries(conversation_id: str, messages: Sequence[Message], key_ring: KeyRing | None) -> list[bytes]:
+    """The log entries of ``messages`` (see :func:`~agentkeep.message_stores.codec.encode_records`): the
+    length-prefixed id, the 8-byte time and the sealed body of each."""
+    return [
+        _length_prefixed(ident) + created_at.to_bytes(8, "big", signed=True) + sealed
+        for ident, created_at, sealed in encode_records(conversation_id, messages, key_ring=key_ring)
+    ]
+
+
+def _split_entry(data: bytes) -> tuple[bytes, int, bytes]:
+    size, start = data[0], 1
+    if size == 255:
+        size, start = int.from_bytes(data[1:3], "big"), 3
+    end = start + size
+    if len(data) < end + 9:
+        raise ValueError("truncated record")
+    return data[start:end], int.from_bytes(data[end : end + 8], "big", signed=True), data[end + 8 :]
+
+
+def _decode_entry(key: RecordKey, seq: int, data: bytes) -> Message:
+    try:
+        message_id, created_at, body = _split_entry(data)
+        return decode_message(body, message_id, created_at, key=key)
+    except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
+        raise _corrupt(key.conversation_id, seq, exc) from exc
+
+
+def _decode_summary(key: RecordKey, seq: int, data: bytes) -> StoredMessage:
+    conversation_id = key.conversation_id
+    try:
+        size = int.from_bytes(data[:4], "big")
+        message = _decode_entry(key, seq, data[4 : 4 + size])
+        replaces = tuple(_replaces_decoder.decode(data[4 + size :]))
+    except CorruptRecordError:
+        raise
+    except Exception as exc:
+        raise _corrupt(conversation_id, seq, exc) from exc
+    return StoredMessage(seq, message, replaces=replaces)
+
+
+def _corrupt(conversation_id: str, seq: int, cause: Exception) -> CorruptRecordError:
+    if isinstance(cause, KeyMismatch):
+        return record_error(cause, backend="redis", conversation_id=conversation_id, seq=seq)
+    return CorruptRecordError(
+        f"{type(cause).__name__}: {cause}", backend="redis", conversation_id=conversation_id, seq=seq
+    )
+
+
+def _parse_ranges(text: bytes) -> tuple[list[int], list[int]]:
+    starts: list[int] = []
+    ends: list[int] = []
+    for part in text.split(b","):
+        if part:
+            first, _, last = part.partition(b"-")
+            starts.append(int(first))
+            ends.append(int(last))
+    return starts, ends
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
+    """The time of the newest message from its 8 stored bytes (``None``: no message)."""
+    if not seq:
+        return None
+    try:
+        if len(data) != 8:
+            raise ValueError("truncated record")
+        return decode_time(int.from_bytes(data, "big", signed=True))
+    except (ValueError, OverflowError) as exc:
+        raise _corrupt(conversation_id, seq, exc) from exc
+
+
+def _raw_entries(key: RecordKey, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
+    """The ``READ`` script's log pieces as entries, each flagged by the exclusion ranges."""
+    starts, ends = _parse_ranges(excluded)
+    out: list[StoredMessage] = []
+    for _, first, entries in pieces:
+        for offset, data in enumerate(entries):
+            seq = first + offset
+            index = bisect_right(starts, seq) - 1
+            flagged = index >= 0 and seq <= ends[index]
+            out.append(StoredMessage(seq, _decode_entry(key, seq, data), flagged))
+    return out
+
+
+def _view_entries(key: RecordKey, pieces: list[Any]) -> list[StoredMessage]:
+    """The ``READ`` script's view pieces (runs of log entries, and summaries) as entries."""
+    entries: list[StoredMessage] = []
+    for kind, first, payload in pieces:
+        if kind == 0:
+            for offset, data in enumerate(payload):
+                seq = first + offset
+                entries.append(StoredMessage(seq, _decode_entry(key, seq, data)))
+        else:
+            entries.append(_decode_summary(key, first, payload))
+    return entries
+
+
+# -- the store ------------------------------------------------------------------------------------
+
+
+class ConversationKeys(NamedTuple):
+    """The Redis keys of one conversation (see the module docs)."""
+
+    meta: str
+    log: str
+    excluded: str
+    summaries: str
+    recent: str
+
+
+class RedisMessageStore:
+    """The storage contract on Redis (see the module docs for the layout and the scripts).
+
+    Args:
+        redis_client: A redis-py asyncio client to use; the store never closes it. It must not
+            decode responses, and its own timeouts apply.
+        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``.
+        key_prefix: Namespace of every key the store writes.
+        max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
+        ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
+        timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
+
+    Example:
+        ```python
+        store = RedisMessageStore.from_url("redis://localhost:6379/0", ttl=7 * 86400)
+        await store.setup()
+        await store.append("conversation-1", [Message("user", ["Hello"])])
+        view = await store.read("conversation-1", last=50)
+        await store.aclose()
+        ```
+    """
+
+    backend = "redis"
+    DEFAULT_KEY_PREFIX = DEFAULT_KEY_PREFIX
+
+    def __init__(
+        self,
+        redis_client: aioredis.Redis | None = None,
+        *,
+        redis_url: str | None = None,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
+    ) -> None:
+        if not key_prefix:
+            raise ValueError("key_prefix must not be empty")
+        check_retention(max_messages, ttl)
+        self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
+        self.key_prefix = key_prefix
+        self.max_messages = max_messages
+        self.ttl = ttl
+        self.key_ring = key_ring
+        self._checked = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
+    ) -> RedisMessageStore:
+        """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
+        return cls(
+            redis_url=url,
+            key_prefix=key_prefix,
+            max_messages=max_messages,
+            ttl=ttl,
+            timeout=timeout,
+            key_ring=key_ring,
+        )
+
+    @property
+    def layout_key(self) -> str:
+        """The key holding the layout and record format versions."""
+        return f"{self.key_prefix}:__layout__"
+
+    @property
+    def index_key(self) -> str:
+        """The sorted set of conversation ids by their newest message's time (the listing)."""
+        return f"{self.key_prefix}:__index__"
+
+    @property
+    def expiry_key(self) -> str:
+        """The sorted set of the ids of conversations with a TTL, by deadline (ms)."""
+        return f"{self.key_prefix}:__expiry__"
+
+    def conversation_keys(self, conversation_id: str) -> ConversationKeys:
+        """The keys of ``conversation_id``."""
+        base = f"{self.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
+        return ConversationKeys(base + "m", base + "l", base + "x", base + "s", base + "i")
+
+    def _indexed_keys(self, conversation_id: str) -> list[str]:
+        """The keys of a script that also keeps the listing index: the conversation's, then the
+        index and the expiry set."""
+        return [*self.conversation_keys(conversation_id), self.index_key, self.expiry_key]
+
+    async def setup(self) -> None:
+        """Record the layout version, or check the recorded one; idempotent.
+
+        Raises:
+            SchemaVersionError: The keys were written with a newer layout or record format.
+        """
+        self.connection.check_open()
+        found = await self.connection.run(_lua.SETUP, [self.layout_key], [LAYOUT_VERSION, FORMAT_VERSION])
+        versions: list[int] = []
+        for name, value, known in zip(
+            ("key layout", "record format"), found, (LAYOUT_VERSION, FORMAT_VERSION), strict=True
+        ):
+            try:
+                version = int(value)
+            except (TypeError, ValueError):
+                version = None
+            if version is None or version > known or version < 1:
+                shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+                raise SchemaVersionError(
+                    f"redis keys under {self.key_prefix!r} use {name} version {shown!r}; this "
+                    f"agentkeep reads up to version {known}",
+                    backend=self.backend,
+                )
+            versions.append(version)
+        if versions[0] < LAYOUT_VERSION:
+            await self._upgrade(versions[0])
+        self._checked = True
+
+    async def _upgrade(self, layout: int) -> None:
+        """Bring keys written with an older key layout to this one, then record it.
+
+        Layout 1 had no listing index: every conversation's meta key is found with one ``SCAN``
+        of the server's keys (once per prefix) and indexed. Conversations whose escaped id was
+        replaced by a hash cannot be named from their keys: they are indexed by their next append.
+        """
+        if layout < 2:
+            pattern = f"{glob_escape(self.key_prefix)}:{{*}}:m"
+            async for keys in self.connection.scan(pattern, count=1000, key_type="hash"):
+                names = [name for name in map(self._conversation_of_meta_key, keys) if name is not None]
+                for start in range(0, len(names), _REINDEX_BATCH):
+                    batch = names[start : start + _REINDEX_BATCH]
+                    keys = [self.index_key, self.expiry_key]
+                    for conversation_id in batch:
+                        conversation = self.conversation_keys(conversation_id)
+                        keys += [conversation.meta, conversation.log]
+                    await self.connection.run(_lua.REINDEX, keys, batch)
+        await self.connection.run(_lua.UPGRADE, [self.layout_key], [layout, LAYOUT_VERSION])
+
+    def _conversation_of_meta_key(self, key: bytes) -> str | None:
+        """The conversation id whose meta key is ``key``, if it can be told from the key."""
+        head = f"{self.key_prefix}:{{".encode()
+        if not key.startswith(head) or not key.endswith(b"}:m"):
+            return None
+        try:
+            part = key[len(head) : -3].decode("ascii")
+            if not _ESCAPED_PART.fullmatch(part):
+                return None  # a hashed id, or a key of another prefix that starts like this one
+            conversation_id = unquote(part, errors="strict")
+        except UnicodeDecodeError:
+            return None
+        return conversation_id if escape_key_part(conversation_id) == part else None
+
+    async def _ready(self) -> None:
+        self.connection.check_open()
+        if not self._checked:
+            await self.setup()
+
+    async def append(self, conversation_id: str, messages: Sequence[Message]) -> list[int]:
+        """Append ``messages`` atomically; returns their sequence numbers (see the contract)."""
+        self.connection.check_open()
+        if not messages:
+            return []
+        check = check_batch_ids(self.backend, conversation_id, messages)
+        entries = _entries(conversation_id, messages, self.key_ring)  # refuse what cannot be stored
+        await self._ready()
+        reply = await self.connection.run(
+            _lua.APPEND,
+            [*self._indexed_keys(conversation_id), self.layout_key],
+            [
+                self.max_messages or 0,
+                _ms(self.ttl) if self.ttl is not None else 0,
+                1 if check else 2,  # 2: new ids, only redis-py's resend after a drop can repeat them
+                conversation_id,
+                await self.connection.start_by(),
+                LAYOUT_VERSION,
+                FORMAT_VERSION,
+                *entries,
+            ],
+            writes=True,
+        )
+        if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
+            self._checked = False
+            await self.setup()  # raises SchemaVersionError naming the versions
+            raise AssertionError("setup accepted a layout the append script refused")  # pragma: no cover
+        first = int(cast("int", reply))
+        if first == 0:  # only if the reply came after all: the server was late, nothing written
+            raise self.connection.unavailable(
+                TimeoutError("the server ran the append too late; nothing was stored")
+            )
+        if first < 0:
+            raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
+        return list(range(first, first + len(messages)))
+
+    async def read(
+        self,
+        conversation_id: str,
+        *,
+        raw: bool = False,
+        last: int | None = None,
+        after: int | None = None,
+    ) -> HistoryView:
+        """The compacted view in view order, or with ``raw`` the raw log (see the contract); one
+        ``READ`` script reads just the list ranges the window needs."""
+        await self._ready()
+        want = -1 if last is None else max(last, 0)
+        keys = self.conversation_keys(conversation_id)
+        reply = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
+        epoch, last_seq, pieces, excluded = reply
+        key = seal_key(conversation_id, self.key_ring)
+        entries = _raw_entries(key, pieces, excluded) if raw else _view_entries(key, pieces)
+        return HistoryView(entries, int(epoch), int(last_seq))
+
+    async def record_compaction(
+        self,
+        conversation_id: str,
+        *,
+        excluded: Collection[str] = (),
+        summaries: Sequence[Summary] = (),
+    ) -> int:
+        """Exclude messages (by id) and add summaries in one script; returns the new epoch.
+
+        Raises:
+            ValueError: A summary replaces no stored message, or summaries for a conversation that
+                does not exist (nothing is recorded).
+        """
+        self.connection.check_open()
+        check_summary_ids(self.backend, conversation_id, summaries)
+        args: list[bytes | str | int] = [conversation_id]
+        needles = [n for n in map(_known_needle, excluded) if n is not None]
+        args += [len(needles), *needles, len(summaries)]
+        for summary in summaries:
+            message = summary.message
+            [entry] = _entries(conversation_id, [message], self.key_ring)
+            replaces = [n for n in map(_known_needle, summary.replaces) if n is not None]
+            record = len(entry).to_bytes(4, "big") + entry + msgspec.msgpack.encode(list(summary.replaces))
+            args += [_needle(message.message_id or ""), record, len(replaces), *replaces]
+        await self._ready()
+        status, value = await self.connection.run(
+            _lua.COMPACT, self._indexed_keys(conversation_id), args, writes=True
+        )
+        if status == -1:
+            raise ValueError(f"conversation {conversation_id!r} does not exist")
+        if status == -2:
+            failed = summaries[int(value) - 1].message.message_id
+            raise ValueError(
+                f"summary {failed!r} replaces no stored message of conversation {conversation_id!r}"
+            )
+        if status == -3:
+            clashing = summaries[int(value) - 1].message.message_id or ""
+            raise summary_id_conflict(self.backend, conversation_id, clashing)
+        return int(value)
+
+    async def stored_records(
+        self, conversation_id: str, *, after: int = 0, limit: int = 500
+    ) -> list[StoredRecord]:
+        """Up to ``limit`` records (messages and summaries, excluded or not) with ``seq > after``,
+        in seq order, as stored: one ``RECORDS`` script reading a window of ``limit`` log entries
+        (and the summaries hash).
+
+        Raises:
+            CorruptRecordError: A stored entry cannot be split into id, time and body.
+        """
+        await self._ready()
+        if limit <= 0:
+            return []
+        reply = await self.connection.run(
+            _lua.RECORDS, self.conversation_keys(conversation_id), [max(after, 0), limit]
+        )
+        records: list[StoredRecord] = []
+        for seq, kind, data in cast(list[tuple[int, int, bytes]], reply):
+            try:
+                if kind:  # a summary: 4-byte entry length, the entry, its replaced ids
+                    size = int.from_bytes(data[:4], "big")
+                    if len(data) < 4 + size:
+                        raise ValueError("truncated summary")
+                    data = data[4 : 4 + size]
+                message_id, created_at, body = _split_entry(data)
+            except (ValueError, IndexError) as exc:
+                raise _corrupt(conversation_id, int(seq), exc) from exc
+            records.append(StoredRecord(int(seq), message_id, created_at, body))
+        return records
+
+    async def replace_records(
+        self, conversation_id: str, changes: Sequence[tuple[StoredRecord, bytes]]
+    ) -> int:
+        """Give each record its new body if it is still stored exactly as read, in one ``REWRITE``
+        script; returns how many were replaced (see the contract). A record that already holds
+        the new body counts as replaced: the client resends a script once after a dropped
+        connection, and the first attempt may have run.
+
+        Raises:
+            SchemaVersionError: A newer agentkeep upgraded the keys since this store checked them.
+        """
+        self.connection.check_open()
+        if not changes:
+            return 0
+        args: list[bytes | str | int] = []
+        for record, body in changes:
+            prefix = _length_prefixed(record.message_id) + record.created_at.to_bytes(8, "big", signed=True)
+            args += [record.seq, prefix + record.body, prefix + body]
+        await self._ready()
+        reply = await self.connection.run(
+            _lua.REWRITE,
+            [*self.conversation_keys(conversation_id), self.layout_key],
+            [await self.connection.start_by(), LAYOUT_VERSION, FORMAT_VERSION, *args],
+        )
+        if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
+            self._checked = False
+            await self.setup()  # raises SchemaVersionError naming the versions
+            raise AssertionError("setup accepted a layout the rewrite script refused")  # pragma: no cover
+        replaced = int(cast("int", reply))
+        if replaced < 0:  # only if the reply came after all: the server was late, nothing written
+            raise self.connection.unavailable(
+                TimeoutError("the server ran the rewrite too late; nothing was replaced")
+            )
+        return replaced
+
+    async def delete(self, conversation_id: str) -> bool:
+        """Delete the conversation's keys and index entries; ``False`` if it did not exist."""
+        await self._ready()
+        return bool(
+            await self.connection.run(_lua.DELETE, self._indexed_keys(conversation_id), [conversation_id])
+        )
+
+    async def expire(self, conversation_id: str, ttl: float | None) -> bool:
+        """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
+        await self._ready()
+        millis = -1 if ttl is None else max(0, round(ttl * 1000))
+        return bool(
+            await self.connection.run(
+                _lua.EXPIRE, self._indexed_keys(conversation_id), [millis, conversation_id]
+            )
+        )
+
+    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (the newest message's time); at most
+        ``limit``.
+
+        Reads the index newest first, a batch at a time (``ZREVRANGE``), and one script per batch
+        reads each conversation's meta hash, its newest log entry and (after a trim) its summary
+        fields. Conversations that expired or vanished are dropped from the index on the way.
+        """
+        await self._ready()
+        if limit is not None and limit <= 0:
+            return []
+        infos: list[ConversationInfo] = []
+        seen: set[str] = set()
+        start = 0
+        while limit is None or len(infos) < limit:
+            size = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit - len(infos))
+            members = cast(
+                list[bytes],
+                await self.connection.execute("ZREVRANGE", self.index_key, start, start + size - 1),
+            )
+            if not members:
+                break
+            names = [member.decode() for member in members]
+            keys = [self.index_key, self.expiry_key]
+            for conversation_id in names:
+                conversation = self.conversation_keys(conversation_id)
+                keys += [conversation.meta, conversation.log, conversation.summaries]
+            replies = cast(list[Any], await self.connection.run(_lua.LIST, keys, names))
+            gone = 0
+            for conversation_id, reply in zip(names, replies, strict=True):
+                if not isinstance(reply, bytes):
+                    gone += 1  # expired or deleted since: no longer in the index
+                    continue
+                if conversation_id in seen:
+                    continue  # in an earlier batch too: the index changed in between
+                seen.add(conversation_id)
+                last_seq, count, seq, stamp = reply.split(b" ", 3)
+                updated_at = _stamp(conversation_id, int(seq), stamp)
+                infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
+            if len(members) < size:
+                break
+            start += size - gone
+        # conversations appended to while the index was read keep the order of what is returned
+        newest_first(infos)
+        return infos if limit is None else infos[:limit]
+
+    async def aclose(self) -> None:
+        """Close the client if the store created it; idempotent."""
+        await self.connection.aclose()
+
+    def __repr__(self) -> str:
+        return f"RedisMessageStore({self.connection.address!r}, key_prefix={self.key_prefix!r})"
+
+
+# -- the history provider -------------------------------------------------------------------------
+
+
+class RedisHistoryProvider(StorageHistoryProvider):
+    """Conversation history in Redis; the session keeps only the conversation id.
+
+    The provider creates a :class:`RedisMessageStore` and closes it in :meth:`aclose` (which
+    closes the Redis client only if the store created it from ``redis_url``).
+
+    The reference's constructor forms work: ``RedisHistoryProvider("mem", redis_url=...)``, and
+    with Entra ID (Azure) authentication ``RedisHistoryProvider("mem", credential_provider=cred,
+    host="name.redis.cache.windows.net")`` (port 6380 and TLS by default, as there).
+
+    Args:
+        source_id: Provider id and state key.
+        redis_url: Connect to this URL (the provider owns the client).
+        credential_provider: Or connect to ``host`` with this redis-py credential provider (the
+            provider owns the client).
+        host: The server of ``credential_provider``.
+        port: Its port (default 6380, Azure Cache for Redis over TLS).
+        ssl: Connect with TLS (default ``True``).
+        username: The user name for ``credential_provider``'s connection.
+        redis_client: Or use this redis-py asyncio client (never closed by the provider).
+        key_prefix: Namespace of every key written.
+        max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
+        ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
+        load_limit: Load at most this many of the newest view messages per run (``None``: all).
+        timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
+        key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
+        load_messages: Provide the stored history to the model.
+        store_inputs: Store the run's input messages.
+        store_outputs: Store the model's responses.
+        store_context_messages: Also store messages other context providers added.
+        store_context_from: Only those of these providers (``None``: all).
+        provide_output_message_filter: Filter applied to the loaded history.
+        store_input_message_filter: Filter applied to the input messages before storing.
+
+    Example:
+        ```python
+        provider = RedisHistoryProvider.from_url("redis://localhost:6379/0", ttl=86400)
+        agent = Agent(client, context_providers=[provider])
+        session = agent.create_session(session_id="user-42")
+        await agent.run("Hello!", session=session)  # stored under chat_messages:{user-42}:*
+        await provider.aclose()
+        ```
+    """
+
+    store: RedisMessageStore
+
+    def __init__(
+        self,
+        source_id: str = "redis_memory",
+        redis_url: str | None = None,
+        credential_provider: CredentialProvider | None = None,
+        host: str | None = None,
+        port: int = 6380,
+        ssl: bool = True,
+        username: str | None = None,
+        *,
+        redis_client: aioredis.Redis | None = None,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        load_limit: int | None = None,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
+        **options: Unpack[HistoryOptions],
+    ) -> None:
+        if redis_url is None and credential_provider is None and redis_client is None:
+            raise ValueError("Either redis_url or credential_provider must be provided (or a redis_client)")
+        if credential_provider is not None and (redis_url is not None or redis_client is not None):
+            raise ValueError("redis_url, redis_client and credential_provider are mutually exclusive")
+        if credential_provider is not None and host is None:
+            raise ValueError("host is required when using credential_provider")
+        owned = None
+        if credential_provider is not None:
+            from redis.asyncio import Redis  # the extra is installed: this module's store needs it
+
+            owned = Redis(
+                host=cast(str, host),
+                port=port,
+                ssl=ssl,
+                username=username,
+                credential_provider=credential_provider,
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+            )
+        store = RedisMessageStore(
+            owned if owned is not None else redis_client,
+            redis_url=redis_url,
+            key_prefix=key_prefix,
+            max_messages=max_messages,
+            ttl=ttl,
+            timeout=timeout,
+            key_ring=key_ring,
+        )
+        if owned is not None:
+            store.connection.owns_client = True  # made here: closed with the store
+        super().__init__(
+            store,
+            source_id,
+            load_limit=load_limit,
+            **options,
+            owns_store=True,
+        )
+        self.redis_url = redis_url
+
+    @property
+    def key_prefix(self) -> str:
+        """The namespace of every key written (the store's)."""
+        return self.store.key_prefix
+
+    @property
+    def max_messages(self) -> int | None:
+        """The most raw messages kept per conversation (``None``: all)."""
+        return self.store.max_messages
+
+    async def clear(self, session_id: str) -> bool:
+        """Delete the stored conversation ``session_id`` (what ``get_messages(session_id)`` reads);
+        ``False`` if there was none."""
+        return await self.store.delete(session_id)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisHistoryProvider:
+        """A provider with its own client for ``url``; ``options`` as for the constructor."""
+        return cls(redis_url=url, **options)
