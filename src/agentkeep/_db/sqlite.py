@@ -21,7 +21,6 @@ every :data:`CHECKPOINT_EVERY` of them the worker thread runs a passive checkpoi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -29,13 +28,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, TypeVar
 
 from ..errors import SchemaVersionError, StorageClosedError, StorageUnavailableError
 from ..message_stores.codec import FORMAT_VERSION
+from .jobs import JobAbandoned, JobState, JobWorker, current_job, set_current_job
 
 __all__ = [
     "BACKEND",
@@ -128,18 +127,6 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class _JobState:
-    """What a job of :meth:`SQLiteDatabase.run` and its caller tell each other across threads
-    (plain attributes: each is written by one side and read by the other)."""
-
-    __slots__ = ("cancelled", "committed", "quick")
-
-    def __init__(self, *, quick: bool = False) -> None:
-        self.cancelled = False  # set by the caller when it was cancelled
-        self.committed = False  # set by write_transaction once a write committed
-        self.quick = quick  # run on the caller's thread
-
-
 class _Locked(Exception):
     """A quick job met another connection's lock (and changed nothing)."""
 
@@ -152,17 +139,9 @@ def not_quick() -> None:
     """Called by a job that found unbounded work ahead (say, deleting an expired conversation's
     whole log) before changing anything: if it runs as a quick job, it stops (its transaction
     rolls back) and runs again in the worker thread; otherwise nothing happens."""
-    job_state: _JobState | None = getattr(_current, "state", None)
+    job_state = current_job()
     if job_state is not None and job_state.quick:
         raise _TooMuchForQuick
-
-
-class _Abandoned(Exception):
-    """A job stopped (before committing) because its caller was cancelled."""
-
-
-_current = threading.local()
-"""The worker thread's current job state (``state``), for :func:`write_transaction`."""
 
 
 class SQLiteDatabase:
@@ -185,7 +164,7 @@ class SQLiteDatabase:
             raise ValueError("timeout must be positive")
         self.path = Path(path) if path is not None else default_database_path()
         self.timeout = timeout
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-sqlite")
+        self._worker = JobWorker(thread_name="agentkeep-sqlite")
         self._connection: sqlite3.Connection | None = None
         self._in_use = threading.Lock()  # held by whoever runs a job on the connection
         self._quick_mode = False  # the connection's settings are the quick jobs' (see _settle)
@@ -216,22 +195,7 @@ class SQLiteDatabase:
                 pass  # another connection's lock, or a long job: in the worker thread
             finally:
                 self._in_use.release()
-        job_state = _JobState()
-        future = asyncio.get_running_loop().run_in_executor(self._executor, self._call, job, job_state)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The caller gave up. A job still waiting (for the worker, or for another writer's
-            # lock) must not commit behind its back: it is told to roll back before committing.
-            # If it committed first, the caller is told it is done instead of cancelled.
-            job_state.cancelled = True
-            try:
-                result = await future
-            except BaseException:
-                raise asyncio.CancelledError from None
-            if not job_state.committed:
-                raise
-            return result
+        return await self._worker.run(lambda: self._call(job))
 
     async def setup(self) -> None:
         """Open the database and apply pending migrations (idempotent)."""
@@ -242,10 +206,7 @@ class SQLiteDatabase:
         if self._closed:
             return
         self._closed = True
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connection)
-        finally:
-            self._executor.shutdown(wait=False)
+        await self._worker.shutdown(self._close_connection)
 
     def unavailable(self, message: str) -> StorageUnavailableError:
         """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
@@ -260,18 +221,18 @@ class SQLiteDatabase:
             self._quick_mode = quick
 
     def _run_quick(self, connection: sqlite3.Connection, job: Callable[[sqlite3.Connection], T]) -> T:
-        _current.state = _JobState(quick=True)
         changes = connection.total_changes
+        set_current_job(JobState(quick=True))  # not a context manager: this is every append's path
         try:
             return self._checked(job, quick=True)
         finally:
-            _current.state = None
+            set_current_job(None)
             if connection.total_changes != changes:
                 self._quick_writes += 1
                 if self._quick_writes >= CHECKPOINT_EVERY:
                     self._quick_writes = 0
                     with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to checkpoint
-                        self._executor.submit(self._checkpoint)
+                        self._worker.submit(self._checkpoint)
 
     def _checked(self, job: Callable[[sqlite3.Connection], T], *, quick: bool) -> T:
         """``job`` on the connection (opened first if need be) in ``quick`` or worker settings,
@@ -296,15 +257,9 @@ class SQLiteDatabase:
         return self.unavailable(text)  # "file is not a database", "disk image is malformed", ...
 
     # -- the worker thread ----------------------------------------------------------------------
-    def _call(self, job: Callable[[sqlite3.Connection], T], job_state: _JobState) -> T:
-        if job_state.cancelled:
-            raise _Abandoned  # cancelled while it waited for the worker: never started
+    def _call(self, job: Callable[[sqlite3.Connection], T]) -> T:
         with self._in_use:
-            _current.state = job_state
-            try:
-                return self._checked(job, quick=False)
-            finally:
-                _current.state = None
+            return self._checked(job, quick=False)
 
     def _checkpoint(self) -> None:
         """Copy the write-ahead log's committed pages into the database file, without waiting
@@ -411,7 +366,7 @@ def write_transaction(
         SchemaVersionError: The schema or record format is now newer than this agentkeep's.
     """
     connection.execute("BEGIN IMMEDIATE")
-    job_state: _JobState | None = getattr(_current, "state", None)
+    job_state = current_job()
     try:
         if check_schema:
             version, record_format = connection.execute(_NEWEST_VERSIONS).fetchone()
@@ -423,7 +378,7 @@ def write_transaction(
                 )
         yield
         if job_state is not None and job_state.cancelled:
-            raise _Abandoned
+            raise JobAbandoned
         connection.execute("COMMIT")
         if job_state is not None:
             job_state.committed = True

@@ -5,19 +5,15 @@ the writes of vectors that keep the per-scope change log (what keeps search cach
 
 from __future__ import annotations
 
-import threading
 from array import array
-from collections.abc import Callable, Generator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-import apsw
-
+from .._db.sqlite_vec import VecConnection
 from ..errors import (
     MemoryFormatError,
     SchemaVersionError,
-    StorageClosedError,
 )
 from ._vector_cache import LOG_KEEP
 from .base import meta_number
@@ -25,7 +21,7 @@ from .records import MemoryScope
 
 __all__ = [
     "LAYOUT",
-    "Db",
+    "VecConnection",
     "create_or_upgrade",
     "delete_vector",
     "forget_user",
@@ -43,61 +39,11 @@ LAYOUT: Final = 2
 _CHUNK: Final = 64
 
 
-class Db:
-    """The store's connection with typed calls (apsw's own stubs leave values untyped) and
-    write transactions that take the write lock at once (``BEGIN IMMEDIATE``)."""
-
-    def __init__(self, connection: apsw.Connection) -> None:
-        self._connection: Any = connection
-        self.cancelled = threading.Event()
-        """Set when the caller of the current job gave up: its write rolls back instead of committing."""
-
-    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return list(self._connection.execute(sql, args))
-
-    def one(self, sql: str, args: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        found = self.rows(sql, args)
-        return found[0] if found else None
-
-    def run(self, sql: str, args: Sequence[Any] = ()) -> None:
-        self._connection.execute(sql, args)
-
-    @property
-    def last_rowid(self) -> int:
-        return int(self._connection.last_insert_rowid())
-
-    @contextmanager
-    def read(self) -> Generator[None]:
-        """A read transaction: every statement in it sees one snapshot of the file."""
-        self._connection.execute("BEGIN")
-        try:
-            yield
-        except BaseException:
-            self._connection.execute("ROLLBACK")
-            raise
-        self._connection.execute("COMMIT")
-
-    @contextmanager
-    def write(self) -> Generator[None]:
-        self._connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-            if self.cancelled.is_set():
-                raise StorageClosedError("the write was cancelled by its caller", backend="sqlite")
-        except BaseException:
-            self._connection.execute("ROLLBACK")
-            raise
-        self._connection.execute("COMMIT")
-
-    def close(self) -> None:
-        self._connection.close()
-
-
 def vector_bytes(values: Sequence[float]) -> bytes:
     return array("f", values).tobytes()
 
 
-def log_change(db: Db, scope: str, rowid: int, vectors: int) -> None:
+def log_change(db: VecConnection, scope: str, rowid: int, vectors: int) -> None:
     """Log that the vector of ``rowid`` (of ``scope``) changed, in the write transaction: the
     scope's change counter goes up by one and its vector count by ``vectors`` (see
     :mod:`._vector_cache`). Writes are serialized, so the counter's order is commit order."""
@@ -120,12 +66,12 @@ def log_change(db: Db, scope: str, rowid: int, vectors: int) -> None:
         )
 
 
-def has_vector(db: Db, rowid: int) -> bool:
+def has_vector(db: VecConnection, rowid: int) -> bool:
     return db.one("SELECT 1 FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,)) is not None
 
 
 def put_vector(
-    db: Db, rowid: int, scope: MemoryScope, kind: str, updated: int, vector: Sequence[float]
+    db: VecConnection, rowid: int, scope: MemoryScope, kind: str, updated: int, vector: Sequence[float]
 ) -> None:
     """Store ``vector`` as the embedding of ``rowid`` (replacing the one it had), logged."""
     had = has_vector(db, rowid)
@@ -139,14 +85,14 @@ def put_vector(
     log_change(db, scope.key, rowid, 0 if had else 1)
 
 
-def delete_vector(db: Db, scope: str, rowid: int) -> None:
+def delete_vector(db: VecConnection, scope: str, rowid: int) -> None:
     """Remove the embedding of ``rowid`` if it has one, logged."""
     if has_vector(db, rowid):
         db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
         log_change(db, scope, rowid, -1)
 
 
-def forget_user(db: Db, user_key: str) -> int:
+def forget_user(db: VecConnection, user_key: str) -> int:
     """Delete every record and vector of a user (every agent), with the scopes' change logs:
     nothing that names the user stays. A scope written again later gets a new scope id, so a
     cache of the old one (in any process) is rebuilt, never caught up."""
@@ -169,7 +115,7 @@ def forget_user(db: Db, user_key: str) -> int:
         return len(rowids)
 
 
-def purge_before(db: Db, cutoff: int) -> int:
+def purge_before(db: VecConnection, cutoff: int) -> int:
     """Delete the records (and vectors) updated before ``cutoff``, every vector's removal logged."""
     with db.write():
         rows = db.rows("SELECT rowid, scope FROM agentkeep_memories WHERE updated_at < ?", (cutoff,))
@@ -179,7 +125,7 @@ def purge_before(db: Db, cutoff: int) -> int:
         return len(rows)
 
 
-def _create_tables(db: Db, dimensions: int) -> None:
+def _create_tables(db: VecConnection, dimensions: int) -> None:
     """Layout 1: the records and their vectors."""
     db.run(
         # AUTOINCREMENT: a deleted record's rowid is never given to a later one, so a vector row
@@ -218,7 +164,7 @@ def _create_tables(db: Db, dimensions: int) -> None:
     )
 
 
-def _create_change_log(db: Db, dimensions: int) -> None:
+def _create_change_log(db: VecConnection, dimensions: int) -> None:
     """Layout 2: each scope's change counter and vector count, and the log of changed vectors
     (what keeps a search cache coherent, see :mod:`._vector_cache`). A file of layout 1 gets the
     counts of its scopes once; nothing else is rewritten."""
@@ -245,7 +191,7 @@ def _create_change_log(db: Db, dimensions: int) -> None:
     )
 
 
-_MIGRATIONS: Final[tuple[Callable[[Db, int], None], ...]] = (_create_tables, _create_change_log)
+_MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (_create_tables, _create_change_log)
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 
 
@@ -254,7 +200,7 @@ def _meta_number(found: dict[str, object], name: str, path: Path) -> int:
     return meta_number(found.get(name, "0"), name, backend="sqlite", store=str(path))
 
 
-def create_or_upgrade(db: Db, path: Path, dimensions: int) -> None:
+def create_or_upgrade(db: VecConnection, path: Path, dimensions: int) -> None:
     """Create the store's tables in the file, or bring a file of an older layout up to date.
 
     Raises:

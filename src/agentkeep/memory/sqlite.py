@@ -25,34 +25,30 @@ does the cache's numpy work (helped by threads of its own for the largest matric
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 try:
-    import apsw
+    # the extra's check (the database layer below imports apsw and sqlite_vec again)
+    import apsw  # noqa: F401  # pyright: ignore[reportUnusedImport]
     import numpy as np
-    import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
+    import sqlite_vec  # noqa: F401  # pyright: ignore[reportMissingTypeStubs, reportUnusedImport]
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "the SQLite memory store needs apsw, sqlite-vec and numpy: pip install 'agentkeep[memory]'"
     ) from exc
 
+from .._db.jobs import JobWorker
+from .._db.sqlite_vec import VecConnection, mapped_error, open_vec_connection
 from ..errors import (
     CorruptMemoryError,
     MemoryFormatError,
     StorageClosedError,
-    StorageError,
-    StorageUnavailableError,
 )
 from ._sqlite_file import (
-    Db,
     create_or_upgrade,
     delete_vector,
     forget_user,
@@ -116,56 +112,37 @@ class SQLiteMemoryStore(MemoryStore):
         self.timeout = timeout
         self._cache = VectorCache(search_cache_bytes)
         self._cache_min_vectors = cache_min_vectors
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-memory")
-        self._connection: Db | None = None
+        self._worker = JobWorker(thread_name="agentkeep-memory")
+        self._connection: VecConnection | None = None
         self._closed = False
 
     # -- plumbing ----------------------------------------------------------------------------------
-    async def _run(self, job: Callable[[Db], T], *, closing: bool = False) -> T:
+    async def _run(self, job: Callable[[VecConnection], T], *, closing: bool = False) -> T:
         if self._closed and not closing:
             raise StorageClosedError("the sqlite memory store is closed", backend=self.backend)
-        cancelled = threading.Event()
-        future = asyncio.get_running_loop().run_in_executor(self._worker, self._call, job, cancelled, closing)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The job may already be running: it must not commit for a caller that gave up. It
-            # rolls back at its commit (if it gets there); wait for it, so nothing is left behind.
-            cancelled.set()
-            with contextlib.suppress(Exception):
-                await future
-            raise
+        return await self._worker.run(lambda: self._call(job, closing))
 
-    def _call(self, job: Callable[[Db], T], cancelled: threading.Event, closing: bool) -> T:
-        if cancelled.is_set() or (self._closed and not closing):
+    def _call(self, job: Callable[[VecConnection], T], closing: bool) -> T:
+        if self._closed and not closing:
             raise StorageClosedError("the sqlite memory store is closed", backend=self.backend)
         try:
             if self._connection is None:
                 self._connection = self._open()
-            self._connection.cancelled = cancelled
             return job(self._connection)
-        except apsw.BusyError as exc:
-            raise StorageUnavailableError(
-                f"the file is locked by another writer: {exc}", backend=self.backend, address=str(self.path)
-            ) from exc
-        except apsw.Error as exc:
-            raise StorageError(f"sqlite memory store at {self.path}: {exc}", backend=self.backend) from exc
+        except Exception as exc:
+            mapped = mapped_error(exc, self.path)
+            if mapped is exc:
+                raise
+            raise mapped from exc
 
-    def _open(self) -> Db:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = apsw.Connection(str(self.path))
+    def _open(self) -> VecConnection:
+        connection = open_vec_connection(self.path, timeout=self.timeout)
         try:
-            connection.enable_load_extension(True)
-            connection.load_extension(sqlite_vec.loadable_path())
-            connection.enable_load_extension(False)
-            connection.set_busy_timeout(int(self.timeout * 1000))
-            db = Db(connection)
-            db.run("PRAGMA journal_mode=WAL")
-            create_or_upgrade(db, self.path, self.dimensions)
+            create_or_upgrade(connection, self.path, self.dimensions)
         except BaseException:
             connection.close()
             raise
-        return db
+        return connection
 
     def _record(self, row: Sequence[Any], embedding: list[float] | None = None) -> MemoryRecord:
         _, memory_id, key, kind, text, source, metadata, created, updated, superseded = row
@@ -196,7 +173,7 @@ class SQLiteMemoryStore(MemoryStore):
         embedding = self.checked(record)
         metadata = json.dumps(record.metadata)
 
-        def job(db: Db) -> MemoryRecord:
+        def job(db: VecConnection) -> MemoryRecord:
             with db.write():
                 if db.one(
                     "SELECT 1 FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, record.id)
@@ -242,7 +219,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
-        def job(db: Db) -> MemoryRecord | None:
+        def job(db: VecConnection) -> MemoryRecord | None:
             row = db.one(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND id = ?",
                 (scope.key, memory_id),
@@ -262,7 +239,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> MemoryRecord:
         vector = self.update_vector(text, embedding)
 
-        def job(db: Db) -> MemoryRecord:
+        def job(db: VecConnection) -> MemoryRecord:
             with db.write():
                 row = db.one(
                     f"SELECT {_COLUMNS} FROM agentkeep_memories "
@@ -291,7 +268,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
-        def job(db: Db) -> bool:
+        def job(db: VecConnection) -> bool:
             with db.write():
                 row = db.one(
                     "SELECT rowid FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, memory_id)
@@ -309,7 +286,7 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[MemoryRecord]:
         cutoff = self.cutoff_micros()
 
-        def job(db: Db) -> list[MemoryRecord]:
+        def job(db: VecConnection) -> list[MemoryRecord]:
             sql = f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL"
             args: list[Any] = [scope.key]
             if kind is not None:
@@ -339,7 +316,7 @@ class SQLiteMemoryStore(MemoryStore):
         query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
         cutoff = self.cutoff_micros()
 
-        def job(db: Db) -> list[MemoryHit]:
+        def job(db: VecConnection) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
             # or read by sqlite-vec) and the records of the k nearest, each checked to be of this
             # scope and current.
@@ -364,7 +341,7 @@ class SQLiteMemoryStore(MemoryStore):
 
         return await self._run(job)
 
-    def _damaged_vector(self, db: Db, exc: DamagedVector) -> CorruptMemoryError:
+    def _damaged_vector(self, db: VecConnection, exc: DamagedVector) -> CorruptMemoryError:
         """The error for a damaged vector met by a search, naming its memory."""
         found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
         if found is not None:
@@ -372,7 +349,7 @@ class SQLiteMemoryStore(MemoryStore):
         return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
 
     def _nearest_by_vec0(
-        self, db: Db, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
+        self, db: VecConnection, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
     ) -> list[tuple[tuple[Any, ...], float]]:
         nearest = (
             "SELECT memory_rowid, distance FROM agentkeep_memory_vectors "
@@ -398,7 +375,7 @@ class SQLiteMemoryStore(MemoryStore):
         return [(row[:-1], 1.0 - float(row[-1])) for row in rows]
 
     def _records_of(
-        self, db: Db, scope: str, nearest: list[tuple[int, float]]
+        self, db: VecConnection, scope: str, nearest: list[tuple[int, float]]
     ) -> list[tuple[tuple[Any, ...], float]]:
         if not nearest:
             return []
@@ -413,7 +390,7 @@ class SQLiteMemoryStore(MemoryStore):
         by_rowid = {row[0]: row for row in rows}
         return [(by_rowid[rowid], score) for rowid, score in nearest if rowid in by_rowid]
 
-    def _cached(self, db: Db, scope: str) -> ScopeVectors | None:
+    def _cached(self, db: VecConnection, scope: str) -> ScopeVectors | None:
         """The scope's vectors from the cache, brought up to the snapshot's change counter
         (built if the scope is large enough and missing), or ``None``: search with sqlite-vec."""
         if self._cache.max_bytes == 0:
@@ -448,7 +425,7 @@ class SQLiteMemoryStore(MemoryStore):
         self._cache.keep(scope, vectors)
         return vectors
 
-    def _load(self, db: Db, scope: str, scope_id: int, seq: int) -> ScopeVectors:
+    def _load(self, db: VecConnection, scope: str, scope_id: int, seq: int) -> ScopeVectors:
         # vec0 answers "WHERE scope = ?" by scanning every scope's vectors (measured: a scope of
         # 1,000 in a table of 20,000 cost as much as all 20,000), so the scope's current records
         # come from their own index and each vector is read by its row id: the cost follows the
@@ -466,7 +443,7 @@ class SQLiteMemoryStore(MemoryStore):
         return ScopeVectors.loaded(scope_id=scope_id, seq=seq, dimensions=self.dimensions, rows=rows)
 
     @staticmethod
-    def _catch_up(db: Db, scope: str, vectors: ScopeVectors, rowids: set[int]) -> None:
+    def _catch_up(db: VecConnection, scope: str, vectors: ScopeVectors, rowids: set[int]) -> None:
         # The log names what changed, not how: each row id's vector is read as it is now (a
         # removed one is gone), so entries apply in any order and more than once alike.
         for rowid in rowids:
@@ -481,7 +458,7 @@ class SQLiteMemoryStore(MemoryStore):
                 vectors.put(rowid, row[1], row[2], row[3])
 
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
-        def job(db: Db) -> MemoryRecord | None:
+        def job(db: VecConnection) -> MemoryRecord | None:
             row = db.one(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories "
                 "WHERE scope = ? AND key = ? AND superseded_by IS NULL",
@@ -492,7 +469,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
-        def job(db: Db) -> list[MemoryRecord]:
+        def job(db: VecConnection) -> list[MemoryRecord]:
             rows = db.rows(
                 f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND key = ? "
                 "ORDER BY created_at, id",
@@ -509,7 +486,7 @@ class SQLiteMemoryStore(MemoryStore):
         low, high = MemoryScope.tenant_key_range(tenant_id)
         cutoff = self.cutoff_micros()
 
-        def job(db: Db) -> list[MemoryScopeSummary]:
+        def job(db: VecConnection) -> list[MemoryScopeSummary]:
             # a range of the (scope, id) index: the tenant's scopes only
             sql = (
                 "SELECT scope, count(*), max(updated_at) FROM agentkeep_memories "
@@ -543,14 +520,13 @@ class SQLiteMemoryStore(MemoryStore):
             return
         self._closed = True  # calls from now on are refused, also those already queued
 
-        def close(db: Db) -> None:
+        def close() -> None:
             self._cache.close()
-            db.close()
-            self._connection = None
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
 
-        if self._connection is not None:
-            await self._run(close, closing=True)
-        self._worker.shutdown(wait=False)
+        await self._worker.shutdown(close)
 
     def __repr__(self) -> str:
         return f"SQLiteMemoryStore({str(self.path)!r}, dimensions={self.dimensions})"
