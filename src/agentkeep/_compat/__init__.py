@@ -13,7 +13,8 @@ here turn those into the core's, each applied at one seam of the core:
   earlier hooks from (:mod:`agentkeep.providers.context`).
 
 Nothing here imports the packages it adapts (only the basic types, and theirs for type hints):
-the core calls in, never the other way. To retire the layer, delete this package and its seams.
+the core calls in, never the other way. To retire the layer, delete this package and its seams
+(docs/architecture.md, "Compatibility").
 """
 
 __all__: list[str] = []
