@@ -137,8 +137,14 @@ class ChatResponse:
         return "".join(m.text for m in self.messages)
 
     @classmethod
-    def from_updates(cls, updates: Sequence[ChatResponseUpdate], **_: Any) -> ChatResponse:
-        """The response streamed ``updates`` add up to (see :func:`merge_updates`)."""
+    def from_updates(
+        cls, updates: Sequence[ChatResponseUpdate], *, output_format_type: Any = None
+    ) -> ChatResponse:
+        """The response streamed ``updates`` add up to (see :func:`merge_updates`).
+
+        ``output_format_type`` is the reference's keyword, taken and not applied: a response made
+        from updates carries no parsed ``value``.
+        """
         return merge_updates(updates)
 
 
