@@ -9,7 +9,8 @@ Usage::
 bare git directory (its ``HEAD`` is read with ``git archive``). The script copies the test files
 below into a temporary folder laid out as the framework lays them out, puts the names-only shim
 (``scripts/maf_shim``: packages ``agent_framework`` and ``agent_framework_redis`` whose modules
-only re-export agentkeep's names) first on ``PYTHONPATH``, runs pytest there with ``PY`` (default:
+only re-export agentkeep's names) first on ``PYTHONPATH`` (the caller's ``PYTHONPATH`` after it,
+so ``PYTHONPATH=src`` tests this work tree's agentkeep), runs pytest there with ``PY`` (default:
 this interpreter; it must not have the real ``agent_framework`` installed) and prints, per file,
 how many tests pass, fail and error, then the failing tests of the *fair set* with a one-line
 reason.
@@ -347,7 +348,12 @@ def build(folder: Path, files: dict[str, bytes], layout: dict[str, str], shim: P
 
 def run_pytest(python: str, folder: Path, targets: list[str], extra: list[str]) -> tuple[Path, str]:
     report = folder / "report.xml"
-    env = {**os.environ, "PYTHONPATH": str(folder / "shim"), "PYTHONDONTWRITEBYTECODE": "1"}
+    # The shim goes first; the caller's PYTHONPATH follows it (made absolute: pytest runs in the
+    # temporary folder), so that `PYTHONPATH=src` tests the agentkeep of this work tree rather
+    # than the one the environment has installed.
+    given = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = os.pathsep.join([str(folder / "shim"), *given])
+    env = {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
     env.pop("PYTEST_ADDOPTS", None)
     command = [
         python,

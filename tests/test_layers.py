@@ -185,3 +185,18 @@ def test_the_tree_map_names_every_file_of_the_package_and_nothing_else() -> None
     }
     unmapped = sorted((on_disk | folders) - set(mapped))
     assert unmapped == [], "files and folders of src/agentkeep the map leaves out"
+
+
+SEAMS: frozenset[str] = frozenset({"agentkeep.clients.base", "agentkeep.providers.context"})
+"""The core modules that call into ``agentkeep._compat`` (docs/architecture.md, "Compatibility")."""
+
+
+def test_the_compatibility_layer_is_reached_only_at_its_seams() -> None:
+    callers = {
+        importer
+        for path in modules()
+        if not (importer := module_name(path)).startswith("agentkeep._compat")
+        for imported, _ in imports_of(path)
+        if imported == "agentkeep._compat" or imported.startswith("agentkeep._compat.")
+    }
+    assert callers == SEAMS, "a module outside the seams docs/architecture.md names uses agentkeep._compat"

@@ -312,6 +312,20 @@ def test_todays_providers_are_not_earlier_shaped() -> None:
     assert Facts().state_keys == ()
 
 
+def test_a_subclass_of_an_earlier_shape_provider_is_earlier_shaped_too() -> None:
+    class MoreFacts(Facts):
+        pass
+
+    assert MoreFacts.uses_earlier_hooks
+    assert MoreFacts().state_keys == ()
+    assert MoreFacts().get_state(None) is None
+    with pytest.raises(TypeError, match="either the hooks before_run/after_run or the earlier"):
+
+        class Mixed(Facts):  # pyright: ignore[reportUnusedClass]
+            async def after_run(self, **kwargs: Any) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
+                return None
+
+
 # -- ChatMessage and the earlier call shape ---------------------------------------------------------
 
 

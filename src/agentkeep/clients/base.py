@@ -8,13 +8,12 @@ protocol the agent relies on; :class:`BaseChatClient` is an optional base class 
 Messages arrive as a ``Sequence[Message]`` that may be a zero-copy view over a long history
 (see :mod:`agentkeep.message_log`): iterate or index it, don't assume it is a ``list``.
 
-**The earlier call shape.** Code written for the earlier API (seed 004) calls
-``client.get_response(messages=..., chat_options=ChatOptions(...))``, passes options as keywords
-(``response_format=UserInfo``) and messages as text. Every :class:`BaseChatClient` accepts that
-too: its subclasses' ``get_response`` / ``get_streaming_response`` are wrapped, once, when the
-class is made, so ``chat_options`` and option keywords merge into ``options`` and text becomes a
-user message. A call in today's shape passes straight through. :data:`ChatClientProtocol` is the
-earlier name of :class:`ChatClient`.
+**Other call shapes.** Every :class:`BaseChatClient` also takes the earlier API's call (seed
+004: ``get_response(messages=..., chat_options=ChatOptions(...))``, options as keywords, text as
+messages), and a subclass may be written the reference's way (``_inner_get_response``); the
+adapters live in :mod:`agentkeep._compat.client_calls`, applied when a class is made. A call in
+today's shape passes straight through. :data:`ChatClientProtocol` is the earlier name of
+:class:`ChatClient`.
 
 A client that keeps conversations itself (a service-managed history, e.g. the OpenAI Responses
 API) sets ``stores_by_default = True`` and returns the conversation id in
@@ -24,9 +23,7 @@ together with only the new messages.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import (
     TYPE_CHECKING,
@@ -37,12 +34,12 @@ from typing import (
     Protocol,
     TypedDict,
     TypeVar,
-    cast,
     runtime_checkable,
 )
 
+from .._compat import client_calls as _compat
 from ..contents import Content, TextContent, UsageContent, UsageDetails
-from ..messages import Message, MessageInput, Role, normalize_messages
+from ..messages import Message, Role
 from ..sessions import ServiceSessionId
 from ..tools import FunctionTool
 
@@ -140,8 +137,14 @@ class ChatResponse:
         return "".join(m.text for m in self.messages)
 
     @classmethod
-    def from_updates(cls, updates: Sequence[ChatResponseUpdate], **_: Any) -> ChatResponse:
-        """The response streamed ``updates`` add up to (see :func:`merge_updates`)."""
+    def from_updates(
+        cls, updates: Sequence[ChatResponseUpdate], *, output_format_type: Any = None
+    ) -> ChatResponse:
+        """The response streamed ``updates`` add up to (see :func:`merge_updates`).
+
+        ``output_format_type`` is the reference's keyword, taken and not applied: a response made
+        from updates carries no parsed ``value``.
+        """
         return merge_updates(updates)
 
 
@@ -261,31 +264,17 @@ class BaseChatClient(Generic[OptionsCoT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, streaming in (("get_response", False), ("get_streaming_response", True)):
-            own = cls.__dict__.get(name)
-            if own is not None:
-                setattr(cls, name, _accepting_earlier_shape(own, streaming=streaming))
+        _compat.adapt_client_class(cls, option_names=CHAT_OPTION_NAMES, check=_check_call_options)
 
     async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
         """Answer ``messages`` with one response."""
-        inner = getattr(self, "_inner_get_response", None)
-        if inner is None:
-            raise NotImplementedError(f"{type(self).__name__} must implement get_response()")
-        made = inner(messages=list(messages), stream=False, options=dict(options))
-        return cast(ChatResponse, await made if inspect.isawaitable(made) else made)
+        raise NotImplementedError(f"{type(self).__name__} must implement get_response()")
 
     async def get_streaming_response(
         self, messages: Sequence[Message], *, options: ChatOptions
     ) -> AsyncIterator[ChatResponseUpdate]:
         """Stream the response of :meth:`get_response` as one update per message (or the updates
         of a reference-style ``_inner_get_response``)."""
-        inner = getattr(self, "_inner_get_response", None)
-        if inner is not None:
-            made = inner(messages=list(messages), stream=True, options=dict(options))
-            stream = made if hasattr(made, "__aiter__") else await made  # a stream, or a call making one
-            async for update in cast("AsyncIterator[ChatResponseUpdate]", stream):
-                yield update
-            return
         response = await self.get_response(messages, options=options)
         last = len(response.messages) - 1
         for index, message in enumerate(response.messages):
@@ -374,88 +363,8 @@ def check_chat_options(given: Mapping[str, Any], *, what: str) -> dict[str, Any]
     return dict(given)
 
 
-class _CallShape:
-    """How a wrapped ``get_response`` / ``get_streaming_response`` takes an earlier-shape call:
-    which extra keywords the method declares itself (passed through), the rest being options."""
-
-    __slots__ = ("any_keyword", "own")
-
-    def __init__(self, method: Callable[..., Any]) -> None:
-        parameters = inspect.signature(method).parameters
-        self.own = frozenset(
-            name
-            for name, parameter in parameters.items()
-            if parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
-        ) - {"self", "messages", "options"}
-        self.any_keyword = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-
-    @staticmethod
-    def is_today(messages: Any, options: Any, chat_options: Any, loose: Mapping[str, Any]) -> bool:
-        return (
-            options is not None
-            and chat_options is None
-            and not loose
-            and not isinstance(messages, str | Message)
-        )
-
-    def today(
-        self, given: Any, options: Any, chat_options: Any, loose: Mapping[str, Any]
-    ) -> tuple[Sequence[Message], ChatOptions, dict[str, Any]]:
-        """The call's messages, options and the method's own keywords, in today's shape."""
-        messages: Sequence[Message] = given
-        if isinstance(given, str | Message) or (
-            isinstance(given, list) and any(isinstance(m, str) for m in cast("list[Any]", given))
-        ):
-            messages = normalize_messages(cast("MessageInput", given))
-        passed = {
-            key: value
-            for key, value in loose.items()
-            if key in self.own or (self.any_keyword and key not in CHAT_OPTION_NAMES)
-        }
-        merged: dict[str, Any] = {}
-        for part in (options, chat_options):
-            if part:
-                merged.update(cast("Mapping[str, Any]", part))
-        merged.update(
-            check_chat_options({k: v for k, v in loose.items() if k not in passed}, what="get_response()")
-        )
-        return messages, cast(ChatOptions, merged), passed
+def _check_call_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    return check_chat_options(given, what="get_response()")
 
 
-def _accepting_earlier_shape(method: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
-    """``method`` (a client's ``get_response`` or ``get_streaming_response``) taking the earlier
-    call shape too (module docstring); a today-shape call goes straight through."""
-    if getattr(method, "_accepts_earlier_call_shape", False):
-        return method
-    shape = _CallShape(method)
-    if streaming:
-
-        @functools.wraps(method)
-        def stream(
-            self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
-        ) -> Any:
-            if shape.is_today(messages, options, chat_options, loose):
-                return method(self, messages, options=options)
-            today, merged, passed = shape.today(messages, options, chat_options, loose)
-            return method(self, today, options=merged, **passed)
-
-        wrapper: Callable[..., Any] = stream
-    else:
-
-        @functools.wraps(method)
-        async def respond(
-            self: Any, messages: Any, *, options: Any = None, chat_options: Any = None, **loose: Any
-        ) -> ChatResponse:
-            if shape.is_today(messages, options, chat_options, loose):
-                return await method(self, messages, options=options)
-            today, merged, passed = shape.today(messages, options, chat_options, loose)
-            return await method(self, today, options=merged, **passed)
-
-        wrapper = respond
-    setattr(wrapper, "_accepts_earlier_call_shape", True)  # noqa: B010 - a marker on a function
-    return wrapper
-
-
-_Any: Any = BaseChatClient
-_Any.get_response = _accepting_earlier_shape(_Any.get_response, streaming=False)
-_Any.get_streaming_response = _accepting_earlier_shape(_Any.get_streaming_response, streaming=True)
+_compat.adapt_base_client(BaseChatClient, option_names=CHAT_OPTION_NAMES, check=_check_call_options)

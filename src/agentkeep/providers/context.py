@@ -15,28 +15,28 @@ History providers (loading and storing conversation history) build on this in
 :mod:`agentkeep.providers.history`.
 
 **The earlier shape** (seed 004): a subclass may instead override ``invoking(messages, **kwargs)
--> Context`` and ``invoked(request_messages, response_messages, invoke_exception, **kwargs)``.
-One class serves both generations; which hooks a subclass overrides decides, once, when the class
-is made: overriding ``invoking``/``invoked`` makes the default ``before_run``/``after_run`` call
-them (``invoking`` gets the run's new input messages as
-:class:`~agentkeep.threads.ChatMessage` objects, its :class:`Context` joins the request like an
-:class:`AIContext`; ``invoked`` gets those and the response messages, and the exception of a
-failed run). Overriding hooks of both generations raises ``TypeError``. An earlier-shape provider
-keeps its data on itself, as it did then (so one instance is shared by every thread of its
-agent), need not call ``super().__init__()`` (its ``source_id`` is then its class name), and may
-define ``serialize()``, whose result an :class:`~agentkeep.threads.AgentThread` writes into its
-serialized form. Hooks that take ``**kwargs`` (or a ``context`` keyword) also get an
-:class:`InvokingContext` / :class:`InvokedContext` as ``context=``.
+-> Context`` and ``invoked(request_messages, response_messages, invoke_exception, **kwargs)``;
+which hooks a subclass overrides decides, once, when the class is made, and overriding hooks of
+both generations raises ``TypeError``. The adapter lives in
+:mod:`agentkeep._compat.provider_hooks`: ``invoking`` gets the run's new input messages as
+:class:`~agentkeep.threads.ChatMessage` objects and its :class:`Context` joins the request like an
+:class:`AIContext`; ``invoked`` gets those, the response messages and the exception of a failed
+run. An earlier-shape provider keeps its data on itself, as it did then (so one instance is shared
+by every thread of its agent), need not call ``super().__init__()`` (its ``source_id`` is then its
+class name), and may define ``serialize()``, whose result an
+:class:`~agentkeep.threads.AgentThread` writes into its serialized form. Hooks that take
+``**kwargs`` (or a ``context`` keyword) also get an :class:`InvokingContext` /
+:class:`InvokedContext` as ``context=``.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, Self, cast, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, cast, runtime_checkable
 
-from ..chat_message import ChatMessage, as_chat_messages
+from .._compat import provider_hooks as _compat
+from .._compat.provider_hooks import InvokedContext, InvokingContext
 from ..message_log import MessageChain, MessageView
 from ..messages import Message, MessageSourceType
 from ..sessions import AgentSession, ProviderSessionState
@@ -69,30 +69,6 @@ class AIContext:
 
 Context = AIContext
 """The earlier name of :class:`AIContext`: what an earlier-shape ``invoking`` returns."""
-
-
-@dataclass(frozen=True, slots=True)
-class InvokingContext:
-    """What an earlier-shape ``invoking`` hook is called with (also passed as ``context=``)."""
-
-    request_messages: Sequence[Message]
-    """The run's new input messages."""
-    session: AgentSession
-    """The session (the thread's) the run continues."""
-
-
-@dataclass(frozen=True, slots=True)
-class InvokedContext:
-    """What an earlier-shape ``invoked`` hook is called with (also passed as ``context=``)."""
-
-    request_messages: Sequence[Message]
-    """The run's new input messages."""
-    session: AgentSession
-    """The session (the thread's) the run continued."""
-    response_messages: Sequence[Message] = field(default=())
-    """The messages the run produced (empty if it failed)."""
-    invoke_exception: Exception | None = None
-    """The exception that failed the run, if any."""
 
 
 class SessionContext:
@@ -322,7 +298,7 @@ def _attributed(
     return clone.ensure_identity()
 
 
-class ContextProvider:
+class ContextProvider(_compat.EarlierHooks):
     """Base class of providers that shape agent runs.
 
     Override :meth:`before_run` and/or :meth:`after_run`. Keep per-session data in ``state`` (or
@@ -345,31 +321,9 @@ class ContextProvider:
     """``False`` for a provider whose data lives elsewhere (a store, the session's runtime): it
     takes no key in the session's state bag, and its hooks get ``state=None``."""
 
-    uses_earlier_hooks: ClassVar[bool] = False
-    """``True`` for a class that overrides the earlier ``invoking``/``invoked`` hooks (set when
-    the class is made; see the module docstring)."""
-    _hooks_take_context: ClassVar[tuple[bool, bool]] = (False, False)
-
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        earlier = [name for name in ("invoking", "invoked") if _overrides(cls, name)]
-        current = [name for name in ("before_run", "after_run") if _overrides(cls, name)]
-        if earlier and current:
-            raise TypeError(
-                f"{cls.__name__} overrides {current[0]}() and {earlier[0]}(): a context provider "
-                "uses either the hooks before_run/after_run or the earlier invoking/invoked, not both"
-            )
-        cls.uses_earlier_hooks = bool(earlier)
-        if earlier:
-            cls._hooks_take_context = (_takes_context(cls.invoking), _takes_context(cls.invoked))
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
-        # Defaults for subclasses that never call ``ContextProvider.__init__`` (the earlier shape
-        # did not need to); ``__init__`` replaces them.
-        provider = super().__new__(cls)
-        provider.source_id = cls.__name__
-        provider.session_state = ProviderSessionState(_new_dict, cls.__name__, state_type=dict)
-        return provider
+        _compat.adapt_provider_class(cls, base=ContextProvider)
 
     def __init__(self, source_id: str) -> None:
         if not source_id or not isinstance(source_id, str):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -381,16 +335,15 @@ class ContextProvider:
 
     @property
     def state_keys(self) -> tuple[str, ...]:
-        """The state-bag keys this provider uses; an agent refuses two providers sharing one.
-        (None for an earlier-shape provider: it keeps its data on itself.)"""
-        if self.uses_earlier_hooks or not self.keeps_session_state:
+        """The state-bag keys this provider uses; an agent refuses two providers sharing one."""
+        if not self.keeps_session_state:
             return ()
         return (self.session_state.state_key,)
 
     def get_state(self, session: AgentSession | None) -> Any:
-        """This provider's state for ``session`` (initialized when absent; ``None`` for an
-        earlier-shape provider, which keeps its data on itself)."""
-        if self.uses_earlier_hooks or not self.keeps_session_state:
+        """This provider's state for ``session`` (initialized when absent; ``None`` for a provider
+        that keeps no session state)."""
+        if not self.keeps_session_state:
             return None
         return self.session_state.get_or_initialize_state(session)
 
@@ -411,19 +364,8 @@ class ContextProvider:
         context: SessionContext,
         state: Any,
     ) -> AIContext | None:
-        """Called before the model is invoked; add context here or return an :class:`AIContext`.
-
-        By default calls an earlier-shape ``invoking`` when the class overrides it."""
-        if not self.uses_earlier_hooks:
-            return None
-        messages = context.metadata.get(_EARLIER_INPUT_KEY)
-        if messages is None:  # the first earlier-shape provider of the run converts the input
-            messages = context.metadata[_EARLIER_INPUT_KEY] = as_chat_messages(context.input_messages)
-        if self._hooks_take_context[0]:
-            made = await self.invoking(messages, context=InvokingContext(messages, session))
-        else:
-            made = await self.invoking(messages)
-        return made
+        """Called before the model is invoked; add context here or return an :class:`AIContext`."""
+        return None
 
     async def after_run(
         self,
@@ -433,41 +375,7 @@ class ContextProvider:
         context: SessionContext,
         state: Any,
     ) -> None:
-        """Called after the run (also when it failed: see ``context.exception``).
-
-        By default calls an earlier-shape ``invoked`` when the class overrides it."""
-        if not self.uses_earlier_hooks:
-            return
-        request = context.metadata.get(_EARLIER_INPUT_KEY)
-        if request is None:
-            request = context.metadata[_EARLIER_INPUT_KEY] = as_chat_messages(context.input_messages)
-        response = context.metadata.get(_EARLIER_RESPONSE_KEY)
-        if response is None:  # the first earlier-shape provider after the run converts the response
-            response = context.metadata[_EARLIER_RESPONSE_KEY] = as_chat_messages(context.response_messages)
-        error = context.exception if isinstance(context.exception, Exception) else None
-        if self._hooks_take_context[1]:
-            await self.invoked(
-                request, response, error, context=InvokedContext(request, session, response, error)
-            )
-        else:
-            await self.invoked(request, response, error)
-
-    # -- the earlier hooks (seed 004) -------------------------------------------------------------
-    async def invoking(self, messages: Sequence[ChatMessage], **kwargs: Any) -> AIContext | None:
-        """The earlier hook before the model call: return a :class:`Context` to add to the run.
-
-        Override this (and/or :meth:`invoked`) instead of :meth:`before_run`/:meth:`after_run`
-        to write a provider in the earlier shape."""
-        return None
-
-    async def invoked(
-        self,
-        request_messages: Sequence[ChatMessage],
-        response_messages: Sequence[ChatMessage] | None = None,
-        invoke_exception: Exception | None = None,
-        **kwargs: Any,
-    ) -> None:
-        """The earlier hook after the run: see the request, the response and the run's error."""
+        """Called after the run (also when it failed: see ``context.exception``)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(source_id={self.source_id!r})"
@@ -475,23 +383,6 @@ class ContextProvider:
 
 def _new_dict(_: AgentSession | None) -> dict[str, Any]:
     return {}
-
-
-_EARLIER_INPUT_KEY = "agentkeep.earlier-hooks.input"
-_EARLIER_RESPONSE_KEY = "agentkeep.earlier-hooks.response"
-
-
-def _overrides(cls: type, name: str) -> bool:
-    return getattr(cls, name) is not getattr(ContextProvider, name)
-
-
-def _takes_context(hook: Any) -> bool:
-    """Whether an earlier hook accepts ``context=`` (a ``**kwargs`` or a ``context`` parameter)."""
-    parameters = inspect.signature(hook).parameters.values()
-    return any(
-        p.kind is p.VAR_KEYWORD or (p.name == "context" and p.kind is not p.POSITIONAL_ONLY)
-        for p in parameters
-    )
 
 
 class MessageAIContextProvider(ContextProvider):
