@@ -70,7 +70,27 @@ from ._vector_cache import (
     VectorCache,
     behind,
 )
-from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import (
+    NO_CURRENT,
+    MemoryStore,
+    check_page,
+    check_query,
+    check_replaces,
+    check_settings,
+    checked_embedding,
+    checked_hits,
+    corrupt_row,
+    cutoff_micros,
+    decoded_record,
+    from_micros,
+    normalized,
+    replace_conflict,
+    scope_summary,
+    stored_record,
+    to_micros,
+    update_vector,
+    updated_record,
+)
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
@@ -108,7 +128,9 @@ class SQLiteMemoryStore(MemoryStore):
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
     ) -> None:
-        super().__init__(dimensions=dimensions, ttl=ttl)
+        check_settings(dimensions=dimensions, ttl=ttl)
+        self.dimensions = dimensions
+        self.ttl = ttl
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
         self.path = Path(path)
@@ -169,7 +191,8 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _record(self, row: Sequence[Any], embedding: list[float] | None = None) -> MemoryRecord:
         _, memory_id, key, kind, text, source, metadata, created, updated, superseded = row
-        return self.decoded(
+        return decoded_record(
+            self,
             memory_id,
             lambda: MemoryRecord(
                 text,
@@ -192,8 +215,8 @@ class SQLiteMemoryStore(MemoryStore):
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
-        self.check_replaces(record, replaces)
-        embedding = self.checked(record)
+        check_replaces(record, replaces)
+        embedding = checked_embedding(self, record)
         metadata = json.dumps(record.metadata)
 
         def job(db: Db) -> MemoryRecord:
@@ -210,7 +233,9 @@ class SQLiteMemoryStore(MemoryStore):
                     )
                     expected = [] if replaces == NO_CURRENT else [replaces]
                     if replaces is not None and [row[1] for row in current] != expected:
-                        raise self.conflict(scope, record, replaces, current[0][1] if current else None)
+                        raise replace_conflict(
+                            self, scope, record, replaces, current[0][1] if current else None
+                        )
                     for rowid, _ in current:
                         db.run(
                             "UPDATE agentkeep_memories SET superseded_by = ? WHERE rowid = ?",
@@ -237,7 +262,7 @@ class SQLiteMemoryStore(MemoryStore):
                 )
                 if embedding is not None:
                     put_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
-            return self.stored(record, embedding)
+            return stored_record(record, embedding)
 
         return await self._run(job)
 
@@ -260,7 +285,7 @@ class SQLiteMemoryStore(MemoryStore):
         embedding: Sequence[float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        vector = self.update_vector(text, embedding)
+        vector = update_vector(self, text, embedding)
 
         def job(db: Db) -> MemoryRecord:
             with db.write():
@@ -272,7 +297,7 @@ class SQLiteMemoryStore(MemoryStore):
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row)
-                changed = self.updated(old, text=text, vector=vector, metadata=metadata)
+                changed = updated_record(old, text=text, vector=vector, metadata=metadata)
                 updated = to_micros(changed.updated_at or changed.created_at)
                 db.run(
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
@@ -307,7 +332,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: Db) -> list[MemoryRecord]:
             sql = f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL"
@@ -335,9 +360,9 @@ class SQLiteMemoryStore(MemoryStore):
         kind: str | None = None,
         min_score: float | None = None,
     ) -> list[MemoryHit]:
-        self.check_query(k, min_score)
+        check_query(k, min_score)
         query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: Db) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
@@ -359,7 +384,7 @@ class SQLiteMemoryStore(MemoryStore):
                         helpers=self._cache.helpers,
                     )
                     found = self._records_of(db, scope.key, nearest)
-            hits = self.checked_hits([MemoryHit(self._record(row), score) for row, score in found])
+            hits = checked_hits(self, [MemoryHit(self._record(row), score) for row, score in found])
             return [hit for hit in hits if min_score is None or hit.score >= min_score]
 
         return await self._run(job)
@@ -368,8 +393,8 @@ class SQLiteMemoryStore(MemoryStore):
         """The error for a damaged vector met by a search, naming its memory."""
         found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
         if found is not None:
-            return self.corrupt(str(exc), memory_id=str(found[0]))
-        return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
+            return corrupt_row(self, str(exc), memory_id=str(found[0]))
+        return corrupt_row(self, str(exc), row=f"vector row {exc.rowid}")
 
     def _nearest_by_vec0(
         self, db: Db, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
@@ -394,7 +419,9 @@ class SQLiteMemoryStore(MemoryStore):
         )
         for row in rows:
             if row[-1] is None:  # NaN (SQLite has no NaN: NULL), or a vector with no direction
-                raise self.corrupt("its embedding scores no number (NaN, or a zero vector)", memory_id=row[1])
+                raise corrupt_row(
+                    self, "its embedding scores no number (NaN, or a zero vector)", memory_id=row[1]
+                )
         return [(row[:-1], 1.0 - float(row[-1])) for row in rows]
 
     def _records_of(
@@ -505,9 +532,9 @@ class SQLiteMemoryStore(MemoryStore):
     async def scopes(
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
-        self.check_page(limit, offset)
+        check_page(limit, offset)
         low, high = MemoryScope.tenant_key_range(tenant_id)
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: Db) -> list[MemoryScopeSummary]:
             # a range of the (scope, id) index: the tenant's scopes only
@@ -524,7 +551,7 @@ class SQLiteMemoryStore(MemoryStore):
                 args.append(cutoff)
             sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
             rows = db.rows(sql, [*args, limit, offset])
-            return [self.scope_summary(key, count, newest) for key, count, newest in rows]
+            return [scope_summary(self, key, count, newest) for key, count, newest in rows]
 
         return await self._run(job)
 
@@ -533,7 +560,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(lambda db: forget_user(db, user_key))
 
     async def purge_expired(self) -> int:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
         if cutoff is None:
             return 0
         return await self._run(lambda db: purge_before(db, cutoff))
