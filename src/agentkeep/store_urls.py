@@ -30,7 +30,9 @@ What they return owns what it opened: close it with ``await ....aclose()``. Noth
 yet; the first operation (or ``await store.setup()``) reaches the backend.
 
 Each backend is one entry of a table: its URL schemes, its own query parameter, and an opener per
-kind of store it holds. agentkeep's backends are registered at import like any other; a backend of
+kind of store it holds (agentkeep's openers call the store class's ``from_url``, which every
+backend has beside its ``X(client_or_pool, *, options)`` constructor; see "Store contracts" in
+docs/architecture.md). agentkeep's backends are registered at import like any other; a backend of
 another package registers its schemes with :func:`register_store_backend`, and then its URLs
 work wherever a store URL is accepted (the CLI's ``--store``, ``agentkeep serve``).
 """
@@ -401,51 +403,56 @@ def open_memory_store(
 # -- agentkeep's own backends -----------------------------------------------------------------------
 
 
+# Each opener is one call of the backend's ``from_url``: the URL (for a server, without
+# agentkeep's own query parameter, which the opener passes as an option) and the options the
+# backend takes.
+
+
 def _sqlite_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
     from .message_stores.sqlite import SQLiteMessageStore
 
-    return SQLiteMessageStore(location.path, **options)
+    return SQLiteMessageStore.from_url(location.url, **options)
 
 
 def _sqlite_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.sqlite import SQLiteSessionStore
 
     _no_ttl(location, options)
-    return SQLiteSessionStore(location.path, timeout=options["timeout"], key_ring=options["key_ring"])
+    return SQLiteSessionStore.from_url(location.url, timeout=options["timeout"], key_ring=options["key_ring"])
 
 
 def _sqlite_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory.sqlite import SQLiteMemoryStore
 
-    assert location.path is not None  # a sqlite location always names its file
-    return SQLiteMemoryStore(location.path, **options)
+    return SQLiteMemoryStore.from_url(location.url, **options)
 
 
 def _memory_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
     from .message_stores.memory import InMemoryMessageStore
 
-    return InMemoryMessageStore(max_messages=options["max_messages"], ttl=options["ttl"])
+    return InMemoryMessageStore.from_url(
+        location.url, max_messages=options["max_messages"], ttl=options["ttl"]
+    )
 
 
 def _memory_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.memory import InMemorySessionStore
 
     _no_ttl(location, options)
-    return InMemorySessionStore()
+    return InMemorySessionStore.from_url(location.url)
 
 
 def _memory_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory import InMemoryMemoryStore
 
-    return InMemoryMemoryStore(dimensions=options["dimensions"], ttl=options["ttl"])
+    return InMemoryMemoryStore.from_url(location.url, dimensions=options["dimensions"], ttl=options["ttl"])
 
 
 def _file_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.filesystem import FileSystemSessionStore
 
     _no_ttl(location, options)
-    assert location.path is not None  # a file location always names its folder
-    return FileSystemSessionStore(location.path, key_ring=options["key_ring"])
+    return FileSystemSessionStore.from_url(location.url, key_ring=options["key_ring"])
 
 
 def _redis_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
@@ -486,10 +493,9 @@ def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) ->
 def _postgres_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory.postgres import PostgresMemoryStore
 
+    schema = location.options.get("schema", PostgresMemoryStore.DEFAULT_SCHEMA)
     with _driver_checks(location):
-        return PostgresMemoryStore(
-            location.url, schema=location.options.get("schema", "agentkeep"), **options
-        )
+        return PostgresMemoryStore.from_url(location.url, schema=schema, **options)
 
 
 def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:

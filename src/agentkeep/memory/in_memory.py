@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+from .._files import check_memory_url
 from ..errors import MemoryFormatError
 from .base import (
     NO_CURRENT,
@@ -53,6 +54,18 @@ class InMemoryMemoryStore(MemoryStore):
         self.ttl = ttl
         self._scopes: dict[str, dict[str, MemoryRecord]] = {}
         self._users: dict[str, set[str]] = {}
+
+    @classmethod
+    def from_url(
+        cls, url: str = "memory://", *, dimensions: int, ttl: float | None = None
+    ) -> InMemoryMemoryStore:
+        """A new empty store for ``memory://`` (the one URL of process memory).
+
+        Raises:
+            StoreURLError: Any other URL.
+        """
+        check_memory_url(url)
+        return cls(dimensions=dimensions, ttl=ttl)
 
     def _records(self, scope: MemoryScope) -> dict[str, MemoryRecord]:
         return self._scopes.get(scope.key, {})

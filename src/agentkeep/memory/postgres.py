@@ -111,8 +111,9 @@ class PostgresMemoryStore(MemoryStore):
     """Memories in PostgreSQL (see the module docs).
 
     Args:
-        url: A connection URL (a pool is made and owned), or
-        pool: an ``AsyncConnectionPool`` of the caller's.
+        pool: An ``AsyncConnectionPool`` of the caller's (not closed by :meth:`aclose`).
+        url: Or a connection URL: the store makes, opens and closes its own pool (as
+            :meth:`from_url` does).
         schema: The schema (the message store's default: ``agentkeep``).
         dimensions: The length of every embedding (fixed for the schema once written).
         ttl: Seconds after its last update at which a memory expires.
@@ -124,12 +125,13 @@ class PostgresMemoryStore(MemoryStore):
     """
 
     backend = "postgres"
+    DEFAULT_SCHEMA = DEFAULT_SCHEMA
 
     def __init__(
         self,
-        url: str | None = None,
-        *,
         pool: PostgresPool | None = None,
+        *,
+        url: str | None = None,
         schema: str = DEFAULT_SCHEMA,
         dimensions: int,
         ttl: float | None = None,
@@ -160,6 +162,29 @@ class PostgresMemoryStore(MemoryStore):
         # Cached searches of this store take turns: one catches a scope's matrix up while no
         # other reads it (the scoring runs on a thread, off the event loop).
         self._cache_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        dimensions: int,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        search_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+    ) -> PostgresMemoryStore:
+        """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
+        return cls(
+            url=url,
+            schema=schema,
+            dimensions=dimensions,
+            ttl=ttl,
+            timeout=timeout,
+            search_cache_bytes=search_cache_bytes,
+            cache_min_vectors=cache_min_vectors,
+        )
 
     def _record(self, row: Sequence[Any]) -> MemoryRecord:
         memory_id, key, kind, text, source, metadata, created, updated, superseded = row

@@ -44,6 +44,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the SQLite memory store needs apsw, sqlite-vec and numpy: pip install 'agentkeep[memory]'"
     ) from exc
 
+from .._db.sqlite import default_database_path
+from .._files import path_from_url
 from ..errors import (
     CorruptMemoryError,
     MemoryFormatError,
@@ -141,6 +143,33 @@ class SQLiteMemoryStore(MemoryStore):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentkeep-memory")
         self._connection: Db | None = None
         self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        dimensions: int,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        search_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+    ) -> SQLiteMemoryStore:
+        """A store in the file ``url`` names (``sqlite:///abs/path.db``; ``sqlite://``: the
+        default file, shared with message history).
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        path = path_from_url(url, scheme="sqlite") or default_database_path()
+        return cls(
+            path,
+            dimensions=dimensions,
+            ttl=ttl,
+            timeout=timeout,
+            search_cache_bytes=search_cache_bytes,
+            cache_min_vectors=cache_min_vectors,
+        )
 
     # -- plumbing ----------------------------------------------------------------------------------
     async def _run(self, job: Callable[[Db], T], *, closing: bool = False) -> T:
