@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from agentkeep import Message, StoreURLError
+from agentkeep import Message, StorageClosedError, StoreURLError
 from agentkeep.message_stores import InMemoryMessageStore, MessageStore, close_store
 from agentkeep.message_stores.postgres import PostgresHistoryProvider, PostgresMessageStore
 from agentkeep.message_stores.redis import RedisMessageStore
-from agentkeep.message_stores.sqlite import SQLiteMessageStore
+from agentkeep.message_stores.sqlite import SQLiteHistoryProvider, SQLiteMessageStore
 from tests.message_stores.backend_postgres import URL as POSTGRES_URL
 from tests.message_stores.backend_postgres import drop_schema, new_schema
 from tests.message_stores.backend_redis import REDIS_URL, delete_prefix, unique_prefix
@@ -47,6 +47,17 @@ async def test_sqlite_from_url_opens_the_file_it_names(tmp_path: Path) -> None:
 
 def test_sqlite_from_url_without_a_path_is_the_default_file() -> None:
     assert SQLiteMessageStore.from_url("sqlite://").path == SQLiteMessageStore().path
+
+
+async def test_a_sqlite_history_provider_from_url_owns_its_store(tmp_path: Path) -> None:
+    provider = SQLiteHistoryProvider.from_url(f"sqlite://{tmp_path}/p.db", load_limit=5, source_id="db")
+    assert (provider.path, provider.load_limit, provider.source_id) == (tmp_path / "p.db", 5, "db")
+    try:
+        assert await _append_and_read(provider.store) == ["one", "two"]
+    finally:
+        await provider.aclose()
+    with pytest.raises(StorageClosedError):  # the provider closed the store it opened
+        await provider.store.read("c")
 
 
 @pytest.mark.parametrize(

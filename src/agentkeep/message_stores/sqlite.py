@@ -66,7 +66,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Unpack
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 import msgspec
 
@@ -776,6 +776,16 @@ class SQLiteHistoryProvider(StorageHistoryProvider):
             **options,
             owns_store=True,
         )
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteHistoryProvider:
+        """A provider on the file ``url`` names (``sqlite:///path.db``; ``sqlite://``: the default
+        file); ``options`` as for the constructor.
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        return cls(path_from_url(url, scheme="sqlite"), **options)
 
     @property
     def path(self) -> Path:
