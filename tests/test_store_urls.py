@@ -251,3 +251,30 @@ async def test_memory_stores_of_every_form(tmp_path: Path) -> None:
         await drop_schema(schema)
     with pytest.raises(StoreURLError, match="holds no long-term memory"):
         open_memory_store(f"{REDIS_URL}")
+
+
+def test_the_resolver_leaves_local_places_to_the_table_and_the_stores(tmp_path: Path) -> None:
+    from agentkeep.store_urls import SessionStoreOptions, StoreLocation, register_store_backend
+
+    assert parse_store_url("sqlite://").path == parse_store_url(None).path == SQLiteMessageStore().path
+    assert parse_store_url("file://").path is None  # the session folder store refuses it when opened
+    with pytest.raises(StoreURLError, match="name the folder"):
+        open_session_store("file://")
+    with pytest.raises(StoreURLError, match="names no place"):
+        open_session_store("memory://somewhere")
+
+    def open_here(location: StoreLocation, options: SessionStoreOptions) -> FileSystemSessionStore:
+        assert location.path is not None
+        return FileSystemSessionStore(location.path, key_ring=options["key_ring"])
+
+    register_store_backend(
+        "here",
+        schemes=["here"],
+        local=True,
+        default_path=lambda: tmp_path / "default",
+        session_store=open_here,
+    )
+    store = open_session_store("here://")
+    assert isinstance(store, FileSystemSessionStore)
+    assert store.root_dir == tmp_path / "default"
+    assert parse_store_url("here://elsewhere").path == Path("elsewhere")

@@ -44,8 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ._files import path_from_url
 from .errors import AgentkeepError, StoreURLError
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ class _Backend:
     local: bool
     own_parameter: str | None
     openers: dict[StoreKind, Callable[..., object]]
+    default_path: Callable[[], Path] | None
 
 
 _BACKENDS: dict[str, _Backend] = {}
@@ -136,6 +138,7 @@ def register_store_backend(
     schemes: Sequence[str],
     local: bool = False,
     own_parameter: str | None = None,
+    default_path: Callable[[], Path] | None = None,
     message_store: MessageStoreOpener | None = None,
     session_store: SessionStoreOpener | None = None,
     memory_store: MemoryStoreOpener | None = None,
@@ -146,7 +149,10 @@ def register_store_backend(
     Args:
         name: The backend's name (:attr:`StoreLocation.backend`).
         schemes: The URL schemes that name it (``"mydb"`` for ``mydb://...``).
-        local: URLs name a path (``scheme:///path``, no query), not a server.
+        local: URLs name a path (``scheme:///path``, no query), not a server; whether one that
+            names none (``scheme://``) is valid is for the opener to say.
+        default_path: For a local backend: the path of ``scheme://`` (the SQLite backend's
+            default file).
         own_parameter: A query parameter the opener reads from :attr:`StoreLocation.options`
             instead of the driver (``key_prefix``, ``schema``).
         message_store: ``opener(location, options)`` for :func:`open_message_store`.
@@ -165,7 +171,7 @@ def register_store_backend(
     for kind, opener in (("message", message_store), ("session", session_store), ("memory", memory_store)):
         if opener is not None:
             openers[cast(StoreKind, kind)] = opener
-    backend = _Backend(name, local, own_parameter, openers)
+    backend = _Backend(name, local, own_parameter, openers, default_path)
     _BACKENDS[name] = backend
     for scheme in schemes:
         _SCHEMES[scheme.lower()] = backend
@@ -181,7 +187,7 @@ class StoreLocation:
         url: The URL for the driver (agentkeep's own query parameters removed); else the URL as
             given.
         path: The SQLite file, the session folder or a local backend's path (``None`` for the
-            others).
+            others, and for a local URL that names none).
         options: agentkeep's own parameters found in the query (``key_prefix``, ``schema``).
     """
 
@@ -211,15 +217,13 @@ def parse_store_url(url: str | None) -> StoreLocation:
         StoreURLError: An unknown scheme or a malformed URL.
     """
     if not url:
-        from ._db.sqlite import default_database_path
-
-        return StoreLocation("sqlite", "sqlite://", default_database_path())
-    scheme, separator, rest = url.partition("://")
+        url = "sqlite://"
+    scheme, separator, _ = url.partition("://")
     backend = _SCHEMES.get(scheme.lower()) if separator else None
     if backend is None:
         raise StoreURLError(f"unsupported store URL {redact_url(url)!r}: expected {STORE_URL_HELP}")
     if backend.local:
-        return _parse_local(url, backend.name, rest)
+        return _parse_local(url, scheme.lower(), backend)
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises ValueError for a port that is not a number
@@ -239,19 +243,11 @@ def parse_store_url(url: str | None) -> StoreLocation:
     return StoreLocation(backend.name, driver_url, None, options)
 
 
-def _parse_local(url: str, backend: StoreBackend, rest: str) -> StoreLocation:
-    if "?" in rest or "#" in rest:
-        raise StoreURLError(f"store URL {url!r}: a {backend} URL takes no query (write {backend}:///path)")
-    if backend == "memory":
-        if rest:
-            raise StoreURLError(f"store URL {url!r}: write memory:// (it names no place)")
-        return StoreLocation("memory", url)
-    if not rest:
-        if backend == "sqlite":
-            return parse_store_url(None)
-        what = "folder (file:///path/to/sessions)" if backend == "file" else f"place ({backend}:///path)"
-        raise StoreURLError(f"store URL {url!r}: name the {what}")
-    return StoreLocation(backend, url, Path(unquote(rest)).expanduser())
+def _parse_local(url: str, scheme: str, backend: _Backend) -> StoreLocation:
+    path = path_from_url(url, scheme=scheme)
+    if path is None and backend.default_path is not None:
+        path = backend.default_path()
+    return StoreLocation(backend.name, url, path)
 
 
 _NOT_HELD: Final[dict[StoreKind, str]] = {
@@ -503,10 +499,17 @@ def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:
         raise StoreURLError(f"store URL {redact_url(location.url)!r}: only Redis session stores expire (ttl)")
 
 
+def _default_sqlite_file() -> Path:
+    from ._db.sqlite import default_database_path
+
+    return default_database_path()
+
+
 register_store_backend(
     "sqlite",
     schemes=["sqlite"],
     local=True,
+    default_path=_default_sqlite_file,
     message_store=_sqlite_messages,
     session_store=_sqlite_sessions,
     memory_store=_sqlite_memories,
