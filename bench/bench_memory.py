@@ -88,7 +88,9 @@ def open_store(backend: str, folder: Path, schema: str, *, cache: bool = True) -
     size = DEFAULT_CACHE_BYTES if cache else 0
     if backend == "sqlite":
         return SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS, search_cache_bytes=size)
-    return PostgresMemoryStore(POSTGRES_URL, schema=schema, dimensions=DIMENSIONS, search_cache_bytes=size)
+    return PostgresMemoryStore.from_url(
+        POSTGRES_URL, schema=schema, dimensions=DIMENSIONS, search_cache_bytes=size
+    )
 
 
 async def store_timings(backend: str, size: int, *, per_user: int | None) -> StoreTimings:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
 from agentkeep import Agent, AgentkeepError, Message, StoreURLError
+from agentkeep.memory import InMemoryMemoryStore
+from agentkeep.memory.postgres import PostgresMemoryStore
+from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.message_stores import InMemoryMessageStore, SupportsClose
 from agentkeep.message_stores.postgres import PostgresMessageStore
 from agentkeep.message_stores.redis import RedisMessageStore
@@ -19,6 +23,7 @@ from agentkeep.store_urls import (
     DEFAULT_HISTORY_SOURCE_ID,
     describe_store,
     open_history_provider,
+    open_memory_store,
     open_message_store,
     open_session_store,
     parse_store_url,
@@ -189,3 +194,87 @@ async def test_a_backend_of_another_package_registers_its_schemes() -> None:
         open_session_store("mine://h/x")
     with pytest.raises(ValueError, match="not a URL scheme"):
         register_store_backend("bad", schemes=["no spaces"], message_store=open_mine)
+
+
+# -- one constructor shape ----------------------------------------------------------------------------
+DURABLE = [
+    SQLiteMessageStore,
+    RedisMessageStore,
+    PostgresMessageStore,
+    FileSystemSessionStore,
+    SQLiteSessionStore,
+    RedisSessionStore,
+    PostgresSessionStore,
+    SQLiteMemoryStore,
+    PostgresMemoryStore,
+]
+IN_PROCESS = [InMemoryMessageStore, InMemorySessionStore, InMemoryMemoryStore]
+
+
+def _parameters(function: object) -> list[inspect.Parameter]:
+    return list(inspect.signature(function).parameters.values())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", DURABLE + IN_PROCESS, ids=lambda backend: backend.__name__)
+def test_every_backend_takes_its_connection_first_and_options_by_keyword(backend: type) -> None:
+    options = _parameters(backend.__init__)[1:]  # after self
+    if backend in DURABLE:  # the client, pool, file or folder comes first, positional
+        assert options.pop(0).kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert [p.name for p in options if p.kind is not inspect.Parameter.KEYWORD_ONLY] == []
+    assert isinstance(inspect.getattr_static(backend, "from_url"), classmethod)
+    url, *url_options = _parameters(backend.from_url)
+    assert (url.name, url.kind) == ("url", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in url_options)
+    assert {p.name for p in url_options} <= {p.name for p in options}  # the constructor's options
+
+
+async def test_memory_stores_of_every_form(tmp_path: Path) -> None:
+    schema = new_schema("akurlmem")
+    stores = [
+        (open_memory_store("memory://", dimensions=4), InMemoryMemoryStore),
+        (open_memory_store(f"sqlite://{tmp_path}/m.db", dimensions=4, ttl=60), SQLiteMemoryStore),
+        (open_memory_store(f"{POSTGRES_URL}?schema={schema}", dimensions=4), PostgresMemoryStore),
+    ]
+    try:
+        for store, kind in stores:
+            assert isinstance(store, kind)
+            assert store.dimensions == 4
+            await store.setup()
+        sqlite, postgres = stores[1][0], stores[2][0]
+        assert isinstance(sqlite, SQLiteMemoryStore)
+        assert (sqlite.path, sqlite.ttl) == (tmp_path / "m.db", 60)
+        assert isinstance(postgres, PostgresMemoryStore)
+        assert postgres.schema == schema
+    finally:
+        for store, _ in stores:
+            await store.aclose()
+        await drop_schema(schema)
+    with pytest.raises(StoreURLError, match="holds no long-term memory"):
+        open_memory_store(f"{REDIS_URL}")
+
+
+def test_the_resolver_leaves_local_places_to_the_table_and_the_stores(tmp_path: Path) -> None:
+    from agentkeep.store_urls import SessionStoreOptions, StoreLocation, register_store_backend
+
+    assert parse_store_url("sqlite://").path == parse_store_url(None).path == SQLiteMessageStore().path
+    assert parse_store_url("file://").path is None  # the session folder store refuses it when opened
+    with pytest.raises(StoreURLError, match="name the folder"):
+        open_session_store("file://")
+    with pytest.raises(StoreURLError, match="names no place"):
+        open_session_store("memory://somewhere")
+
+    def open_here(location: StoreLocation, options: SessionStoreOptions) -> FileSystemSessionStore:
+        assert location.path is not None
+        return FileSystemSessionStore(location.path, key_ring=options["key_ring"])
+
+    register_store_backend(
+        "here",
+        schemes=["here"],
+        local=True,
+        default_path=lambda: tmp_path / "default",
+        session_store=open_here,
+    )
+    store = open_session_store("here://")
+    assert isinstance(store, FileSystemSessionStore)
+    assert store.root_dir == tmp_path / "default"
+    assert parse_store_url("here://elsewhere").path == Path("elsewhere")

@@ -11,6 +11,10 @@ obtained in time); each store maps them to its own errors.
 Used by :class:`~agentkeep.session_stores.FileSystemSessionStore`,
 :class:`~agentkeep.session_stores.FileSessionStore`
 and :class:`~agentkeep.providers.FileHistoryProvider`.
+
+:func:`path_from_url` reads the path a local store URL names (``sqlite:///path``,
+``file:///folder``) and :func:`check_memory_url` the ``memory://`` URL that names none, for the
+stores' ``from_url`` constructors and :mod:`agentkeep.store_urls`.
 """
 
 from __future__ import annotations
@@ -24,13 +28,41 @@ import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Final
+from urllib.parse import unquote
+
+from .errors import StoreURLError
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 else:
     import fcntl
 
-__all__ = ["Folder", "LockError"]
+__all__ = ["Folder", "LockError", "check_memory_url", "path_from_url"]
+
+
+def path_from_url(url: str, *, scheme: str) -> Path | None:
+    """The path a local store URL names: ``scheme:///abs/path`` or ``scheme://rel/path`` (``~``
+    is expanded); ``None`` for ``scheme://`` alone (the store's default place).
+
+    Raises:
+        StoreURLError: A URL of another scheme, or one with a query or fragment.
+    """
+    found, separator, rest = url.partition("://")
+    if not separator or found.lower() != scheme:
+        raise StoreURLError(f"store URL {url!r}: expected {scheme}:///path")
+    if "?" in rest or "#" in rest:
+        raise StoreURLError(f"store URL {url!r}: a {scheme} URL takes no query (write {scheme}:///path)")
+    return Path(unquote(rest)).expanduser() if rest else None
+
+
+def check_memory_url(url: str) -> None:
+    """Refuse anything but ``memory://`` for a store in process memory.
+
+    Raises:
+        StoreURLError: Another scheme, or a URL that names a place.
+    """
+    if path_from_url(url, scheme="memory") is not None:
+        raise StoreURLError(f"store URL {url!r}: write memory:// (it names no place)")
 
 
 class LockError(OSError):

@@ -30,7 +30,9 @@ What they return owns what it opened: close it with ``await ....aclose()``. Noth
 yet; the first operation (or ``await store.setup()``) reaches the backend.
 
 Each backend is one entry of a table: its URL schemes, its own query parameter, and an opener per
-kind of store it holds. agentkeep's backends are registered at import like any other; a backend of
+kind of store it holds (agentkeep's openers call the store class's ``from_url``, which every
+backend has beside its ``X(client_or_pool, *, options)`` constructor; see "Store contracts" in
+docs/architecture.md). agentkeep's backends are registered at import like any other; a backend of
 another package registers its schemes with :func:`register_store_backend`, and then its URLs
 work wherever a store URL is accepted (the CLI's ``--store``, ``agentkeep serve``).
 """
@@ -42,8 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, TypedDict, Unpack, cast
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from ._files import path_from_url
 from .errors import AgentkeepError, StoreURLError
 
 if TYPE_CHECKING:
@@ -122,6 +125,7 @@ class _Backend:
     local: bool
     own_parameter: str | None
     openers: dict[StoreKind, Callable[..., object]]
+    default_path: Callable[[], Path] | None
 
 
 _BACKENDS: dict[str, _Backend] = {}
@@ -134,6 +138,7 @@ def register_store_backend(
     schemes: Sequence[str],
     local: bool = False,
     own_parameter: str | None = None,
+    default_path: Callable[[], Path] | None = None,
     message_store: MessageStoreOpener | None = None,
     session_store: SessionStoreOpener | None = None,
     memory_store: MemoryStoreOpener | None = None,
@@ -144,7 +149,10 @@ def register_store_backend(
     Args:
         name: The backend's name (:attr:`StoreLocation.backend`).
         schemes: The URL schemes that name it (``"mydb"`` for ``mydb://...``).
-        local: URLs name a path (``scheme:///path``, no query), not a server.
+        local: URLs name a path (``scheme:///path``, no query), not a server; whether one that
+            names none (``scheme://``) is valid is for the opener to say.
+        default_path: For a local backend: the path of ``scheme://`` (the SQLite backend's
+            default file).
         own_parameter: A query parameter the opener reads from :attr:`StoreLocation.options`
             instead of the driver (``key_prefix``, ``schema``).
         message_store: ``opener(location, options)`` for :func:`open_message_store`.
@@ -163,7 +171,7 @@ def register_store_backend(
     for kind, opener in (("message", message_store), ("session", session_store), ("memory", memory_store)):
         if opener is not None:
             openers[cast(StoreKind, kind)] = opener
-    backend = _Backend(name, local, own_parameter, openers)
+    backend = _Backend(name, local, own_parameter, openers, default_path)
     _BACKENDS[name] = backend
     for scheme in schemes:
         _SCHEMES[scheme.lower()] = backend
@@ -179,7 +187,7 @@ class StoreLocation:
         url: The URL for the driver (agentkeep's own query parameters removed); else the URL as
             given.
         path: The SQLite file, the session folder or a local backend's path (``None`` for the
-            others).
+            others, and for a local URL that names none).
         options: agentkeep's own parameters found in the query (``key_prefix``, ``schema``).
     """
 
@@ -209,15 +217,13 @@ def parse_store_url(url: str | None) -> StoreLocation:
         StoreURLError: An unknown scheme or a malformed URL.
     """
     if not url:
-        from ._db.sqlite import default_database_path
-
-        return StoreLocation("sqlite", "sqlite://", default_database_path())
-    scheme, separator, rest = url.partition("://")
+        url = "sqlite://"
+    scheme, separator, _ = url.partition("://")
     backend = _SCHEMES.get(scheme.lower()) if separator else None
     if backend is None:
         raise StoreURLError(f"unsupported store URL {redact_url(url)!r}: expected {STORE_URL_HELP}")
     if backend.local:
-        return _parse_local(url, backend.name, rest)
+        return _parse_local(url, scheme.lower(), backend)
     try:
         parts = urlsplit(url)
         _ = parts.port  # raises ValueError for a port that is not a number
@@ -237,19 +243,11 @@ def parse_store_url(url: str | None) -> StoreLocation:
     return StoreLocation(backend.name, driver_url, None, options)
 
 
-def _parse_local(url: str, backend: StoreBackend, rest: str) -> StoreLocation:
-    if "?" in rest or "#" in rest:
-        raise StoreURLError(f"store URL {url!r}: a {backend} URL takes no query (write {backend}:///path)")
-    if backend == "memory":
-        if rest:
-            raise StoreURLError(f"store URL {url!r}: write memory:// (it names no place)")
-        return StoreLocation("memory", url)
-    if not rest:
-        if backend == "sqlite":
-            return parse_store_url(None)
-        what = "folder (file:///path/to/sessions)" if backend == "file" else f"place ({backend}:///path)"
-        raise StoreURLError(f"store URL {url!r}: name the {what}")
-    return StoreLocation(backend, url, Path(unquote(rest)).expanduser())
+def _parse_local(url: str, scheme: str, backend: _Backend) -> StoreLocation:
+    path = path_from_url(url, scheme=scheme)
+    if path is None and backend.default_path is not None:
+        path = backend.default_path()
+    return StoreLocation(backend.name, url, path)
 
 
 _NOT_HELD: Final[dict[StoreKind, str]] = {
@@ -401,51 +399,56 @@ def open_memory_store(
 # -- agentkeep's own backends -----------------------------------------------------------------------
 
 
+# Each opener is one call of the backend's ``from_url``: the URL (for a server, without
+# agentkeep's own query parameter, which the opener passes as an option) and the options the
+# backend takes.
+
+
 def _sqlite_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
     from .message_stores.sqlite import SQLiteMessageStore
 
-    return SQLiteMessageStore(location.path, **options)
+    return SQLiteMessageStore.from_url(location.url, **options)
 
 
 def _sqlite_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.sqlite import SQLiteSessionStore
 
     _no_ttl(location, options)
-    return SQLiteSessionStore(location.path, timeout=options["timeout"], key_ring=options["key_ring"])
+    return SQLiteSessionStore.from_url(location.url, timeout=options["timeout"], key_ring=options["key_ring"])
 
 
 def _sqlite_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory.sqlite import SQLiteMemoryStore
 
-    assert location.path is not None  # a sqlite location always names its file
-    return SQLiteMemoryStore(location.path, **options)
+    return SQLiteMemoryStore.from_url(location.url, **options)
 
 
 def _memory_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
     from .message_stores.memory import InMemoryMessageStore
 
-    return InMemoryMessageStore(max_messages=options["max_messages"], ttl=options["ttl"])
+    return InMemoryMessageStore.from_url(
+        location.url, max_messages=options["max_messages"], ttl=options["ttl"]
+    )
 
 
 def _memory_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.memory import InMemorySessionStore
 
     _no_ttl(location, options)
-    return InMemorySessionStore()
+    return InMemorySessionStore.from_url(location.url)
 
 
 def _memory_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory import InMemoryMemoryStore
 
-    return InMemoryMemoryStore(dimensions=options["dimensions"], ttl=options["ttl"])
+    return InMemoryMemoryStore.from_url(location.url, dimensions=options["dimensions"], ttl=options["ttl"])
 
 
 def _file_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
     from .session_stores.filesystem import FileSystemSessionStore
 
     _no_ttl(location, options)
-    assert location.path is not None  # a file location always names its folder
-    return FileSystemSessionStore(location.path, key_ring=options["key_ring"])
+    return FileSystemSessionStore.from_url(location.url, key_ring=options["key_ring"])
 
 
 def _redis_messages(location: StoreLocation, options: MessageStoreOptions) -> MessageStore:
@@ -486,10 +489,9 @@ def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) ->
 def _postgres_memories(location: StoreLocation, options: MemoryStoreOptions) -> MemoryStore:
     from .memory.postgres import PostgresMemoryStore
 
+    schema = location.options.get("schema", PostgresMemoryStore.DEFAULT_SCHEMA)
     with _driver_checks(location):
-        return PostgresMemoryStore(
-            location.url, schema=location.options.get("schema", "agentkeep"), **options
-        )
+        return PostgresMemoryStore.from_url(location.url, schema=schema, **options)
 
 
 def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:
@@ -497,10 +499,17 @@ def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:
         raise StoreURLError(f"store URL {redact_url(location.url)!r}: only Redis session stores expire (ttl)")
 
 
+def _default_sqlite_file() -> Path:
+    from ._db.sqlite import default_database_path
+
+    return default_database_path()
+
+
 register_store_backend(
     "sqlite",
     schemes=["sqlite"],
     local=True,
+    default_path=_default_sqlite_file,
     message_store=_sqlite_messages,
     session_store=_sqlite_sessions,
     memory_store=_sqlite_memories,

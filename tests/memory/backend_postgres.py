@@ -22,7 +22,7 @@ NAME = "postgres"
 @asynccontextmanager
 async def open_store(*, dimensions: int, ttl: float | None = None) -> AsyncIterator[PostgresMemoryStore]:
     schema = new_schema("akmem")
-    store = PostgresMemoryStore(URL, schema=schema, dimensions=dimensions, ttl=ttl)
+    store = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=dimensions, ttl=ttl)
     try:
         await store.setup()
         yield store
@@ -34,7 +34,7 @@ async def open_store(*, dimensions: int, ttl: float | None = None) -> AsyncItera
 @asynccontextmanager
 async def reopen(store: MemoryStore) -> AsyncIterator[PostgresMemoryStore]:
     assert isinstance(store, PostgresMemoryStore)
-    again = PostgresMemoryStore(URL, schema=store.schema, dimensions=store.dimensions, ttl=store.ttl)
+    again = PostgresMemoryStore.from_url(URL, schema=store.schema, dimensions=store.dimensions, ttl=store.ttl)
     try:
         await again.setup()
         yield again

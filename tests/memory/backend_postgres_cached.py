@@ -19,7 +19,9 @@ NAME = "postgres-cached"
 @asynccontextmanager
 async def open_store(*, dimensions: int, ttl: float | None = None) -> AsyncIterator[PostgresMemoryStore]:
     schema = new_schema("akmemc")
-    store = PostgresMemoryStore(URL, schema=schema, dimensions=dimensions, ttl=ttl, cache_min_vectors=1)
+    store = PostgresMemoryStore.from_url(
+        URL, schema=schema, dimensions=dimensions, ttl=ttl, cache_min_vectors=1
+    )
     try:
         await store.setup()
         yield store
@@ -31,7 +33,7 @@ async def open_store(*, dimensions: int, ttl: float | None = None) -> AsyncItera
 @asynccontextmanager
 async def reopen(store: MemoryStore) -> AsyncIterator[PostgresMemoryStore]:
     assert isinstance(store, PostgresMemoryStore)
-    again = PostgresMemoryStore(
+    again = PostgresMemoryStore.from_url(
         URL, schema=store.schema, dimensions=store.dimensions, ttl=store.ttl, cache_min_vectors=1
     )
     try:

@@ -168,7 +168,7 @@ def test_postgres_rows_damaged_at_random(damage: tuple[str, object], cache: bool
         async with backend_postgres.open_store(dimensions=DIMENSIONS) as opened:
             store = opened
             if cache:
-                store = PostgresMemoryStore(
+                store = PostgresMemoryStore.from_url(
                     URL, schema=opened.schema, dimensions=DIMENSIONS, cache_min_vectors=1
                 )
             try:

@@ -29,7 +29,7 @@ async def layout_of(schema: str) -> str | None:
 
 async def test_a_schema_written_before_layouts_were_recorded_is_upgraded() -> None:
     schema = new_schema("akmlay")
-    old = PostgresMemoryStore(URL, schema=schema, dimensions=4)
+    old = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
     try:
         kept = [await old.add(ANA, fact(f"fact {n}", n)) for n in range(3)]
         await old.aclose()
@@ -38,7 +38,7 @@ async def test_a_schema_written_before_layouts_were_recorded_is_upgraded() -> No
             await execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(schema, table)))
         meta = sql.Identifier(schema, "memory_meta")
         await execute(sql.SQL("DELETE FROM {} WHERE name IN ('layout', 'change_log')").format(meta))
-        upgraded = PostgresMemoryStore(URL, schema=schema, dimensions=4, cache_min_vectors=1)
+        upgraded = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4, cache_min_vectors=1)
         try:
             await upgraded.setup()
             assert await layout_of(schema) == str(MEMORY_LAYOUT)
@@ -53,7 +53,7 @@ async def test_a_schema_written_before_layouts_were_recorded_is_upgraded() -> No
             assert counted == [(3,)]  # the scope's vectors, counted once by the upgrade
         finally:
             await upgraded.aclose()
-        again = PostgresMemoryStore(URL, schema=schema, dimensions=4)
+        again = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
         try:
             await again.setup()  # a recorded layout: nothing to run
             assert len(await again.list_memories(ANA)) == 3
@@ -65,7 +65,7 @@ async def test_a_schema_written_before_layouts_were_recorded_is_upgraded() -> No
 
 async def test_a_schema_of_a_newer_layout_is_refused() -> None:
     schema = new_schema("akmlay")
-    store = PostgresMemoryStore(URL, schema=schema, dimensions=4)
+    store = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
     try:
         await store.add(ANA, fact("kept", 0))
         await store.aclose()
@@ -73,7 +73,7 @@ async def test_a_schema_of_a_newer_layout_is_refused() -> None:
         await execute(
             sql.SQL("UPDATE {} SET value = %s WHERE name = 'layout'").format(meta), (str(MEMORY_LAYOUT + 1),)
         )
-        newer = PostgresMemoryStore(URL, schema=schema, dimensions=4)
+        newer = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
         try:
             with pytest.raises(SchemaVersionError, match="newer layout"):
                 await newer.setup()

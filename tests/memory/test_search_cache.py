@@ -74,7 +74,7 @@ async def stores(
                 cache_min_vectors=least,
             )
             if backend == "sqlite"
-            else PostgresMemoryStore(
+            else PostgresMemoryStore.from_url(
                 URL,
                 schema=schema,
                 dimensions=DIMENSIONS,
@@ -393,7 +393,9 @@ async def test_a_postgres_schema_written_before_the_change_log_is_upgraded() -> 
         meta = sql.Identifier(old.schema, "memory_meta")
         # a schema of that time recorded neither its change log nor a layout
         await execute(sql.SQL("DELETE FROM {} WHERE name IN ('change_log', 'layout')").format(meta))
-        upgraded = PostgresMemoryStore(URL, schema=old.schema, dimensions=DIMENSIONS, cache_min_vectors=1)
+        upgraded = PostgresMemoryStore.from_url(
+            URL, schema=old.schema, dimensions=DIMENSIONS, cache_min_vectors=1
+        )
         try:
             await upgraded.setup()
             for scope in SCOPES:

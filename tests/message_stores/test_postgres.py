@@ -433,7 +433,8 @@ from agentkeep.message_stores.postgres import PostgresHistoryProvider
 from agentkeep.session_stores.postgres import PostgresSessionStore
 
 def open_stores(url, schema):
-    return PostgresHistoryProvider(url, schema=schema), PostgresSessionStore.from_url(url, schema=schema)
+    history = PostgresHistoryProvider.from_url(url, schema=schema)
+    return history, PostgresSessionStore.from_url(url, schema=schema)
 """
 
 

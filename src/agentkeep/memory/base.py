@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
@@ -41,12 +41,27 @@ __all__ = [
     "MAX_K",
     "NO_CURRENT",
     "MemoryStore",
+    "check_page",
+    "check_query",
+    "check_replaces",
+    "check_settings",
+    "checked_embedding",
+    "checked_hits",
+    "corrupt_row",
     "cosine",
+    "cutoff_micros",
+    "decoded_record",
+    "expired_before",
     "from_micros",
     "meta_number",
     "normalized",
+    "replace_conflict",
     "rewrite_keyed",
+    "scope_summary",
+    "stored_record",
     "to_micros",
+    "update_vector",
+    "updated_record",
 ]
 
 DAMAGED_ROW_ERRORS: Final = (
@@ -59,7 +74,7 @@ DAMAGED_ROW_ERRORS: Final = (
     OSError,
 )
 """What building a record from a damaged row can raise (bad JSON, a time out of range, a value of
-the wrong type); :meth:`MemoryStore.decoded` turns them into ``CorruptMemoryError``."""
+the wrong type); :func:`decoded_record` turns them into ``CorruptMemoryError``."""
 
 MAX_K: Final = 1_000
 """The most memories one search returns."""
@@ -105,10 +120,16 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / norms if norms else 0.0
 
 
-class MemoryStore(ABC):
+class MemoryStore(Protocol):
     """Long-term memory by scope (see the module docs).
 
-    Args:
+    A protocol: any class with these members is a memory store. A backend that subclasses it
+    explicitly inherits the defaults of ``current``, ``setup``, ``aclose``, ``backend`` and
+    ``location``, and is refused when made without one of the core methods; the helpers the
+    backends share are the module's functions (:func:`check_settings`, :func:`stored_record`,
+    :func:`corrupt_row`, ...).
+
+    Attributes:
         dimensions: The length of every embedding the store holds.
         ttl: Seconds after its last update at which a memory expires (``None``: never).
     """
@@ -119,13 +140,8 @@ class MemoryStore(ABC):
     location: str = ""
     """Where the store keeps its data (a path, or a database address and schema), for errors."""
 
-    def __init__(self, *, dimensions: int, ttl: float | None = None) -> None:
-        if dimensions <= 0:
-            raise ValueError("dimensions must be positive")
-        if ttl is not None and ttl <= 0:
-            raise ValueError("ttl must be positive (or None)")
-        self.dimensions = dimensions
-        self.ttl = ttl
+    dimensions: int
+    ttl: float | None
 
     # -- what a backend implements -------------------------------------------------------------
     @abstractmethod
@@ -226,157 +242,179 @@ class MemoryStore(ABC):
     async def purge_expired(self) -> int:
         """Remove the memories past the store's ``ttl``; returns how many."""
 
-    async def setup(self) -> None:  # noqa: B027 - optional hook, nothing to prepare by default
+    async def setup(self) -> None:
         """Create what the store needs (tables, files); idempotent."""
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+    async def aclose(self) -> None:
         """Release connections; idempotent."""
 
-    # -- shared by the backends ----------------------------------------------------------------
-    def checked(self, record: MemoryRecord) -> list[float] | None:
-        """``record``'s embedding, checked against the store's dimensions and normalized
-        (``None``: it has none).
 
-        Raises:
-            MemoryFormatError: One of another length.
-        """
-        if record.embedding is None:
-            return None
-        return normalized(check_embedding(record.embedding, self.dimensions))
+def check_settings(*, dimensions: int, ttl: float | None) -> None:
+    """Refuse a store's ``dimensions`` and ``ttl`` that no store can keep.
 
-    @staticmethod
-    def stored(record: MemoryRecord, embedding: list[float] | None) -> MemoryRecord:
-        """What :meth:`add` returns for ``record``: a copy, current, with its stored (normalized)
-        embedding."""
-        return dataclasses.replace(
-            record, embedding=embedding, metadata=dict(record.metadata), superseded_by=None
+    Raises:
+        ValueError: ``dimensions`` not positive, or ``ttl`` given and not positive.
+    """
+    if dimensions <= 0:
+        raise ValueError("dimensions must be positive")
+    if ttl is not None and ttl <= 0:
+        raise ValueError("ttl must be positive (or None)")
+
+
+def checked_embedding(store: MemoryStore, record: MemoryRecord) -> list[float] | None:
+    """``record``'s embedding, checked against the store's dimensions and normalized
+    (``None``: it has none).
+
+    Raises:
+        MemoryFormatError: One of another length.
+    """
+    if record.embedding is None:
+        return None
+    return normalized(check_embedding(record.embedding, store.dimensions))
+
+
+def stored_record(record: MemoryRecord, embedding: list[float] | None) -> MemoryRecord:
+    """What :meth:`MemoryStore.add` returns for ``record``: a copy, current, with its stored
+    (normalized) embedding."""
+    return dataclasses.replace(
+        record, embedding=embedding, metadata=dict(record.metadata), superseded_by=None
+    )
+
+
+def corrupt_row(
+    store: MemoryStore, reason: str, *, memory_id: str | None = None, row: str | None = None
+) -> CorruptMemoryError:
+    """The error for a damaged row of ``store`` (one memory's, or ``row`` naming another)."""
+    return CorruptMemoryError(
+        reason, backend=store.backend, store=store.location, memory_id=memory_id, row=row
+    )
+
+
+def decoded_record(store: MemoryStore, memory_id: object, build: Callable[[], MemoryRecord]) -> MemoryRecord:
+    """``build()``: the record of a stored row; a row it cannot build raises
+    :class:`~agentkeep.errors.CorruptMemoryError` naming ``memory_id``."""
+    try:
+        record = build()
+        for name in ("id", "source_session_id", "superseded_by"):  # what MemoryRecord takes as given
+            value = getattr(record, name)
+            if not (type(value) is str or (value is None and name != "id")):
+                raise TypeError(f"its {name} is {value!r}, not text")
+    except DAMAGED_ROW_ERRORS as exc:
+        raise corrupt_row(store, f"{type(exc).__name__}: {exc}", memory_id=str(memory_id)) from exc
+    return record
+
+
+def scope_summary(store: MemoryStore, key: object, count: object, newest: object) -> MemoryScopeSummary:
+    """A row of :meth:`MemoryStore.scopes` (scope key, current memories, newest ``updated_at`` in
+    µs); one it cannot read raises :class:`~agentkeep.errors.CorruptMemoryError` naming the scope."""
+    try:
+        return MemoryScopeSummary(
+            MemoryScope.from_key(cast(str, key)), int(cast(int, count)), from_micros(cast(int, newest))
         )
+    except DAMAGED_ROW_ERRORS as exc:
+        raise corrupt_row(store, f"{type(exc).__name__}: {exc}", row=f"scope {key!r}") from exc
 
-    def corrupt(
-        self, reason: str, *, memory_id: str | None = None, row: str | None = None
-    ) -> CorruptMemoryError:
-        """The error for a damaged row of this store (one memory's, or ``row`` naming another)."""
-        return CorruptMemoryError(
-            reason, backend=self.backend, store=self.location, memory_id=memory_id, row=row
-        )
 
-    def decoded(self, memory_id: object, build: Callable[[], MemoryRecord]) -> MemoryRecord:
-        """``build()``: the record of a stored row; a row it cannot build raises
-        :class:`~agentkeep.errors.CorruptMemoryError` naming ``memory_id``."""
-        try:
-            record = build()
-            for name in ("id", "source_session_id", "superseded_by"):  # what MemoryRecord takes as given
-                value = getattr(record, name)
-                if not (type(value) is str or (value is None and name != "id")):
-                    raise TypeError(f"its {name} is {value!r}, not text")
-        except DAMAGED_ROW_ERRORS as exc:
-            raise self.corrupt(f"{type(exc).__name__}: {exc}", memory_id=str(memory_id)) from exc
-        return record
+def checked_hits(store: MemoryStore, hits: list[MemoryHit]) -> list[MemoryHit]:
+    """``hits``, refused if one has a score that is not a finite number (a damaged vector).
 
-    def scope_summary(self, key: object, count: object, newest: object) -> MemoryScopeSummary:
-        """A row of :meth:`scopes` (scope key, current memories, newest ``updated_at`` in µs);
-        one it cannot read raises :class:`~agentkeep.errors.CorruptMemoryError` naming the scope."""
-        try:
-            return MemoryScopeSummary(
-                MemoryScope.from_key(cast(str, key)), int(cast(int, count)), from_micros(cast(int, newest))
-            )
-        except DAMAGED_ROW_ERRORS as exc:
-            raise self.corrupt(f"{type(exc).__name__}: {exc}", row=f"scope {key!r}") from exc
+    Raises:
+        CorruptMemoryError: Naming that memory.
+    """
+    for hit in hits:
+        if not math.isfinite(hit.score):
+            raise corrupt_row(store, f"its embedding scores {hit.score}", memory_id=hit.record.id)
+    return hits
 
-    def checked_hits(self, hits: list[MemoryHit]) -> list[MemoryHit]:
-        """``hits``, refused if one has a score that is not a finite number (a damaged vector).
 
-        Raises:
-            CorruptMemoryError: Naming that memory.
-        """
-        for hit in hits:
-            if not math.isfinite(hit.score):
-                raise self.corrupt(f"its embedding scores {hit.score}", memory_id=hit.record.id)
-        return hits
+def expired_before(store: MemoryStore) -> datetime | None:
+    """Records of ``store`` last updated before this time are expired (``None``: no ``ttl``)."""
+    if store.ttl is None:
+        return None
+    return datetime.now(UTC) - timedelta(seconds=store.ttl)
 
-    def cutoff_micros(self) -> int | None:
-        """:meth:`expired_before` in microseconds (``None``: no ``ttl``)."""
-        cutoff = self.expired_before()
-        return None if cutoff is None else to_micros(cutoff)
 
-    def update_vector(self, text: str | None, embedding: Sequence[float] | None) -> list[float] | None:
-        """The normalized new embedding of an update (``None``: it keeps its own).
+def cutoff_micros(store: MemoryStore) -> int | None:
+    """:func:`expired_before` in microseconds (``None``: no ``ttl``)."""
+    cutoff = expired_before(store)
+    return None if cutoff is None else to_micros(cutoff)
 
-        Raises:
-            MemoryFormatError: A new text without its new embedding, or a bad embedding.
-        """
-        if text is not None and embedding is None:
-            raise MemoryFormatError("a new text needs its new embedding")
-        return None if embedding is None else normalized(check_embedding(embedding, self.dimensions))
 
-    @staticmethod
-    def updated(
-        old: MemoryRecord, *, text: str | None, vector: list[float] | None, metadata: dict[str, Any] | None
-    ) -> MemoryRecord:
-        """``old`` with an update applied (checked as a new record would be), updated now."""
-        return MemoryRecord(
-            old.text if text is None else text,
-            key=old.key,
-            kind=old.kind,
-            source_session_id=old.source_session_id,
-            metadata=old.metadata if metadata is None else metadata,
-            id=old.id,
-            created_at=old.created_at,
-            updated_at=datetime.now(UTC),
-            embedding=vector,
-        )
+def update_vector(
+    store: MemoryStore, text: str | None, embedding: Sequence[float] | None
+) -> list[float] | None:
+    """The normalized new embedding of an update (``None``: it keeps its own).
 
-    def expired_before(self) -> datetime | None:
-        """Records last updated before this time are expired (``None``: no ``ttl``)."""
-        if self.ttl is None:
-            return None
-        return datetime.now(UTC) - timedelta(seconds=self.ttl)
+    Raises:
+        MemoryFormatError: A new text without its new embedding, or a bad embedding.
+    """
+    if text is not None and embedding is None:
+        raise MemoryFormatError("a new text needs its new embedding")
+    return None if embedding is None else normalized(check_embedding(embedding, store.dimensions))
 
-    @staticmethod
-    def check_replaces(record: MemoryRecord, replaces: str | None) -> None:
-        """Refuse ``replaces`` for a record without a key (there is nothing to compare with).
 
-        Raises:
-            ValueError: ``replaces`` given for a record without a key.
-        """
-        if replaces is not None and record.key is None:
-            raise ValueError("replaces= is for a record with a key")
+def updated_record(
+    old: MemoryRecord, *, text: str | None, vector: list[float] | None, metadata: dict[str, Any] | None
+) -> MemoryRecord:
+    """``old`` with an update applied (checked as a new record would be), updated now."""
+    return MemoryRecord(
+        old.text if text is None else text,
+        key=old.key,
+        kind=old.kind,
+        source_session_id=old.source_session_id,
+        metadata=old.metadata if metadata is None else metadata,
+        id=old.id,
+        created_at=old.created_at,
+        updated_at=datetime.now(UTC),
+        embedding=vector,
+    )
 
-    def conflict(
-        self, scope: MemoryScope, record: MemoryRecord, replaces: str, current: str | None
-    ) -> ConflictError:
-        """The error for an ``add(..., replaces=...)`` that found another current record."""
-        found = "none" if current is None else repr(current)
-        return ConflictError(
-            f"memory {record.key!r} of {scope} changed: {replaces!r} was to be replaced, the current "
-            f"one is {found}; read it again and retry",
-            backend=self.backend,
-            conversation_id=scope.key,
-        )
 
-    @staticmethod
-    def check_page(limit: int, offset: int) -> None:
-        """Refuse a page of :meth:`scopes` that asks for nothing sensible.
+def check_replaces(record: MemoryRecord, replaces: str | None) -> None:
+    """Refuse ``replaces`` for a record without a key (there is nothing to compare with).
 
-        Raises:
-            ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
-        """
-        if not 1 <= limit <= MAX_K:
-            raise ValueError(f"limit must be between 1 and {MAX_K}")
-        if offset < 0:
-            raise ValueError("offset must not be negative")
+    Raises:
+        ValueError: ``replaces`` given for a record without a key.
+    """
+    if replaces is not None and record.key is None:
+        raise ValueError("replaces= is for a record with a key")
 
-    @staticmethod
-    def check_query(k: int, min_score: float | None) -> None:
-        """Refuse a search that asks for nothing sensible.
 
-        Raises:
-            ValueError: ``k`` outside 1..1,000, or ``min_score`` outside [-1, 1].
-        """
-        if not 1 <= k <= MAX_K:
-            raise ValueError(f"k must be between 1 and {MAX_K}")
-        if min_score is not None and not -1.0 <= min_score <= 1.0:
-            raise ValueError("min_score must be between -1 and 1")
+def replace_conflict(
+    store: MemoryStore, scope: MemoryScope, record: MemoryRecord, replaces: str, current: str | None
+) -> ConflictError:
+    """The error for an ``add(..., replaces=...)`` that found another current record."""
+    found = "none" if current is None else repr(current)
+    return ConflictError(
+        f"memory {record.key!r} of {scope} changed: {replaces!r} was to be replaced, the current "
+        f"one is {found}; read it again and retry",
+        backend=store.backend,
+        conversation_id=scope.key,
+    )
+
+
+def check_page(limit: int, offset: int) -> None:
+    """Refuse a page of :meth:`MemoryStore.scopes` that asks for nothing sensible.
+
+    Raises:
+        ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
+    """
+    if not 1 <= limit <= MAX_K:
+        raise ValueError(f"limit must be between 1 and {MAX_K}")
+    if offset < 0:
+        raise ValueError("offset must not be negative")
+
+
+def check_query(k: int, min_score: float | None) -> None:
+    """Refuse a search that asks for nothing sensible.
+
+    Raises:
+        ValueError: ``k`` outside 1..1,000, or ``min_score`` outside [-1, 1].
+    """
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}")
+    if min_score is not None and not -1.0 <= min_score <= 1.0:
+        raise ValueError("min_score must be between -1 and 1")
 
 
 async def rewrite_keyed(
@@ -399,7 +437,7 @@ async def rewrite_keyed(
     Raises:
         ConflictError: Other writers won ``attempts`` times in a row.
     """
-    cutoff = store.expired_before()
+    cutoff = expired_before(store)
     for _ in range(attempts):
         current = await store.current(scope, key)
         live = current

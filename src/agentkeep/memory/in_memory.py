@@ -12,8 +12,22 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+from .._files import check_memory_url
 from ..errors import MemoryFormatError
-from .base import NO_CURRENT, MemoryStore, cosine
+from .base import (
+    NO_CURRENT,
+    MemoryStore,
+    check_page,
+    check_query,
+    check_replaces,
+    check_settings,
+    checked_embedding,
+    cosine,
+    expired_before,
+    replace_conflict,
+    update_vector,
+    updated_record,
+)
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["InMemoryMemoryStore"]
@@ -35,22 +49,36 @@ class InMemoryMemoryStore(MemoryStore):
     backend = "memory"
 
     def __init__(self, *, dimensions: int, ttl: float | None = None) -> None:
-        super().__init__(dimensions=dimensions, ttl=ttl)
+        check_settings(dimensions=dimensions, ttl=ttl)
+        self.dimensions = dimensions
+        self.ttl = ttl
         self._scopes: dict[str, dict[str, MemoryRecord]] = {}
         self._users: dict[str, set[str]] = {}
+
+    @classmethod
+    def from_url(
+        cls, url: str = "memory://", *, dimensions: int, ttl: float | None = None
+    ) -> InMemoryMemoryStore:
+        """A new empty store for ``memory://`` (the one URL of process memory).
+
+        Raises:
+            StoreURLError: Any other URL.
+        """
+        check_memory_url(url)
+        return cls(dimensions=dimensions, ttl=ttl)
 
     def _records(self, scope: MemoryScope) -> dict[str, MemoryRecord]:
         return self._scopes.get(scope.key, {})
 
     def _live(self, record: MemoryRecord) -> bool:
-        cutoff = self.expired_before()
+        cutoff = expired_before(self)
         return record.current and (cutoff is None or (record.updated_at or record.created_at) >= cutoff)
 
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
-        self.check_replaces(record, replaces)
-        embedding = self.checked(record)
+        check_replaces(record, replaces)
+        embedding = checked_embedding(self, record)
         stored = _copy(record, embedding=embedding, superseded_by=None)
         records = self._scopes.setdefault(scope.key, {})
         if stored.id in records:
@@ -60,7 +88,7 @@ class InMemoryMemoryStore(MemoryStore):
             if replaces is not None and [r.id for r in current] != (
                 [] if replaces == NO_CURRENT else [replaces]
             ):
-                raise self.conflict(scope, stored, replaces, current[0].id if current else None)
+                raise replace_conflict(self, scope, stored, replaces, current[0].id if current else None)
             for other in current:
                 other.superseded_by = stored.id
         records[stored.id] = stored
@@ -83,8 +111,10 @@ class InMemoryMemoryStore(MemoryStore):
         record = self._records(scope).get(memory_id)
         if record is None or not record.current:
             raise LookupError(f"no current memory {memory_id!r} in {scope}")
-        vector = self.update_vector(text, embedding)
-        changed = _copy(self.updated(record, text=text, vector=vector or record.embedding, metadata=metadata))
+        vector = update_vector(self, text, embedding)
+        changed = _copy(
+            updated_record(record, text=text, vector=vector or record.embedding, metadata=metadata)
+        )
         self._scopes[scope.key][memory_id] = changed
         return _copy(changed)
 
@@ -111,7 +141,7 @@ class InMemoryMemoryStore(MemoryStore):
         kind: str | None = None,
         min_score: float | None = None,
     ) -> list[MemoryHit]:
-        self.check_query(k, min_score)
+        check_query(k, min_score)
         query = check_embedding(embedding, self.dimensions)
         scored = [
             (cosine(query, r.embedding), r)
@@ -134,7 +164,7 @@ class InMemoryMemoryStore(MemoryStore):
     async def scopes(
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
-        self.check_page(limit, offset)
+        check_page(limit, offset)
         prefix = MemoryScope.tenant_prefix(tenant_id)
         found: list[MemoryScopeSummary] = []
         for key, records in self._scopes.items():
@@ -157,7 +187,7 @@ class InMemoryMemoryStore(MemoryStore):
         return removed
 
     async def purge_expired(self) -> int:
-        cutoff = self.expired_before()
+        cutoff = expired_before(self)
         if cutoff is None:
             return 0
         removed = 0

@@ -45,7 +45,28 @@ from ._vector_cache import (
     behind,
     vector_matrix,
 )
-from .base import NO_CURRENT, MemoryStore, from_micros, meta_number, normalized, to_micros
+from .base import (
+    NO_CURRENT,
+    MemoryStore,
+    check_page,
+    check_query,
+    check_replaces,
+    check_settings,
+    checked_embedding,
+    checked_hits,
+    corrupt_row,
+    cutoff_micros,
+    decoded_record,
+    from_micros,
+    meta_number,
+    normalized,
+    replace_conflict,
+    scope_summary,
+    stored_record,
+    to_micros,
+    update_vector,
+    updated_record,
+)
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["MEMORY_LAYOUT", "PostgresMemoryStore"]
@@ -90,8 +111,9 @@ class PostgresMemoryStore(MemoryStore):
     """Memories in PostgreSQL (see the module docs).
 
     Args:
-        url: A connection URL (a pool is made and owned), or
-        pool: an ``AsyncConnectionPool`` of the caller's.
+        pool: An ``AsyncConnectionPool`` of the caller's (not closed by :meth:`aclose`).
+        url: Or a connection URL: the store makes, opens and closes its own pool (as
+            :meth:`from_url` does).
         schema: The schema (the message store's default: ``agentkeep``).
         dimensions: The length of every embedding (fixed for the schema once written).
         ttl: Seconds after its last update at which a memory expires.
@@ -103,12 +125,13 @@ class PostgresMemoryStore(MemoryStore):
     """
 
     backend = "postgres"
+    DEFAULT_SCHEMA = DEFAULT_SCHEMA
 
     def __init__(
         self,
-        url: str | None = None,
-        *,
         pool: PostgresPool | None = None,
+        *,
+        url: str | None = None,
         schema: str = DEFAULT_SCHEMA,
         dimensions: int,
         ttl: float | None = None,
@@ -116,7 +139,9 @@ class PostgresMemoryStore(MemoryStore):
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
     ) -> None:
-        super().__init__(dimensions=dimensions, ttl=ttl)
+        check_settings(dimensions=dimensions, ttl=ttl)
+        self.dimensions = dimensions
+        self.ttl = ttl
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
         self.db = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
@@ -138,9 +163,33 @@ class PostgresMemoryStore(MemoryStore):
         # other reads it (the scoring runs on a thread, off the event loop).
         self._cache_lock = asyncio.Lock()
 
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        dimensions: int,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        search_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+    ) -> PostgresMemoryStore:
+        """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
+        return cls(
+            url=url,
+            schema=schema,
+            dimensions=dimensions,
+            ttl=ttl,
+            timeout=timeout,
+            search_cache_bytes=search_cache_bytes,
+            cache_min_vectors=cache_min_vectors,
+        )
+
     def _record(self, row: Sequence[Any]) -> MemoryRecord:
         memory_id, key, kind, text, source, metadata, created, updated, superseded = row
-        return self.decoded(
+        return decoded_record(
+            self,
             memory_id,
             lambda: MemoryRecord(
                 text,
@@ -241,8 +290,8 @@ class PostgresMemoryStore(MemoryStore):
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
-        self.check_replaces(record, replaces)
-        embedding = self.checked(record)
+        check_replaces(record, replaces)
+        embedding = checked_embedding(self, record)
         vector = None if embedding is None else np.asarray(embedding, dtype=np.float32).tobytes()
         updated = to_micros(record.updated_at or record.created_at)
 
@@ -256,7 +305,7 @@ class PostgresMemoryStore(MemoryStore):
                     if exc.diag.constraint_name != "memories_current_key":
                         raise MemoryFormatError(f"memory {record.id!r} already exists") from exc
                     if replaces is not None:  # a concurrent first write of the key won
-                        raise self.conflict(scope, record, replaces, None) from exc
+                        raise replace_conflict(self, scope, record, replaces, None) from exc
             raise ConflictError(
                 f"memory {record.key!r} of {scope} kept changing",
                 backend=self.backend,
@@ -264,7 +313,7 @@ class PostgresMemoryStore(MemoryStore):
             )
 
         await self._run(operation)
-        return self.stored(record, embedding)
+        return stored_record(record, embedding)
 
     async def _add(
         self,
@@ -293,7 +342,7 @@ class PostgresMemoryStore(MemoryStore):
             current = await cursor.fetchall()
             expected = [] if replaces == NO_CURRENT else [replaces]
             if replaces is not None and [row[1] for row in current] != expected:
-                raise self.conflict(scope, record, replaces, current[0][1] if current else None)
+                raise replace_conflict(self, scope, record, replaces, current[0][1] if current else None)
             for row, _, had_vector in current:
                 await conn.execute(
                     self._q("UPDATE {memories} SET superseded_by = %s, embedding = NULL WHERE row = %s"),
@@ -381,7 +430,7 @@ class PostgresMemoryStore(MemoryStore):
         embedding: Sequence[float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        vector = self.update_vector(text, embedding)
+        vector = update_vector(self, text, embedding)
 
         async def operation(conn: PostgresConnection) -> MemoryRecord:
             async with conn.transaction():
@@ -396,7 +445,7 @@ class PostgresMemoryStore(MemoryStore):
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row[2:])
-                changed = self.updated(old, text=text, vector=vector, metadata=metadata)
+                changed = updated_record(old, text=text, vector=vector, metadata=metadata)
                 await conn.execute(
                     self._q(
                         "UPDATE {memories} SET text = %s, metadata = %s, updated_at = %s, "
@@ -437,7 +486,7 @@ class PostgresMemoryStore(MemoryStore):
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         async def operation(conn: PostgresConnection) -> list[MemoryRecord]:
             cursor = await conn.execute(
@@ -461,9 +510,9 @@ class PostgresMemoryStore(MemoryStore):
         kind: str | None = None,
         min_score: float | None = None,
     ) -> list[MemoryHit]:
-        self.check_query(k, min_score)
+        check_query(k, min_score)
         query = np.asarray(normalized(check_embedding(embedding, self.dimensions)), dtype=np.float32)
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         async def operation(conn: PostgresConnection) -> list[MemoryHit]:
             async with conn.transaction():
@@ -497,8 +546,8 @@ class PostgresMemoryStore(MemoryStore):
                     ([row for row, _ in nearest], scope.key),
                 )
                 records = {row[0]: self._record(row[1:]) for row in await cursor.fetchall()}
-            hits = self.checked_hits(
-                [MemoryHit(records[row], score) for row, score in nearest if row in records]
+            hits = checked_hits(
+                self, [MemoryHit(records[row], score) for row, score in nearest if row in records]
             )
             hits.sort(key=lambda hit: (-hit.score, hit.record.id))
             return [hit for hit in hits if min_score is None or hit.score >= min_score]
@@ -547,8 +596,8 @@ class PostgresMemoryStore(MemoryStore):
         cursor = await conn.execute(self._q("SELECT id FROM {memories} WHERE row = %s"), (exc.rowid,))
         found = await cursor.fetchone()
         if found is not None:
-            return self.corrupt(str(exc), memory_id=str(found[0]))
-        return self.corrupt(str(exc), row=f"row {exc.rowid}")
+            return corrupt_row(self, str(exc), memory_id=str(found[0]))
+        return corrupt_row(self, str(exc), row=f"row {exc.rowid}")
 
     async def _cached(self, conn: PostgresConnection, scope: str) -> ScopeVectors | None:
         """The scope's vectors from the cache, brought up to the snapshot's change counter
@@ -655,9 +704,9 @@ class PostgresMemoryStore(MemoryStore):
     async def scopes(
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
-        self.check_page(limit, offset)
+        check_page(limit, offset)
         low, high = MemoryScope.tenant_key_range(tenant_id)
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
         # a range in byte order (the index on scope COLLATE "C"): the tenant's scopes only
         query = 'SELECT scope, count(*), max(updated_at) FROM {memories} WHERE scope COLLATE "C" > %s '
         query += 'AND scope COLLATE "C" < %s AND superseded_by IS NULL'
@@ -674,7 +723,7 @@ class PostgresMemoryStore(MemoryStore):
         async def operation(conn: PostgresConnection) -> list[MemoryScopeSummary]:
             cursor = await conn.execute(self._q(query), args)
             rows = await cursor.fetchall()
-            return [self.scope_summary(key, count, newest) for key, count, newest in rows]
+            return [scope_summary(self, key, count, newest) for key, count, newest in rows]
 
         return await self._run(operation)
 
@@ -700,7 +749,7 @@ class PostgresMemoryStore(MemoryStore):
         return await self._run(operation)
 
     async def purge_expired(self) -> int:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
         if cutoff is None:
             return 0
 

@@ -42,7 +42,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from .._db.jobs import JobWorker
+from .._db.sqlite import default_database_path
 from .._db.sqlite_vec import VecConnection, mapped_error, open_vec_connection
+from .._files import path_from_url
 from ..errors import (
     CorruptMemoryError,
     MemoryFormatError,
@@ -66,7 +68,27 @@ from ._vector_cache import (
     VectorCache,
     behind,
 )
-from .base import NO_CURRENT, MemoryStore, from_micros, normalized, to_micros
+from .base import (
+    NO_CURRENT,
+    MemoryStore,
+    check_page,
+    check_query,
+    check_replaces,
+    check_settings,
+    checked_embedding,
+    checked_hits,
+    corrupt_row,
+    cutoff_micros,
+    decoded_record,
+    from_micros,
+    normalized,
+    replace_conflict,
+    scope_summary,
+    stored_record,
+    to_micros,
+    update_vector,
+    updated_record,
+)
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = ["SQLiteMemoryStore"]
@@ -104,7 +126,9 @@ class SQLiteMemoryStore(MemoryStore):
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
     ) -> None:
-        super().__init__(dimensions=dimensions, ttl=ttl)
+        check_settings(dimensions=dimensions, ttl=ttl)
+        self.dimensions = dimensions
+        self.ttl = ttl
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
         self.path = Path(path)
@@ -115,6 +139,33 @@ class SQLiteMemoryStore(MemoryStore):
         self._worker = JobWorker(thread_name="agentkeep-memory")
         self._connection: VecConnection | None = None
         self._closed = False
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        dimensions: int,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        search_cache_bytes: int = DEFAULT_CACHE_BYTES,
+        cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+    ) -> SQLiteMemoryStore:
+        """A store in the file ``url`` names (``sqlite:///abs/path.db``; ``sqlite://``: the
+        default file, shared with message history).
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        path = path_from_url(url, scheme="sqlite") or default_database_path()
+        return cls(
+            path,
+            dimensions=dimensions,
+            ttl=ttl,
+            timeout=timeout,
+            search_cache_bytes=search_cache_bytes,
+            cache_min_vectors=cache_min_vectors,
+        )
 
     # -- plumbing ----------------------------------------------------------------------------------
     async def _run(self, job: Callable[[VecConnection], T], *, closing: bool = False) -> T:
@@ -146,7 +197,8 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _record(self, row: Sequence[Any], embedding: list[float] | None = None) -> MemoryRecord:
         _, memory_id, key, kind, text, source, metadata, created, updated, superseded = row
-        return self.decoded(
+        return decoded_record(
+            self,
             memory_id,
             lambda: MemoryRecord(
                 text,
@@ -169,8 +221,8 @@ class SQLiteMemoryStore(MemoryStore):
     async def add(
         self, scope: MemoryScope, record: MemoryRecord, *, replaces: str | None = None
     ) -> MemoryRecord:
-        self.check_replaces(record, replaces)
-        embedding = self.checked(record)
+        check_replaces(record, replaces)
+        embedding = checked_embedding(self, record)
         metadata = json.dumps(record.metadata)
 
         def job(db: VecConnection) -> MemoryRecord:
@@ -187,7 +239,9 @@ class SQLiteMemoryStore(MemoryStore):
                     )
                     expected = [] if replaces == NO_CURRENT else [replaces]
                     if replaces is not None and [row[1] for row in current] != expected:
-                        raise self.conflict(scope, record, replaces, current[0][1] if current else None)
+                        raise replace_conflict(
+                            self, scope, record, replaces, current[0][1] if current else None
+                        )
                     for rowid, _ in current:
                         db.run(
                             "UPDATE agentkeep_memories SET superseded_by = ? WHERE rowid = ?",
@@ -214,7 +268,7 @@ class SQLiteMemoryStore(MemoryStore):
                 )
                 if embedding is not None:
                     put_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
-            return self.stored(record, embedding)
+            return stored_record(record, embedding)
 
         return await self._run(job)
 
@@ -237,7 +291,7 @@ class SQLiteMemoryStore(MemoryStore):
         embedding: Sequence[float] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> MemoryRecord:
-        vector = self.update_vector(text, embedding)
+        vector = update_vector(self, text, embedding)
 
         def job(db: VecConnection) -> MemoryRecord:
             with db.write():
@@ -249,7 +303,7 @@ class SQLiteMemoryStore(MemoryStore):
                 if row is None:
                     raise LookupError(f"no current memory {memory_id!r} in {scope}")
                 old = self._record(row)
-                changed = self.updated(old, text=text, vector=vector, metadata=metadata)
+                changed = updated_record(old, text=text, vector=vector, metadata=metadata)
                 updated = to_micros(changed.updated_at or changed.created_at)
                 db.run(
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
@@ -284,7 +338,7 @@ class SQLiteMemoryStore(MemoryStore):
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
     ) -> list[MemoryRecord]:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: VecConnection) -> list[MemoryRecord]:
             sql = f"SELECT {_COLUMNS} FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL"
@@ -312,9 +366,9 @@ class SQLiteMemoryStore(MemoryStore):
         kind: str | None = None,
         min_score: float | None = None,
     ) -> list[MemoryHit]:
-        self.check_query(k, min_score)
+        check_query(k, min_score)
         query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: VecConnection) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
@@ -336,7 +390,7 @@ class SQLiteMemoryStore(MemoryStore):
                         helpers=self._cache.helpers,
                     )
                     found = self._records_of(db, scope.key, nearest)
-            hits = self.checked_hits([MemoryHit(self._record(row), score) for row, score in found])
+            hits = checked_hits(self, [MemoryHit(self._record(row), score) for row, score in found])
             return [hit for hit in hits if min_score is None or hit.score >= min_score]
 
         return await self._run(job)
@@ -345,8 +399,8 @@ class SQLiteMemoryStore(MemoryStore):
         """The error for a damaged vector met by a search, naming its memory."""
         found = db.one("SELECT id FROM agentkeep_memories WHERE rowid = ?", (exc.rowid,))
         if found is not None:
-            return self.corrupt(str(exc), memory_id=str(found[0]))
-        return self.corrupt(str(exc), row=f"vector row {exc.rowid}")
+            return corrupt_row(self, str(exc), memory_id=str(found[0]))
+        return corrupt_row(self, str(exc), row=f"vector row {exc.rowid}")
 
     def _nearest_by_vec0(
         self, db: VecConnection, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
@@ -371,7 +425,9 @@ class SQLiteMemoryStore(MemoryStore):
         )
         for row in rows:
             if row[-1] is None:  # NaN (SQLite has no NaN: NULL), or a vector with no direction
-                raise self.corrupt("its embedding scores no number (NaN, or a zero vector)", memory_id=row[1])
+                raise corrupt_row(
+                    self, "its embedding scores no number (NaN, or a zero vector)", memory_id=row[1]
+                )
         return [(row[:-1], 1.0 - float(row[-1])) for row in rows]
 
     def _records_of(
@@ -482,9 +538,9 @@ class SQLiteMemoryStore(MemoryStore):
     async def scopes(
         self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
     ) -> list[MemoryScopeSummary]:
-        self.check_page(limit, offset)
+        check_page(limit, offset)
         low, high = MemoryScope.tenant_key_range(tenant_id)
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
 
         def job(db: VecConnection) -> list[MemoryScopeSummary]:
             # a range of the (scope, id) index: the tenant's scopes only
@@ -501,7 +557,7 @@ class SQLiteMemoryStore(MemoryStore):
                 args.append(cutoff)
             sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
             rows = db.rows(sql, [*args, limit, offset])
-            return [self.scope_summary(key, count, newest) for key, count, newest in rows]
+            return [scope_summary(self, key, count, newest) for key, count, newest in rows]
 
         return await self._run(job)
 
@@ -510,7 +566,7 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(lambda db: forget_user(db, user_key))
 
     async def purge_expired(self) -> int:
-        cutoff = self.cutoff_micros()
+        cutoff = cutoff_micros(self)
         if cutoff is None:
             return 0
         return await self._run(lambda db: purge_before(db, cutoff))

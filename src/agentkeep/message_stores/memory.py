@@ -13,6 +13,7 @@ from bisect import bisect_right, insort
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from .._files import check_memory_url
 from ..errors import StorageClosedError
 from ..messages import Message
 from .base import (
@@ -80,6 +81,18 @@ class InMemoryMessageStore:
         self._conversations: dict[str, _Conversation] = {}
         self._lock = asyncio.Lock()
         self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str = "memory://", *, max_messages: int | None = None, ttl: float | None = None
+    ) -> InMemoryMessageStore:
+        """A new empty store for ``memory://`` (the one URL of process memory).
+
+        Raises:
+            StoreURLError: Any other URL.
+        """
+        check_memory_url(url)
+        return cls(max_messages=max_messages, ttl=ttl)
 
     def _check(self) -> None:
         if self._closed:

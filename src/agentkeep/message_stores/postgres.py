@@ -560,8 +560,9 @@ class PostgresHistoryProvider(StorageHistoryProvider):
     """A history provider keeping conversations in PostgreSQL.
 
     Args:
-        url: A connection URL; the provider's store creates, opens and closes its own pool.
-        pool: Or an ``AsyncConnectionPool`` to use (not closed by the provider).
+        pool: An ``AsyncConnectionPool`` to use (not closed by the provider).
+        url: Or a connection URL; the provider's store creates, opens and closes its own pool
+            (as :meth:`from_url` does).
         source_id: Provider id and state key.
         schema: The schema holding the tables.
         load_limit: Load at most this many of the newest view messages per run.
@@ -575,7 +576,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
 
     Example:
         ```python
-        provider = PostgresHistoryProvider("postgresql://app@db:5432/app", load_limit=200)
+        provider = PostgresHistoryProvider.from_url("postgresql://app@db:5432/app", load_limit=200)
         agent = Agent(client, context_providers=[provider])
         await agent.run("Hello!", session=agent.create_session(session_id="user-42"))
         await provider.aclose()  # closes the pool it created
@@ -586,9 +587,9 @@ class PostgresHistoryProvider(StorageHistoryProvider):
 
     def __init__(
         self,
-        url: str | None = None,
-        *,
         pool: PostgresPool | None = None,
+        *,
+        url: str | None = None,
         source_id: str = "postgres_history",
         schema: str = DEFAULT_SCHEMA,
         load_limit: int | None = None,
@@ -618,4 +619,4 @@ class PostgresHistoryProvider(StorageHistoryProvider):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresHistoryProvider:
         """A provider whose store owns a pool on ``url``; ``options`` as for the constructor."""
-        return cls(url, **options)
+        return cls(url=url, **options)

@@ -66,7 +66,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Unpack
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 import msgspec
 
@@ -80,6 +80,7 @@ from .._db.sqlite import (
     read_transaction,
     write_transaction,
 )
+from .._files import path_from_url
 from ..errors import CorruptRecordError
 from ..messages import Message
 from ..providers.history import HistoryOptions
@@ -185,6 +186,25 @@ class SQLiteMessageStore:
         self.ttl = ttl
         self.key_ring = key_ring
         self.database = SQLiteDatabase(path, timeout=timeout)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        max_messages: int | None = None,
+        ttl: float | None = None,
+        timeout: float = 5.0,
+        key_ring: KeyRing | None = None,
+    ) -> SQLiteMessageStore:
+        """A store on the file ``url`` names (``sqlite:///abs/path.db``, ``sqlite://rel/path.db``;
+        ``sqlite://``: the default file).
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        path = path_from_url(url, scheme="sqlite")
+        return cls(path, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring)
 
     @property
     def path(self) -> Path:
@@ -756,6 +776,16 @@ class SQLiteHistoryProvider(StorageHistoryProvider):
             **options,
             owns_store=True,
         )
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLiteHistoryProvider:
+        """A provider on the file ``url`` names (``sqlite:///path.db``; ``sqlite://``: the default
+        file); ``options`` as for the constructor.
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        return cls(path_from_url(url, scheme="sqlite"), **options)
 
     @property
     def path(self) -> Path:

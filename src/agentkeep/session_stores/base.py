@@ -11,13 +11,18 @@ only if the stored version is still the one read (a new session: only if nothing
 raises :class:`~agentkeep.errors.ConflictError` otherwise, so a concurrent writer's work is never
 silently overwritten. After a save the session carries the new version.
 
-Decorators (``IsolationKeyScopedSessionStore``) derive from :class:`DelegatingSessionStore`, and
-``store.get_service(SomeStoreType)`` finds a layer in the chain.
+**The contract is a protocol.** :class:`AgentSessionStore` is a :class:`typing.Protocol`: a class
+with its members is a session store, whatever it derives from. Subclassing it explicitly is how a
+backend inherits the defaults of the optional members (``get_session_if_changed``,
+``get_service``, ``aclose``, ``backend``) and has the three core methods checked when it is made.
+Decorators (``IsolationKeyScopedSessionStore``) derive from the concrete
+:class:`DelegatingSessionStore`, and ``store.get_service(SomeStoreType)`` finds a layer in the
+chain.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -236,8 +241,13 @@ def conflict_error(
     )
 
 
-class AgentSessionStore(ABC):
-    """Saves and restores sessions by (agent, conversation id)."""
+@runtime_checkable
+class AgentSessionStore(Protocol):
+    """Saves and restores sessions by (agent, conversation id).
+
+    A protocol (see the module docs): ``save_session``, ``get_session`` and ``delete_session`` are
+    what a backend writes; the other members have defaults a subclass inherits.
+    """
 
     backend: str = "custom"
     """The store's name in errors."""
@@ -285,7 +295,7 @@ class AgentSessionStore(ABC):
         """This store if it is a ``service_type``, else ``None`` (decorators search their chain)."""
         return self if isinstance(self, service_type) else None
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+    async def aclose(self) -> None:
         """Release what the store owns; idempotent."""
 
 

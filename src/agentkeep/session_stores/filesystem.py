@@ -55,12 +55,13 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
-from .._files import Folder, LockError
+from .._files import Folder, LockError, path_from_url
 from ..errors import (
     SchemaVersionError,
     SessionFormatError,
     StorageClosedError,
     StorageUnavailableError,
+    StoreURLError,
 )
 from ..sessions import AgentSession
 from .base import (
@@ -171,6 +172,20 @@ class FileSystemSessionStore(AgentSessionStore):
         self.lock_timeout = lock_timeout
         self.key_ring = key_ring
         self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, lock_timeout: float = 30.0, key_ring: KeyRing | None = None
+    ) -> FileSystemSessionStore:
+        """A store in the folder ``url`` names (``file:///abs/folder``, ``~`` expanded).
+
+        Raises:
+            StoreURLError: Not a ``file://`` URL, one with a query, or one naming no folder.
+        """
+        root = path_from_url(url, scheme="file")
+        if root is None:
+            raise StoreURLError(f"store URL {url!r}: name the folder (file:///path/to/sessions)")
+        return cls(root, lock_timeout=lock_timeout, key_ring=key_ring)
 
     def session_path(self, agent: Agent, conversation_id: str) -> Path:
         """The file that holds (or would hold) the session of ``agent`` under ``conversation_id``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from .._files import check_memory_url
 from ..errors import StorageClosedError
 from ..sessions import AgentSession
 from .base import (
@@ -74,6 +75,16 @@ class InMemorySessionStore(AgentSessionStore):
     """
 
     backend = "memory"
+
+    @classmethod
+    def from_url(cls, url: str = "memory://") -> InMemorySessionStore:
+        """A new empty store for ``memory://`` (the one URL of process memory).
+
+        Raises:
+            StoreURLError: Any other URL.
+        """
+        check_memory_url(url)
+        return cls()
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[str, str], tuple[int, bytes]] = {}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._db.sqlite import SQLiteDatabase, now_us
+from .._files import path_from_url
 from ..errors import SessionFormatError
 from ..sessions import AgentSession
 from .base import (
@@ -82,6 +83,18 @@ class SQLiteSessionStore(AgentSessionStore):
     ) -> None:
         self.database = SQLiteDatabase(path, timeout=timeout)
         self.key_ring = key_ring
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float = 5.0, key_ring: KeyRing | None = None
+    ) -> SQLiteSessionStore:
+        """A store on the file ``url`` names (``sqlite:///abs/path.db``; ``sqlite://``: the
+        default file).
+
+        Raises:
+            StoreURLError: Not a ``sqlite://`` URL, or one with a query.
+        """
+        return cls(path_from_url(url, scheme="sqlite"), timeout=timeout, key_ring=key_ring)
 
     @property
     def path(self) -> Path:
