@@ -9,13 +9,15 @@ URL                                                       store
                                                           (:func:`~agentkeep._db.sqlite.default_database_path`)
 ``sqlite:///abs/path.db``, ``sqlite://rel/path.db``       SQLite file (``~`` is expanded)
 ``redis://[:password@]host:port/db?key_prefix=P``         Redis (``rediss://``, ``unix://`` too)
-``postgresql://user@host:port/db?schema=S``               PostgreSQL (``postgres://`` too)
+``postgresql://user@host:port/db?schema=S``               PostgreSQL (``postgres://`` too;
+                                                          ``&pooler=transaction`` behind a
+                                                          transaction pooler)
 ``memory://``                                             process memory (nothing survives)
 ``file:///abs/folder``                                    a folder of session files (session
                                                           stores only)
 ========================================================  =====================================
 
-``key_prefix`` and ``schema`` are agentkeep's own query parameters (the stores' defaults apply
+``key_prefix``, ``schema`` and ``pooler`` are agentkeep's own query parameters (the stores' defaults apply
 when they are left out); every other parameter goes to the driver. The Redis and PostgreSQL
 drivers are optional dependencies, imported only when such a URL is used (a missing one raises
 an ``ImportError`` naming the extra to install).
@@ -123,7 +125,7 @@ class MemoryStoreOptions(TypedDict):
 class _Backend:
     name: str
     local: bool
-    own_parameter: str | None
+    own_parameters: tuple[str, ...]
     openers: dict[StoreKind, Callable[..., object]]
     default_path: Callable[[], Path] | None
 
@@ -137,7 +139,7 @@ def register_store_backend(
     *,
     schemes: Sequence[str],
     local: bool = False,
-    own_parameter: str | None = None,
+    own_parameter: str | Sequence[str] | None = None,
     default_path: Callable[[], Path] | None = None,
     message_store: MessageStoreOpener | None = None,
     session_store: SessionStoreOpener | None = None,
@@ -153,8 +155,9 @@ def register_store_backend(
             names none (``scheme://``) is valid is for the opener to say.
         default_path: For a local backend: the path of ``scheme://`` (the SQLite backend's
             default file).
-        own_parameter: A query parameter the opener reads from :attr:`StoreLocation.options`
-            instead of the driver (``key_prefix``, ``schema``).
+        own_parameter: A query parameter (or several) the opener reads from
+            :attr:`StoreLocation.options` instead of the driver (``key_prefix``; ``schema`` and
+            ``pooler``).
         message_store: ``opener(location, options)`` for :func:`open_message_store`.
         session_store: ``opener(location, options)`` for :func:`open_session_store`.
         memory_store: ``opener(location, options)`` for :func:`open_memory_store`.
@@ -171,7 +174,8 @@ def register_store_backend(
     for kind, opener in (("message", message_store), ("session", session_store), ("memory", memory_store)):
         if opener is not None:
             openers[cast(StoreKind, kind)] = opener
-    backend = _Backend(name, local, own_parameter, openers, default_path)
+    own = (own_parameter,) if isinstance(own_parameter, str) else tuple(own_parameter or ())
+    backend = _Backend(name, local, own, openers, default_path)
     _BACKENDS[name] = backend
     for scheme in schemes:
         _SCHEMES[scheme.lower()] = backend
@@ -188,7 +192,8 @@ class StoreLocation:
             given.
         path: The SQLite file, the session folder or a local backend's path (``None`` for the
             others, and for a local URL that names none).
-        options: agentkeep's own parameters found in the query (``key_prefix``, ``schema``).
+        options: agentkeep's own parameters found in the query (``key_prefix``, ``schema``,
+            ``pooler``).
     """
 
     backend: StoreBackend
@@ -229,13 +234,12 @@ def parse_store_url(url: str | None) -> StoreLocation:
         _ = parts.port  # raises ValueError for a port that is not a number
     except ValueError as exc:
         raise StoreURLError(f"invalid store URL {redact_url(url)!r}: {exc}") from exc
-    own = backend.own_parameter
     options: dict[str, str] = {}
     query: list[tuple[str, str]] = []
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name == own:
+        if name in backend.own_parameters:
             if not value:
-                raise StoreURLError(f"store URL {redact_url(url)!r}: {own} must not be empty")
+                raise StoreURLError(f"store URL {redact_url(url)!r}: {name} must not be empty")
             options[name] = value
         else:
             query.append((name, value))
@@ -471,8 +475,9 @@ def _postgres_messages(location: StoreLocation, options: MessageStoreOptions) ->
     from .message_stores.postgres import PostgresMessageStore
 
     schema = location.options.get("schema", PostgresMessageStore.DEFAULT_SCHEMA)
+    pooler = _pooler(location)
     with _driver_checks(location):
-        return PostgresMessageStore.from_url(location.url, schema=schema, **options)
+        return PostgresMessageStore.from_url(location.url, schema=schema, pooler=pooler, **options)
 
 
 def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
@@ -480,9 +485,14 @@ def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) ->
 
     _no_ttl(location, options)
     schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)
+    pooler = _pooler(location)
     with _driver_checks(location):
         return PostgresSessionStore.from_url(
-            location.url, schema=schema, timeout=options["timeout"], key_ring=options["key_ring"]
+            location.url,
+            schema=schema,
+            pooler=pooler,
+            timeout=options["timeout"],
+            key_ring=options["key_ring"],
         )
 
 
@@ -490,8 +500,22 @@ def _postgres_memories(location: StoreLocation, options: MemoryStoreOptions) -> 
     from .memory.postgres import PostgresMemoryStore
 
     schema = location.options.get("schema", PostgresMemoryStore.DEFAULT_SCHEMA)
+    pooler = _pooler(location)
     with _driver_checks(location):
-        return PostgresMemoryStore.from_url(location.url, schema=schema, **options)
+        return PostgresMemoryStore.from_url(location.url, schema=schema, pooler=pooler, **options)
+
+
+def _pooler(location: StoreLocation) -> Literal["transaction"] | None:
+    """The ``pooler`` query parameter of a PostgreSQL URL: ``transaction`` or absent."""
+    pooler = location.options.get("pooler")
+    if pooler is None:
+        return None
+    if pooler != "transaction":
+        raise StoreURLError(
+            f"store URL {redact_url(location.url)!r}: pooler must be 'transaction' (a pooler in "
+            f"transaction pooling mode), not {pooler!r}"
+        )
+    return pooler
 
 
 def _no_ttl(location: StoreLocation, options: SessionStoreOptions) -> None:
@@ -541,7 +565,7 @@ register_store_backend(
 register_store_backend(
     "postgres",
     schemes=["postgres", "postgresql"],
-    own_parameter="schema",
+    own_parameter=("schema", "pooler"),
     message_store=_postgres_messages,
     session_store=_postgres_sessions,
     memory_store=_postgres_memories,

@@ -13,14 +13,16 @@ Needs psycopg 3 and its pool (extra ``[postgres]``); importing this module witho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, LiteralString, TypeVar, cast
+from typing import Any, Final, Literal, LiteralString, TypeVar, cast
 
 try:
     import psycopg
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict
+    from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as exc:
@@ -40,7 +42,9 @@ from ..message_stores.codec import FORMAT_VERSION
 __all__ = [
     "BACKEND",
     "DEFAULT_SCHEMA",
+    "POOLERS",
     "SCHEMA_VERSION",
+    "Pooler",
     "PostgresConnection",
     "PostgresDatabase",
     "PostgresPool",
@@ -56,6 +60,12 @@ BACKEND: Final = "postgres"
 
 DEFAULT_SCHEMA: Final = "agentkeep"
 """The schema both PostgreSQL stores use when none is given."""
+
+Pooler = Literal["transaction"]
+"""The connection poolers agentkeep can run behind: ``"transaction"``, a pooler in transaction
+pooling mode (PgBouncer's ``pool_mode = transaction``), where consecutive transactions of a
+client may run on different server connections."""
+POOLERS: Final[tuple[Pooler, ...]] = ("transaction",)
 
 # The schema's append function, one round trip per append; each statement of a (volatile)
 # function sees what committed before it started, so the retry check after the row lock sees a
@@ -215,14 +225,37 @@ _SETUP: Final[dict[str, LiteralString]] = {
 }
 
 
-def _connect_kwargs(timeout: float) -> dict[str, Any]:
-    milliseconds = max(1, round(timeout * 1000))
-    return {
+def _milliseconds(timeout: float) -> int:
+    return max(1, round(timeout * 1000))
+
+
+def _connect_kwargs(timeout: float, pooler: Pooler | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
         "autocommit": True,
         "connect_timeout": max(2, round(timeout)),  # libpq's minimum is 2 seconds
-        "options": f"-c statement_timeout={milliseconds} -c idle_in_transaction_session_timeout="
-        f"{2 * milliseconds}",
     }
+    if pooler is None:
+        milliseconds = _milliseconds(timeout)
+        kwargs["options"] = (
+            f"-c statement_timeout={milliseconds} -c idle_in_transaction_session_timeout={2 * milliseconds}"
+        )
+    else:
+        # A transaction pooler refuses startup options and shares server connections between
+        # clients: nothing is prepared (a prepared statement lives on one server connection).
+        kwargs["prepare_threshold"] = None
+    return kwargs
+
+
+def _begin(timeout: float, *, pooler: Pooler | None, snapshot: bool) -> bytes:
+    """The statements opening an operation's transaction, sent as one message: with a pooler the
+    timeouts hold for this transaction only (``SET LOCAL``: no state is left on the shared server
+    connection)."""
+    statements = ["BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" if snapshot else "BEGIN"]
+    if pooler is not None:
+        milliseconds = _milliseconds(timeout)
+        statements.append(f"SET LOCAL statement_timeout = {milliseconds}")
+        statements.append(f"SET LOCAL idle_in_transaction_session_timeout = {2 * milliseconds}")
+    return "; ".join(statements).encode()
 
 
 def _address(conninfo: object, kwargs: object) -> str:
@@ -261,6 +294,12 @@ class PostgresDatabase:
             of twice the timeout), opened on first use and closed by :meth:`aclose`.
         schema: The schema holding the tables (created by :meth:`setup`).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
+        pooler: ``"transaction"`` when ``url`` reaches the server through a pooler in transaction
+            pooling mode (PgBouncer's ``pool_mode = transaction``): no startup ``options`` are
+            sent and nothing is prepared, and every operation runs in a transaction of its own
+            that sets ``statement_timeout`` and ``idle_in_transaction_session_timeout`` with
+            ``SET LOCAL``, so an operation the client gave up on never commits later. ``None``
+            (the default): a direct connection, timeouts set once per connection.
     """
 
     backend = BACKEND
@@ -272,20 +311,26 @@ class PostgresDatabase:
         url: str | None = None,
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
+        pooler: Pooler | None = None,
     ) -> None:
         if (pool is None) == (url is None):
             raise ValueError("pass either a pool or a url")
+        if pooler is not None and pooler not in POOLERS:
+            raise ValueError(f"pooler must be one of {', '.join(POOLERS)} or None, not {pooler!r}")
         if not schema or "\x00" in schema:
             raise ValueError("schema must be a non-empty name")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.schema = schema
         self.timeout = timeout
+        self.pooler: Pooler | None = pooler
+        self._begin = _begin(timeout, pooler=pooler, snapshot=False)
+        self._begin_snapshot = _begin(timeout, pooler=pooler, snapshot=True)
         self._owns_pool = pool is None
         if pool is None:
             pool = AsyncConnectionPool(
                 url or "",
-                kwargs=_connect_kwargs(timeout),
+                kwargs=_connect_kwargs(timeout, pooler),
                 min_size=1,
                 max_size=10,
                 open=False,
@@ -383,15 +428,20 @@ class PostgresDatabase:
         *,
         retry: bool = False,
         writes: bool = False,
+        snapshot: bool = False,
     ) -> T:
         """Run ``operation`` on a pooled connection (after :meth:`setup`, once), mapping errors.
 
         Args:
-            operation: Receives the connection; opens its own transaction when it needs one.
+            operation: Receives the connection; opens its own transaction when it needs one
+                (behind a pooler it runs inside one transaction already, its own become
+                savepoints).
             retry: Run it once more on a fresh connection if the connection turns out to be
                 dead (only for operations that are safe to repeat).
             writes: It changes data: a connection lost (or a reply not received) while it ran
                 raises :class:`~agentkeep.errors.OutcomeUnknownError` (it may have committed).
+            snapshot: Run it in one read-only transaction that sees one snapshot of the data
+                (repeatable read).
 
         Raises:
             StorageUnavailableError: No connection in time, a dead server or no answer in time
@@ -401,11 +451,19 @@ class PostgresDatabase:
         self.check_open()
         if not self._ready:
             await self.setup()
-        return await self._run(operation, retry=retry, writes=writes)
+        return await self._run(operation, retry=retry, writes=writes, snapshot=snapshot)
 
     async def _run(
-        self, operation: Callable[[PostgresConnection], Awaitable[T]], *, retry: bool, writes: bool
+        self,
+        operation: Callable[[PostgresConnection], Awaitable[T]],
+        *,
+        retry: bool,
+        writes: bool,
+        snapshot: bool = False,
     ) -> T:
+        if snapshot or self.pooler is not None:
+            operation = self._in_transaction(operation, self._begin_snapshot if snapshot else self._begin)
+
         attempts = 2 if retry else 1
         lost = False  # a write's connection failed while it ran: it may have committed
         for attempt in range(1, attempts + 1):
@@ -446,6 +504,29 @@ class PostgresDatabase:
             # drop the other dead idle ones too before trying again.
             await self._drop_dead_connections()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _in_transaction(
+        operation: Callable[[PostgresConnection], Awaitable[T]], begin: bytes
+    ) -> Callable[[PostgresConnection], Awaitable[T]]:
+        """``operation`` in a transaction opened by ``begin`` (one round trip), committed after it
+        (the commit is part of the operation: its deadline, and a write's unknown outcome if the
+        reply is lost). A transaction the operation opens becomes a savepoint of this one."""
+
+        async def transaction(conn: PostgresConnection) -> T:
+            await conn.execute(begin)
+            try:
+                result = await operation(conn)
+            except BaseException:
+                if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                    # a connection that fails here is gone with its transaction; the pool drops it
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.execute(b"ROLLBACK")
+                raise
+            await conn.execute(b"COMMIT")
+            return result
+
+        return transaction
 
     def _newer(self, exc: psycopg.Error) -> SchemaVersionError:
         message = exc.diag.message_primary or "the data was upgraded by a newer agentkeep"

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "and pip install 'agentkeep[memory]'"
     ) from exc
 
-from .._db.postgres import DEFAULT_SCHEMA, PostgresConnection, PostgresDatabase, PostgresPool
+from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresConnection, PostgresDatabase, PostgresPool
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
@@ -122,6 +122,8 @@ class PostgresMemoryStore(MemoryStore):
             current through the change log, so a search fetches only what changed since the last
             (see :mod:`._vector_cache`); least recently searched scopes go first. ``0``: no cache.
         cache_min_vectors: Scopes with fewer vectors are fetched whole for each search.
+        pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
+            (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
     """
 
     backend = "postgres"
@@ -138,13 +140,14 @@ class PostgresMemoryStore(MemoryStore):
         timeout: float = 5.0,
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+        pooler: Pooler | None = None,
     ) -> None:
         check_settings(dimensions=dimensions, ttl=ttl)
         self.dimensions = dimensions
         self.ttl = ttl
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
-        self.db = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
+        self.db = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
         self.schema = schema
         self.location = f"{self.db.address} (schema {schema!r})"
         self._tables = {
@@ -174,6 +177,7 @@ class PostgresMemoryStore(MemoryStore):
         timeout: float = 5.0,
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
+        pooler: Pooler | None = None,
     ) -> PostgresMemoryStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
         return cls(
@@ -184,6 +188,7 @@ class PostgresMemoryStore(MemoryStore):
             timeout=timeout,
             search_cache_bytes=search_cache_bytes,
             cache_min_vectors=cache_min_vectors,
+            pooler=pooler,
         )
 
     def _record(self, row: Sequence[Any]) -> MemoryRecord:
@@ -234,10 +239,10 @@ class PostgresMemoryStore(MemoryStore):
     def _q(self, text: str) -> sql.Composed:
         return sql.SQL(text).format(**self._tables)  # pyright: ignore[reportArgumentType]
 
-    async def _run(self, operation: Callable[[PostgresConnection], Any]) -> Any:
+    async def _run(self, operation: Callable[[PostgresConnection], Any], *, snapshot: bool = False) -> Any:
         if not self._ready:
             await self.setup()
-        return await self.db.run(operation)
+        return await self.db.run(operation, snapshot=snapshot)
 
     async def setup(self) -> None:
         await self.db.setup()
@@ -515,44 +520,43 @@ class PostgresMemoryStore(MemoryStore):
         cutoff = cutoff_micros(self)
 
         async def operation(conn: PostgresConnection) -> list[MemoryHit]:
-            async with conn.transaction():
-                # One snapshot (repeatable read) for the scope's counter, its log, the vectors and
-                # the records of the k best, each checked to be of this scope and current.
-                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                nearest: list[tuple[int, float]] | None = None
-                try:
-                    async with self._cache_lock:
-                        vectors = await self._cached(conn, scope.key)
-                        if vectors is not None:
-                            nearest = await asyncio.to_thread(
-                                vectors.nearest,
-                                query,
-                                k,
-                                kind=kind,
-                                cutoff=cutoff,
-                                helpers=self._cache.helpers,
-                            )
-                    if nearest is None:
-                        nearest = await self._nearest_fetched(conn, scope.key, query, k, kind, cutoff)
-                except DamagedVector as exc:
-                    raise await self._damaged_vector(conn, exc) from exc
-                if not nearest:
-                    return []
-                cursor = await conn.execute(
-                    self._q(
-                        f"SELECT row, {_COLUMNS} FROM {{memories}} "
-                        "WHERE row = ANY(%s) AND scope = %s AND superseded_by IS NULL"
-                    ),
-                    ([row for row, _ in nearest], scope.key),
-                )
-                records = {row[0]: self._record(row[1:]) for row in await cursor.fetchall()}
+            # One snapshot (run(snapshot=True): repeatable read, read only) for the scope's counter,
+            # its log, the vectors and the records of the k best, each checked to be of this scope
+            # and current.
+            nearest: list[tuple[int, float]] | None = None
+            try:
+                async with self._cache_lock:
+                    vectors = await self._cached(conn, scope.key)
+                    if vectors is not None:
+                        nearest = await asyncio.to_thread(
+                            vectors.nearest,
+                            query,
+                            k,
+                            kind=kind,
+                            cutoff=cutoff,
+                            helpers=self._cache.helpers,
+                        )
+                if nearest is None:
+                    nearest = await self._nearest_fetched(conn, scope.key, query, k, kind, cutoff)
+            except DamagedVector as exc:
+                raise await self._damaged_vector(conn, exc) from exc
+            if not nearest:
+                return []
+            cursor = await conn.execute(
+                self._q(
+                    f"SELECT row, {_COLUMNS} FROM {{memories}} "
+                    "WHERE row = ANY(%s) AND scope = %s AND superseded_by IS NULL"
+                ),
+                ([row for row, _ in nearest], scope.key),
+            )
+            records = {row[0]: self._record(row[1:]) for row in await cursor.fetchall()}
             hits = checked_hits(
                 self, [MemoryHit(records[row], score) for row, score in nearest if row in records]
             )
             hits.sort(key=lambda hit: (-hit.score, hit.record.id))
             return [hit for hit in hits if min_score is None or hit.score >= min_score]
 
-        return await self._run(operation)
+        return await self._run(operation, snapshot=True)
 
     async def _nearest_fetched(
         self,

@@ -45,6 +45,12 @@ connections are checked and reads, appends and compactions run once more on a fr
 (a repeated append is recognised as a retry, so the turn is stored once). Records that do not
 decode raise :class:`~agentkeep.errors.CorruptRecordError`.
 
+**Behind a transaction pooler** (``pooler="transaction"``, ``?pooler=transaction`` in a URL: PgBouncer's
+``pool_mode = transaction``), no startup options are sent and nothing is prepared; every
+operation runs in a transaction of its own that sets both timeouts with ``SET LOCAL``, so the
+server still cancels an operation the client gave up on, and no state stays on the shared
+server connection (the advisory locks are transaction-level).
+
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`PostgresMessageStore.stored_records` is one statement (primary-key range scans of both
 tables); :meth:`PostgresMessageStore.replace_records` one ``UPDATE`` per table in one statement,
@@ -70,6 +76,7 @@ try:
         BACKEND,
         DEFAULT_SCHEMA,
         SCHEMA_VERSION,
+        Pooler,
         PostgresConnection,
         PostgresDatabase,
         PostgresPool,
@@ -231,6 +238,8 @@ class PostgresMessageStore:
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
         key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
+        pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
+            (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
     """
 
     backend = BACKEND
@@ -246,9 +255,10 @@ class PostgresMessageStore:
         ttl: float | None = None,
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
+        pooler: Pooler | None = None,
     ) -> None:
         check_retention(max_messages, ttl)
-        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
+        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
         self.max_messages = max_messages
         self.ttl = ttl
         self.key_ring = key_ring
@@ -264,10 +274,17 @@ class PostgresMessageStore:
         ttl: float | None = None,
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
+        pooler: Pooler | None = None,
     ) -> PostgresMessageStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
         return cls(
-            url=url, schema=schema, max_messages=max_messages, ttl=ttl, timeout=timeout, key_ring=key_ring
+            url=url,
+            schema=schema,
+            max_messages=max_messages,
+            ttl=ttl,
+            timeout=timeout,
+            key_ring=key_ring,
+            pooler=pooler,
         )
 
     @property
@@ -570,6 +587,8 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         ttl: Seconds of inactivity after which a conversation expires.
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
         key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
+        pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
+            (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
 
     The other options (``load_messages``, ``store_inputs``, ...) are those of
     :class:`~agentkeep.providers.HistoryProvider`.
@@ -597,6 +616,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         ttl: float | None = None,
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
+        pooler: Pooler | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
         store = PostgresMessageStore(
@@ -607,6 +627,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
             ttl=ttl,
             timeout=timeout,
             key_ring=key_ring,
+            pooler=pooler,
         )
         super().__init__(
             store,

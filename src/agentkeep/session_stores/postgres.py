@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._db.postgres import DEFAULT_SCHEMA, PostgresDatabase, PostgresPool
+from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresDatabase, PostgresPool
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
@@ -74,6 +74,8 @@ class PostgresSessionStore(AgentSessionStore):
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
         key_ring: Encrypt session payloads with its current key (decrypt with any of its keys);
             see :mod:`agentkeep.encryption`.
+        pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
+            (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
 
     Example:
         ```python
@@ -96,8 +98,9 @@ class PostgresSessionStore(AgentSessionStore):
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
+        pooler: Pooler | None = None,
     ) -> None:
-        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout)
+        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
         self.key_ring = key_ring
         self._insert = self.database.query(_INSERT)
         self._update = self.database.query(_UPDATE)
@@ -116,9 +119,10 @@ class PostgresSessionStore(AgentSessionStore):
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
+        pooler: Pooler | None = None,
     ) -> PostgresSessionStore:
         """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
-        return cls(url=url, schema=schema, timeout=timeout, key_ring=key_ring)
+        return cls(url=url, schema=schema, timeout=timeout, key_ring=key_ring, pooler=pooler)
 
     @property
     def schema(self) -> str:
