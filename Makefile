@@ -95,6 +95,12 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }
 
+# Debian's pgbouncer: the tests start a private one (transaction pooling) on a free loopback port
+# in front of the test server; it is never run as a service.
+PGBOUNCER := /usr/sbin/pgbouncer
+$(PGBOUNCER):
+	apt-get install -y -q pgbouncer || { apt-get update -q && apt-get install -y -q pgbouncer; }
+
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -102,7 +108,7 @@ lint: $(VENV)/.stamp-dev
 typecheck: $(VENV)/.stamp-dev
 	$(BIN)/pyright
 
-unit: $(VENV)/.stamp-dev services $(JS_CLIENT) $(CHROMIUM)
+unit: $(VENV)/.stamp-dev services $(JS_CLIENT) $(CHROMIUM) $(PGBOUNCER)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

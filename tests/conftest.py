@@ -21,6 +21,7 @@ from tests.clients.servers import llama_server
 from tests.message_stores.backend_postgres import URL as POSTGRES_URL
 from tests.message_stores.backend_postgres import drop_schema, new_schema
 from tests.message_stores.backend_redis import REDIS_URL, delete_prefix, unique_prefix
+from tests.private_pgbouncer import PgBouncer, shared_pgbouncer, stop_shared_pgbouncer
 from tests.private_redis import RedisServer
 
 __all__ = [
@@ -97,6 +98,7 @@ def server_store(request: pytest.FixtureRequest) -> Iterator[str]:
 # module that starts or reaches it; the table below says which.
 SERVICE_FIXTURES: dict[str, frozenset[str]] = {
     "redis": frozenset({"private_redis"}),
+    "postgres": frozenset({"pgbouncer"}),
     "model": frozenset({"local_model_path", "local_client", "llama_server", "minilm"}),
 }
 SERVICE_NAMES: dict[str, frozenset[str]] = {
@@ -141,6 +143,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         handle = getattr(utils, name, None)
         if handle is not None and hasattr(handle, "close"):
             handle.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pgbouncer_session() -> Iterator[None]:
+    """Stops the session's private pgbouncer (started on first use by the tests and backends that
+    reach PostgreSQL through it) at the end of the session."""
+    yield
+    stop_shared_pgbouncer()
+
+
+@pytest.fixture
+def pgbouncer(pgbouncer_session: None) -> PgBouncer:
+    """The session's private pgbouncer (transaction pooling, in front of the test server); the
+    test is skipped if pgbouncer is not installed."""
+    return shared_pgbouncer(POSTGRES_URL)
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ def message_store_backend(module: ModuleType) -> MessageStoreBackend:
     """The description of a ``tests/message_stores/backend_*`` module for the message-store suite."""
     spec_of, from_spec = getattr(module, "spec_of", None), getattr(module, "store_from_spec", None)
     return MessageStoreBackend(
-        module.NAME,
+        getattr(module, "BACKEND", module.NAME),  # store.backend, when the test id says more
         module.open_store,
         corrupt=getattr(module, "corrupt", None),
         corrupt_summaries=getattr(module, "corrupt_summaries", None),
