@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from agentkeep import Message, OutcomeUnknownError, StorageUnavailableError
 from agentkeep._db.postgres import PostgresConnection, PostgresDatabase
@@ -147,6 +149,53 @@ async def test_concurrent_appends_through_the_pooler_prepare_nothing_and_lose_no
     finally:
         for store in stores:
             await store.aclose()
+
+
+async def test_stores_setting_up_one_schema_together_through_the_pooler_all_succeed(
+    pgbouncer: PgBouncer,
+) -> None:
+    # Behind the pooler a server connection may have looked the schema up for another client
+    # before the migration lock was granted; the losing setups see the winner's work next round.
+    for _ in range(8):
+        schema = new_schema("akpgbr")
+        stores = [pooled(pgbouncer, schema) for _ in range(4)]
+        try:
+            async with asyncio.timeout(GUARD):
+                for store in stores:  # connected first, so the setups overlap
+                    await store.read("warm-up")
+                await drop_schema(schema)
+                for store in stores:
+                    store.database._ready = False  # pyright: ignore[reportPrivateUsage]
+                await asyncio.gather(*(store.setup() for store in stores))
+                assert await stores[0].append("c", [Message("user", ["hello"])]) == [1]
+        finally:
+            for store in stores:
+                await store.aclose()
+            await drop_schema(schema)
+
+
+async def test_an_injected_pool_in_transactions_through_the_pooler(pgbouncer: PgBouncer, schema: str) -> None:
+    # The caller's pool: not autocommit, psycopg's default preparing, more connections than the
+    # pooler has server connections (4); the store turns preparing off on each connection it is
+    # given and sets the timeouts in psycopg's own transaction.
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(pgbouncer.url, min_size=6, max_size=6, open=False)
+    await pool.open()
+    store = PostgresMessageStore(pool, schema=schema, timeout=3.0, pooler="transaction")
+
+    async def timeout(conn: PostgresConnection) -> str:
+        return await setting(conn, "statement_timeout")
+
+    try:
+        async with asyncio.timeout(GUARD * 2):
+            for i in range(12):  # past psycopg's threshold of 5 for preparing a statement
+                await asyncio.gather(
+                    *(store.append(f"c{n}", [Message("user", [f"{n}-{i}"])]) for n in range(6))
+                )
+            assert await store.database.run(timeout) == "3s"
+            assert [len((await store.read(f"c{n}", raw=True)).entries) for n in range(6)] == [12] * 6
+    finally:
+        await store.aclose()
+        await pool.close()
 
 
 async def test_without_the_option_the_pooler_refuses_the_connection_saying_why(

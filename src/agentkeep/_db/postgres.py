@@ -246,16 +246,15 @@ def _connect_kwargs(timeout: float, pooler: Pooler | None) -> dict[str, Any]:
     return kwargs
 
 
-def _begin(timeout: float, *, pooler: Pooler | None, snapshot: bool) -> bytes:
-    """The statements opening an operation's transaction, sent as one message: with a pooler the
-    timeouts hold for this transaction only (``SET LOCAL``: no state is left on the shared server
-    connection)."""
-    statements = ["BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY" if snapshot else "BEGIN"]
+def _settings(timeout: float, *, pooler: Pooler | None, snapshot: bool) -> str:
+    """What an operation's transaction sets first, as one message: with a pooler the timeouts, for
+    this transaction only (``SET LOCAL``: nothing stays on the shared server connection)."""
+    statements = ["SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"] if snapshot else []
     if pooler is not None:
         milliseconds = _milliseconds(timeout)
         statements.append(f"SET LOCAL statement_timeout = {milliseconds}")
         statements.append(f"SET LOCAL idle_in_transaction_session_timeout = {2 * milliseconds}")
-    return "; ".join(statements).encode()
+    return "; ".join(statements)
 
 
 def _address(conninfo: object, kwargs: object) -> str:
@@ -273,6 +272,16 @@ def _address(conninfo: object, kwargs: object) -> str:
     port = params.get("port") or 5432
     return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
 
+
+_SETUP_ROUNDS: Final = 3
+"""Setups tried when a concurrent one created the schema's objects first (see ``_migrate``)."""
+_CREATED_CONCURRENTLY: Final = (
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DuplicateSchema,
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateObject,
+    psycopg.errors.DuplicateFunction,
+)
 
 _TOO_LARGE: Final = "54"
 """SQLSTATE class "program limit exceeded" ("row is too big", too many columns): not retryable."""
@@ -324,8 +333,9 @@ class PostgresDatabase:
         self.schema = schema
         self.timeout = timeout
         self.pooler: Pooler | None = pooler
-        self._begin = _begin(timeout, pooler=pooler, snapshot=False)
-        self._begin_snapshot = _begin(timeout, pooler=pooler, snapshot=True)
+        self._settings = {
+            snapshot: _settings(timeout, pooler=pooler, snapshot=snapshot) for snapshot in (False, True)
+        }
         self._owns_pool = pool is None
         if pool is None:
             pool = AsyncConnectionPool(
@@ -397,9 +407,16 @@ class PostgresDatabase:
         self.check_open()
         await self._open()
         async with self._setup_lock:
+            for _ in range(_SETUP_ROUNDS):
+                if self._ready:
+                    break
+                versions = await self._run(self._versions, retry=True, writes=False)
+                self._check_versions(*versions)
+                self._ready = versions == (SCHEMA_VERSION, FORMAT_VERSION) or await self._run(
+                    self._migrate, retry=True, writes=False
+                )
             if not self._ready:
-                await self._run(self._migrate, retry=True, writes=False)
-                self._ready = True
+                raise self.unavailable(f"the schema kept changing during {_SETUP_ROUNDS} setups")
 
     async def _open(self) -> None:
         if not self._opened:
@@ -462,7 +479,7 @@ class PostgresDatabase:
         snapshot: bool = False,
     ) -> T:
         if snapshot or self.pooler is not None:
-            operation = self._in_transaction(operation, self._begin_snapshot if snapshot else self._begin)
+            operation = self._in_transaction(operation, self._settings[snapshot], prepare=self.pooler is None)
 
         attempts = 2 if retry else 1
         lost = False  # a write's connection failed while it ran: it may have committed
@@ -507,14 +524,21 @@ class PostgresDatabase:
 
     @staticmethod
     def _in_transaction(
-        operation: Callable[[PostgresConnection], Awaitable[T]], begin: bytes
+        operation: Callable[[PostgresConnection], Awaitable[T]], settings: str, *, prepare: bool
     ) -> Callable[[PostgresConnection], Awaitable[T]]:
-        """``operation`` in a transaction opened by ``begin`` (one round trip), committed after it
-        (the commit is part of the operation: its deadline, and a write's unknown outcome if the
-        reply is lost). A transaction the operation opens becomes a savepoint of this one."""
+        """``operation`` in a transaction that starts with ``settings``, committed after it (the
+        commit is part of the operation: under its deadline, and a write's outcome is unknown if
+        the reply is lost). A transaction the operation opens becomes a savepoint of this one."""
+        begin = f"BEGIN; {settings}".encode()
 
         async def transaction(conn: PostgresConnection) -> T:
-            await conn.execute(begin)
+            if not prepare:
+                conn.prepare_threshold = None  # an injected pool's connections too
+            if not conn.autocommit:  # psycopg opens the transaction itself
+                async with conn.transaction():
+                    await conn.execute(settings.encode())
+                    return await operation(conn)
+            await conn.execute(begin)  # one round trip
             try:
                 result = await operation(conn)
             except BaseException:
@@ -553,11 +577,20 @@ class PostgresDatabase:
         except (psycopg.Error, TimeoutError):
             pass  # the next operation reports the state of the server
 
-    async def _migrate(self, conn: PostgresConnection) -> None:
-        current, newest_format = await self._versions(conn)
-        self._check_versions(current, newest_format)
-        if (current, newest_format) == (SCHEMA_VERSION, FORMAT_VERSION):
-            return
+    async def _migrate(self, conn: PostgresConnection) -> bool:
+        """Migrate under the lock; ``False`` if a concurrent setup created an object first.
+
+        That happens behind a transaction pooler: a server connection may still hold a catalog
+        entry looked up (as missing) for another client before the lock was granted; the next
+        setup round, in a new transaction, sees the other setup's work.
+        """
+        try:
+            await self._migrate_locked(conn)
+        except _CREATED_CONCURRENTLY:
+            return False
+        return True
+
+    async def _migrate_locked(self, conn: PostgresConnection) -> None:
         async with conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             await conn.execute(self.query(_SETUP["create_schema"]))
