@@ -307,8 +307,10 @@ class PostgresDatabase:
             pooling mode (PgBouncer's ``pool_mode = transaction``): no startup ``options`` are
             sent and nothing is prepared, and every operation runs in a transaction of its own
             that sets ``statement_timeout`` and ``idle_in_transaction_session_timeout`` with
-            ``SET LOCAL``, so an operation the client gave up on never commits later. ``None``
-            (the default): a direct connection, timeouts set once per connection.
+            ``SET LOCAL``, so an operation the client gave up on never commits later (an injected
+            pool's connections are told to prepare nothing too; its ``kwargs`` must not hold
+            ``options``). ``None`` (the default): a direct connection, timeouts set once per
+            connection.
     """
 
     backend = BACKEND
