@@ -29,6 +29,8 @@ __all__ = [
     "llama_server",
     "local_model_path",
     "no_blocking_calls_in_the_event_loop",
+    "pgbouncer",
+    "pgbouncer_session",
     "private_redis",
     "server_store",
     "store_url",

@@ -112,6 +112,7 @@ async def test_the_timeouts_are_set_per_transaction_and_leave_nothing_on_the_ser
         await store.aclose()
 
 
+@pytest.mark.postgres  # the server, directly (the tests with the pgbouncer fixture are marked by it)
 async def test_a_direct_store_keeps_its_timeouts_per_connection(schema: str) -> None:
     store = PostgresMessageStore.from_url(URL, schema=schema, timeout=2.0)
 
