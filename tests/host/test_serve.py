@@ -21,6 +21,7 @@ from tests.host.conftest import conversation, run, user
 from tests.host.processes import running
 from tests.message_stores.backend_postgres import URL as POSTGRES_URL
 from tests.message_stores.backend_postgres import drop_schema, new_schema
+from tests.private_pgbouncer import PgBouncer
 from tests.test_cli import ok, one_line_error
 from tests.test_cli import run as run_cli
 
@@ -81,10 +82,16 @@ async def test_serve_answers_over_agui_with_the_local_model_and_remembers(
     assert stored[1].message_id == answer[0]["id"]
 
 
-@pytest.fixture
-def postgres_store() -> Iterator[str]:
+@pytest.fixture(params=["direct", "pgbouncer"])
+def postgres_store(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A store URL on a schema of its own: straight to the server, or through the session's
+    private pgbouncer in transaction pooling mode (``pooler=transaction``)."""
     schema = new_schema("akserve")
-    yield f"{POSTGRES_URL}?schema={schema}"
+    if request.param == "direct":
+        yield f"{POSTGRES_URL}?schema={schema}"
+    else:
+        pooler: PgBouncer = request.getfixturevalue("pgbouncer")
+        yield f"{pooler.url}?pooler=transaction&schema={schema}"
     asyncio.run(drop_schema(schema))
 
 
