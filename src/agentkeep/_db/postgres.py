@@ -335,9 +335,12 @@ class PostgresDatabase:
         self.schema = schema
         self.timeout = timeout
         self.pooler: Pooler | None = pooler
-        self._settings = {
-            snapshot: _settings(timeout, pooler=pooler, snapshot=snapshot) for snapshot in (False, True)
-        }
+        # per kind of operation (snapshot or not): what its transaction sets first, and the same
+        # after BEGIN as one message (encoded once: every operation behind a pooler sends one)
+        self._settings: dict[bool, tuple[bytes, bytes]] = {}
+        for snapshot in (False, True):
+            settings = _settings(timeout, pooler=pooler, snapshot=snapshot)
+            self._settings[snapshot] = (settings.encode(), f"BEGIN; {settings}".encode())
         self._owns_pool = pool is None
         if pool is None:
             pool = AsyncConnectionPool(
@@ -481,7 +484,9 @@ class PostgresDatabase:
         snapshot: bool = False,
     ) -> T:
         if snapshot or self.pooler is not None:
-            operation = self._in_transaction(operation, self._settings[snapshot], prepare=self.pooler is None)
+            operation = self._in_transaction(
+                operation, *self._settings[snapshot], prepare=self.pooler is None
+            )
 
         attempts = 2 if retry else 1
         lost = False  # a write's connection failed while it ran: it may have committed
@@ -526,19 +531,23 @@ class PostgresDatabase:
 
     @staticmethod
     def _in_transaction(
-        operation: Callable[[PostgresConnection], Awaitable[T]], settings: str, *, prepare: bool
+        operation: Callable[[PostgresConnection], Awaitable[T]],
+        settings: bytes,
+        begin: bytes,
+        *,
+        prepare: bool,
     ) -> Callable[[PostgresConnection], Awaitable[T]]:
         """``operation`` in a transaction that starts with ``settings``, committed after it (the
         commit is part of the operation: under its deadline, and a write's outcome is unknown if
-        the reply is lost). A transaction the operation opens becomes a savepoint of this one."""
-        begin = f"BEGIN; {settings}".encode()
+        the reply is lost). A transaction the operation opens becomes a savepoint of this one;
+        ``begin`` is ``BEGIN`` and ``settings`` as one message."""
 
         async def transaction(conn: PostgresConnection) -> T:
             if not prepare:
                 conn.prepare_threshold = None  # an injected pool's connections too
             if not conn.autocommit:  # psycopg opens the transaction itself
                 async with conn.transaction():
-                    await conn.execute(settings.encode())
+                    await conn.execute(settings)
                     return await operation(conn)
             await conn.execute(begin)  # one round trip
             try:

@@ -167,7 +167,11 @@ def client_tools(body: RunAgentInput) -> list[FunctionTool]:
     Raises:
         HTTPProblem: 422 for a tool with an invalid name or parameters.
     """
-    return declared_tools((tool.model_dump() for tool in body.tools or ()), shape="flat", status=422)
+    specs = (
+        {"name": tool.name, "description": tool.description, "parameters": tool.parameters}
+        for tool in body.tools or ()
+    )  # the fields read, not a model_dump() copying each tool's whole schema every turn
+    return declared_tools(specs, shape="flat", status=422)
 
 
 def _fingerprint(message: dict[str, Any]) -> tuple[str, str]:

@@ -105,6 +105,11 @@ class Conversations:
     def __init__(self, host: AgentHost) -> None:
         self.host = host
 
+    async def _load(self, hosted: HostedAgent, tenant: str, conversation_id: str) -> SessionTurn:
+        return await SessionTurn.load(
+            hosted.agent, hosted.session_store, tenant, conversation_id, attempts=self.host.save_attempts
+        )
+
     async def open(
         self,
         hosted: HostedAgent,
@@ -120,9 +125,7 @@ class Conversations:
             HTTPProblem: 404 when it is not stored (or, with ``check_reader``, when ``user`` may
                 not read it).
         """
-        turn = await SessionTurn.load(
-            hosted.agent, hosted.session_store, tenant, conversation_id, attempts=self.host.save_attempts
-        )
+        turn = await self._load(hosted, tenant, conversation_id)
         if session_version(turn.session) is None or (check_reader and not readable_by(turn.session, user)):
             raise HTTPProblem(404, "not_found", f"no conversation {conversation_id!r}")
         return turn
@@ -139,9 +142,7 @@ class Conversations:
     ) -> SessionTurn:
         """A new stored conversation with ``state`` in its session and ``messages`` in its
         history (a branch's prefix, a created conversation's items), bound to ``user``."""
-        turn = await SessionTurn.load(
-            hosted.agent, hosted.session_store, tenant, conversation_id, attempts=self.host.save_attempts
-        )
+        turn = await self._load(hosted, tenant, conversation_id)
         for key, value in (state or {}).items():
             turn.session.state[key] = value
         bind_user(turn.session, user, conversation_id=conversation_id)
@@ -162,7 +163,7 @@ class Conversations:
         """The response object ``response_id`` of conversation ``conversation_id`` (of any hosted
         agent) in ``tenant``, if ``user`` may read it."""
         for hosted in self.host.agents.values():
-            turn = await SessionTurn.load(hosted.agent, hosted.session_store, tenant, conversation_id)
+            turn = await self._load(hosted, tenant, conversation_id)
             record = record_of(turn.session, response_id)
             if record is not None and readable_by(turn.session, user):
                 return record["response"]
