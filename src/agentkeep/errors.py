@@ -13,6 +13,7 @@ the whole family in one clause and the specific kinds where they can act on them
     │                               file others can read); never shows key material
     ├── StoreURLError               a store URL that names no usable store (unknown scheme,
     │                               malformed URL, a store of the wrong kind)
+    ├── ListingCursorError          a listing cursor (``after=``) that no listing issued
     ├── CLIError                    a command-line request that cannot be done (bad store URL,
     │                               missing session, unreadable file): one "error:" line, exit 1
     ├── TransferError               an import that cannot be done as asked (two source
@@ -62,6 +63,7 @@ __all__ = [
     "DecryptionError",
     "IsolationError",
     "KeyRingError",
+    "ListingCursorError",
     "MemoryFormatError",
     "MessageFormatError",
     "MessageIdConflictError",
@@ -172,6 +174,12 @@ class KeyRingError(AgentkeepError, ValueError):
 class StoreURLError(AgentkeepError, ValueError):
     """A store URL names no store agentkeep can open: an unknown scheme, a malformed URL, or a
     store of the wrong kind (see :mod:`agentkeep.store_urls`)."""
+
+
+class ListingCursorError(AgentkeepError, ValueError):
+    """A listing's ``after`` cursor that no listing issued (malformed or cut short): the page
+    cannot be placed, so nothing is listed (see
+    :meth:`agentkeep.message_stores.SupportsListing.list_conversations`)."""
 
 
 class MemoryFormatError(AgentkeepError, ValueError):

@@ -44,16 +44,20 @@ conversation expires; refreshed by every append).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+import base64
+import binascii
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Protocol, TypeVar, runtime_checkable
+from datetime import UTC, datetime, timedelta
+from typing import Final, Protocol, TypeVar, runtime_checkable
 
-from ..errors import MessageIdConflictError
+from ..errors import ListingCursorError, MessageIdConflictError
 from ..messages import Message
+from ..sessions import ISOLATION_SEPARATOR
 
 __all__ = [
     "DEDUP_WINDOW",
+    "NO_ACTIVITY",
     "ConversationInfo",
     "HistoryView",
     "MessageStore",
@@ -66,15 +70,22 @@ __all__ = [
     "SupportsPurge",
     "SupportsRecordRewrite",
     "SupportsSetup",
+    "activity_key",
     "check_batch_ids",
+    "check_listing",
     "check_retention",
     "check_summary_ids",
     "close_store",
     "find_retry",
     "id_conflict",
+    "listed_page",
+    "listing_cursor",
+    "listing_order",
     "newest_first",
+    "read_listing_cursor",
     "setup_store",
     "summary_id_conflict",
+    "tenant_prefix",
 ]
 
 K = TypeVar("K")
@@ -236,10 +247,10 @@ class HistoryView:
 
 @dataclass(frozen=True, slots=True)
 class ConversationInfo:
-    """What :meth:`MessageStore.list_conversations` reports about one conversation.
+    """What :meth:`SupportsListing.list_conversations` reports about one conversation.
 
     Attributes:
-        conversation_id: The conversation.
+        conversation_id: The conversation (its whole key, a tenant's prefix included).
         message_count: Raw messages stored (excluded ones included, summaries not).
         last_seq: The highest sequence number assigned.
         updated_at: Creation time of the newest stored message (``None`` if it has none).
@@ -249,6 +260,89 @@ class ConversationInfo:
     message_count: int
     last_seq: int
     updated_at: datetime | None
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing that ended at this conversation goes on: pass it as ``after``."""
+        return listing_cursor(activity_key(self.updated_at), self.conversation_id)
+
+
+NO_ACTIVITY: Final = -(2**62)
+"""The activity key of a conversation without messages: below every real time, so it lists last."""
+
+
+def activity_key(updated_at: datetime | None) -> int:
+    """The integer listings order by: ``updated_at`` in microseconds since the epoch (UTC), or
+    :data:`NO_ACTIVITY`. Exact in a Redis score (a double) and in a 64-bit column."""
+    if updated_at is None:
+        return NO_ACTIVITY
+    return (updated_at - _EPOCH) // _MICROSECOND
+
+
+def listing_cursor(activity: int, conversation_id: str) -> str:
+    """The opaque cursor of a listing position: an activity key and a conversation id."""
+    raw = f"{activity}:{conversation_id}".encode(errors="surrogatepass")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def read_listing_cursor(cursor: str) -> tuple[int, str]:
+    """The activity key and conversation id in ``cursor`` (one :func:`listing_cursor` made).
+
+    Raises:
+        ListingCursorError: ``cursor`` is not one a listing issued.
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        activity, separator, conversation_id = raw.decode(errors="surrogatepass").partition(":")
+        if not separator or not activity or activity != activity.strip():
+            raise ValueError("no activity key")
+        return int(activity), conversation_id
+    except (ValueError, TypeError, UnicodeDecodeError, binascii.Error) as exc:
+        raise ListingCursorError(f"not a listing cursor: {cursor[:80]!r}") from exc
+
+
+def tenant_prefix(tenant: str | None) -> str:
+    """The key prefix of ``tenant``'s conversations (``""``: every conversation).
+
+    A tenant-scoped key is ``f"{tenant}{ISOLATION_SEPARATOR}{id}"`` (see
+    :attr:`agentkeep.sessions.AgentSession.storage_key`); a tenant never contains the separator.
+    """
+    return "" if tenant is None else f"{tenant}{ISOLATION_SEPARATOR}"
+
+
+def listing_order(info: ConversationInfo) -> tuple[int, str]:
+    """The key listings sort by, descending: newest activity first, then the greater id first."""
+    return activity_key(info.updated_at), info.conversation_id
+
+
+def listed_page(
+    infos: Iterable[ConversationInfo], *, tenant: str | None, after: str | None, limit: int | None
+) -> list[ConversationInfo]:
+    """One listing page from every conversation, in memory: the reference behaviour of
+    :meth:`SupportsListing.list_conversations`, for backends that hold everything in process."""
+    check_listing(limit)
+    prefix = tenant_prefix(tenant)
+    mine = [info for info in infos if info.conversation_id.startswith(prefix)]
+    if after is not None:
+        position = read_listing_cursor(after)
+        mine = [info for info in mine if listing_order(info) < position]
+    mine.sort(key=listing_order, reverse=True)
+    return mine if limit is None else mine[:limit]
+
+
+def newest_first(infos: list[ConversationInfo]) -> None:
+    """Sort ``infos`` in place in listing order (see :func:`listing_order`)."""
+    infos.sort(key=listing_order, reverse=True)
+
+
+def check_listing(limit: int | None) -> None:
+    """Refuse a listing limit below 0 (0 lists nothing)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError("limit must be a whole number of at least 0")
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 
 
 def check_retention(max_messages: int | None, ttl: float | None) -> None:
@@ -261,15 +355,6 @@ def check_retention(max_messages: int | None, ttl: float | None) -> None:
         raise ValueError("max_messages must be positive")
     if ttl is not None and ttl <= 0:
         raise ValueError("ttl must be positive")
-
-
-def newest_first(infos: list[ConversationInfo]) -> None:
-    """Sort ``infos`` in place, most recently active first (those without messages last)."""
-    infos.sort(key=_activity, reverse=True)
-
-
-def _activity(info: ConversationInfo) -> float:
-    return info.updated_at.timestamp() if info.updated_at is not None else float("-inf")
 
 
 @runtime_checkable
@@ -364,10 +449,23 @@ class SupportsClose(Protocol):
 
 @runtime_checkable
 class SupportsListing(Protocol):
-    """A store that can list its conversations."""
+    """A store that can list its conversations, a page at a time."""
 
-    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
-        """Stored (unexpired) conversations, most recently active first; at most ``limit``."""
+    async def list_conversations(
+        self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationInfo]:
+        """Stored (unexpired) conversations, most recently active first (equal times: the greater
+        conversation id first); at most ``limit``.
+
+        ``tenant`` keeps the conversations whose key is ``f"{tenant}::{id}"`` (``None``: all);
+        ``after`` is the :attr:`~ConversationInfo.cursor` of the last conversation of the
+        previous page: the page goes on after it. A page costs what it holds, not what the store
+        holds, on every backend but the in-process one.
+
+        Raises:
+            ListingCursorError: ``after`` is not a cursor a listing issued.
+            ValueError: ``limit`` is negative.
+        """
         ...
 
 

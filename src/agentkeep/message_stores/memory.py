@@ -25,7 +25,7 @@ from .base import (
     check_batch_ids,
     check_summary_ids,
     find_retry,
-    newest_first,
+    listed_page,
     summary_id_conflict,
 )
 from .codec import encode_body, encode_identity
@@ -222,7 +222,10 @@ class InMemoryMessageStore:
             del self._conversations[conversation_id]
             return True
 
-    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
+    async def list_conversations(
+        self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationInfo]:
+        """The listing (see :class:`SupportsListing`), sorted in process from every conversation."""
         self._check()
         infos: list[ConversationInfo] = []
         for conversation_id in list(self._conversations):
@@ -233,8 +236,7 @@ class InMemoryMessageStore:
             infos.append(
                 ConversationInfo(conversation_id, len(conversation.log), conversation.last_seq, newest)
             )
-        newest_first(infos)
-        return infos if limit is None else infos[: max(limit, 0)]
+        return listed_page(infos, tenant=tenant, after=after, limit=limit)
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
         self._check()

@@ -21,6 +21,7 @@ from typing import Any
 from ...contents import Content, UsageDetails
 from ...errors import (
     CorruptRecordError,
+    ListingCursorError,
     MessageFormatError,
     MessageIdConflictError,
     SchemaVersionError,
@@ -710,6 +711,48 @@ async def listing_shows_newest_activity_first(backend: MessageStoreBackend) -> N
         expect_equal(
             [i.conversation_id for i in await store.list_conversations()], ["mid", "old"], "after a deletion"
         )
+
+
+@_check
+async def listing_pages_by_cursor_within_a_tenant(backend: MessageStoreBackend) -> None:
+    """Pages joined by cursors list each conversation once, in order; ``tenant`` keeps one
+    tenant's keys; equal times order by id; a conversation active again moves to the front."""
+    async with backend.open() as store:
+        if not isinstance(store, contract.SupportsListing):
+            raise NotApplicable(f"{backend.name} does not list conversations")
+        base = datetime(2026, 3, 1, tzinfo=UTC)
+        names = [f"t1::c{number:02}" for number in range(7)] + ["t2::c00", "t1", "t1:x::c9", "plain"]
+        for number, name in enumerate(names):
+            minutes = 0 if name.endswith(("c03", "c04")) else number  # two with one time
+            await store.append(name, [Message("user", [name], created_at=base + timedelta(minutes=minutes))])
+        everything = await store.list_conversations()
+        expect_equal(len(everything), len(names), "the whole store's listing")
+        expect_equal(
+            [info.conversation_id for info in await store.list_conversations(tenant="t2")],
+            ["t2::c00"],
+            "tenant t2",
+        )
+        expected = ["t1::c06", "t1::c05", "t1::c02", "t1::c01", "t1::c04", "t1::c03", "t1::c00"]
+        pages: list[list[str]] = []
+        after: str | None = None
+        while True:
+            page = await store.list_conversations(tenant="t1", after=after, limit=3)
+            if not page:
+                break
+            pages.append([info.conversation_id for info in page])
+            after = page[-1].cursor
+        expect_equal(pages, [expected[:3], expected[3:6], expected[6:]], "tenant t1, three to a page")
+        expect_equal(await store.list_conversations(tenant="nobody"), [], "a tenant without conversations")
+        await store.append("t1::c00", [Message("user", ["again"], created_at=base + timedelta(hours=1))])
+        [first] = await store.list_conversations(tenant="t1", limit=1)
+        expect_equal(first.conversation_id, "t1::c00", "the conversation active again, first")
+        expect_equal(
+            [info.conversation_id for info in await store.list_conversations(tenant="t1", after=first.cursor)],
+            expected[:-1],
+            "the rest after it",
+        )
+        with expect_raises(ListingCursorError, "a cursor no listing issued"):
+            await store.list_conversations(after="not a cursor!")
 
 
 @_check
