@@ -11,16 +11,18 @@ URL                                                       store
 ``redis://[:password@]host:port/db?key_prefix=P``         Redis (``rediss://``, ``unix://`` too)
 ``postgresql://user@host:port/db?schema=S``               PostgreSQL (``postgres://`` too;
                                                           ``&pooler=transaction`` behind a
-                                                          transaction pooler)
+                                                          transaction pooler; ``&pool_size=N``
+                                                          connections at most, for the pool
+                                                          all stores on the database share)
 ``memory://``                                             process memory (nothing survives)
 ``file:///abs/folder``                                    a folder of session files (session
                                                           stores only)
 ========================================================  =====================================
 
-``key_prefix``, ``schema`` and ``pooler`` are agentkeep's own query parameters (the stores' defaults apply
-when they are left out); every other parameter goes to the driver. The Redis and PostgreSQL
-drivers are optional dependencies, imported only when such a URL is used (a missing one raises
-an ``ImportError`` naming the extra to install).
+``key_prefix``, ``schema``, ``pooler`` and ``pool_size`` are agentkeep's own query parameters (the
+stores' defaults apply when they are left out); every other parameter goes to the driver. The
+Redis and PostgreSQL drivers are optional dependencies, imported only when such a URL is used (a
+missing one raises an ``ImportError`` naming the extra to install).
 
 * :func:`open_message_store`: a :class:`~agentkeep.message_stores.base.MessageStore`;
 * :func:`open_history_provider`: a :class:`~agentkeep.providers.storage.StorageHistoryProvider`
@@ -475,9 +477,11 @@ def _postgres_messages(location: StoreLocation, options: MessageStoreOptions) ->
     from .message_stores.postgres import PostgresMessageStore
 
     schema = location.options.get("schema", PostgresMessageStore.DEFAULT_SCHEMA)
-    pooler = _pooler(location)
+    pooler, pool_size = _pooler(location), _pool_size(location)
     with _driver_checks(location):
-        return PostgresMessageStore.from_url(location.url, schema=schema, pooler=pooler, **options)
+        return PostgresMessageStore.from_url(
+            location.url, schema=schema, pooler=pooler, pool_size=pool_size, **options
+        )
 
 
 def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) -> AgentSessionStore:
@@ -485,12 +489,13 @@ def _postgres_sessions(location: StoreLocation, options: SessionStoreOptions) ->
 
     _no_ttl(location, options)
     schema = location.options.get("schema", PostgresSessionStore.DEFAULT_SCHEMA)
-    pooler = _pooler(location)
+    pooler, pool_size = _pooler(location), _pool_size(location)
     with _driver_checks(location):
         return PostgresSessionStore.from_url(
             location.url,
             schema=schema,
             pooler=pooler,
+            pool_size=pool_size,
             timeout=options["timeout"],
             key_ring=options["key_ring"],
         )
@@ -500,9 +505,27 @@ def _postgres_memories(location: StoreLocation, options: MemoryStoreOptions) -> 
     from .memory.postgres import PostgresMemoryStore
 
     schema = location.options.get("schema", PostgresMemoryStore.DEFAULT_SCHEMA)
-    pooler = _pooler(location)
+    pooler, pool_size = _pooler(location), _pool_size(location)
     with _driver_checks(location):
-        return PostgresMemoryStore.from_url(location.url, schema=schema, pooler=pooler, **options)
+        return PostgresMemoryStore.from_url(
+            location.url, schema=schema, pooler=pooler, pool_size=pool_size, **options
+        )
+
+
+def _pool_size(location: StoreLocation) -> int | None:
+    """The ``pool_size`` query parameter of a PostgreSQL URL: a whole number from 1, or absent."""
+    text = location.options.get("pool_size")
+    if text is None:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= _MOST_POOL_SIZE:
+        raise StoreURLError(
+            f"store URL {redact_url(location.url)!r}: pool_size must be a whole number from 1 to "
+            f"{_MOST_POOL_SIZE}, not {text!r}"
+        )
+    return int(text)
+
+
+_MOST_POOL_SIZE: Final = 1000
 
 
 def _pooler(location: StoreLocation) -> Literal["transaction"] | None:
@@ -565,7 +588,7 @@ register_store_backend(
 register_store_backend(
     "postgres",
     schemes=["postgres", "postgresql"],
-    own_parameter=("schema", "pooler"),
+    own_parameter=("schema", "pooler", "pool_size"),
     message_store=_postgres_messages,
     session_store=_postgres_sessions,
     memory_store=_postgres_memories,

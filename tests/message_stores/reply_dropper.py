@@ -21,12 +21,17 @@ class ReplyDropper:
     Attributes:
         marker: Bytes that mark a request whose reply is lost (``None``: every reply delivered).
         dropped: How many replies were lost so far.
+        connections: How many connections clients opened through the proxy so far.
+        most_open: The most connections open through the proxy at one time so far.
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
         self.marker: bytes | None = None
         self.dropped = 0
+        self.connections = 0
+        self.most_open = 0
+        self._open = 0
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -36,6 +41,15 @@ class ReplyDropper:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _serve(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._open += 1
+        self.most_open = max(self.most_open, self._open)
+        try:
+            await self._forward(client_in, client_out)
+        finally:
+            self._open -= 1
+
+    async def _forward(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
         server_in, server_out = await asyncio.open_connection(*self.target)
         marked = asyncio.Event()
 

@@ -406,6 +406,7 @@ async def test_history_provider_from_url_owns_its_pool(schema: str) -> None:
     await agent.run("hello", session=agent.create_session(session_id="s1"))
     assert len((await store.read("s1", raw=True)).entries) == 2
     await provider.aclose()
+    assert store.database.pool is not None
     assert store.database.pool.closed
     with pytest.raises(StorageClosedError):
         await store.read("s1", raw=True)

@@ -25,6 +25,8 @@ try:
     from psycopg.pq import TransactionStatus
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+    from .pools import acquire_pool, release_pool, why_no_connection
 except ImportError as exc:
     raise ImportError(
         "the PostgreSQL backend needs psycopg 3 and psycopg_pool: pip install 'agentkeep[postgres]'"
@@ -41,6 +43,7 @@ from ..message_stores.codec import FORMAT_VERSION
 
 __all__ = [
     "BACKEND",
+    "DEFAULT_POOL_SIZE",
     "DEFAULT_SCHEMA",
     "POOLERS",
     "SCHEMA_VERSION",
@@ -57,6 +60,9 @@ PostgresPool = AsyncConnectionPool[Any]
 """The pool type the stores accept."""
 
 BACKEND: Final = "postgres"
+
+DEFAULT_POOL_SIZE: Final = 10
+"""The most connections a process's pool for one URL opens, unless a store asks for more."""
 
 DEFAULT_SCHEMA: Final = "agentkeep"
 """The schema both PostgreSQL stores use when none is given."""
@@ -297,10 +303,12 @@ class PostgresDatabase:
 
     Args:
         pool: An ``AsyncConnectionPool`` to use; the caller opens and closes it.
-        url: Or a connection URL: a pool is created (``min_size`` 1, ``max_size`` 10, connections
-            in autocommit mode with ``connect_timeout``, ``statement_timeout`` and, so that a
-            stuck client cannot keep a conversation locked, ``idle_in_transaction_session_timeout``
-            of twice the timeout), opened on first use and closed by :meth:`aclose`.
+        url: Or a connection URL: the process's pool for that URL and these settings is used
+            (:mod:`agentkeep._db.pools`: one pool shared by every store on the same database,
+            ``min_size`` 1, connections in autocommit mode with ``connect_timeout``,
+            ``statement_timeout`` and, so that a stuck client cannot keep a conversation locked,
+            ``idle_in_transaction_session_timeout`` of twice the timeout), acquired on first use
+            and released by :meth:`aclose` (the last store to release it closes it).
         schema: The schema holding the tables (created by :meth:`setup`).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
         pooler: ``"transaction"`` when ``url`` reaches the server through a pooler in transaction
@@ -311,6 +319,8 @@ class PostgresDatabase:
             pool's connections are told to prepare nothing too; its ``kwargs`` must not hold
             ``options``). ``None`` (the default): a direct connection, timeouts set once per
             connection.
+        pool_size: With ``url``, the most connections the shared pool may open (default 10; the
+            pool takes the largest size its stores ask for).
     """
 
     backend = BACKEND
@@ -323,9 +333,14 @@ class PostgresDatabase:
         schema: str = DEFAULT_SCHEMA,
         timeout: float = 5.0,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> None:
         if (pool is None) == (url is None):
             raise ValueError("pass either a pool or a url")
+        if pool_size is not None and (pool is not None or isinstance(pool_size, bool) or pool_size < 1):
+            raise ValueError(
+                "pool_size is a positive whole number, for a store that opens its own pool (url)"
+            )
         if pooler is not None and pooler not in POOLERS:
             raise ValueError(f"pooler must be one of {', '.join(POOLERS)} or None, not {pooler!r}")
         if not schema or "\x00" in schema:
@@ -342,18 +357,11 @@ class PostgresDatabase:
             settings = _settings(timeout, pooler=pooler, snapshot=snapshot)
             self._settings[snapshot] = (settings.encode(), f"BEGIN; {settings}".encode())
         self._owns_pool = pool is None
-        if pool is None:
-            pool = AsyncConnectionPool(
-                url or "",
-                kwargs=_connect_kwargs(timeout, pooler),
-                min_size=1,
-                max_size=10,
-                open=False,
-                timeout=timeout,
-                name=f"agentkeep-{schema}",
-            )
-        self.pool: PostgresPool = pool
-        self.address = _address(pool.conninfo, pool.kwargs)
+        self._url = url or ""
+        self._kwargs = _connect_kwargs(timeout, pooler)
+        self.pool_size = DEFAULT_POOL_SIZE if pool_size is None else pool_size
+        self._pool: PostgresPool | None = pool
+        self.address = _address(url, self._kwargs) if pool is None else _address(pool.conninfo, pool.kwargs)
         identifiers: dict[str, sql.Composable] = {name: sql.Identifier(schema, name) for name in _NAMES}
         identifiers["schema"] = sql.Identifier(schema)
         self._identifiers = identifiers
@@ -423,25 +431,34 @@ class PostgresDatabase:
             if not self._ready:
                 raise self.unavailable(f"the schema kept changing during {_SETUP_ROUNDS} setups")
 
+    @property
+    def pool(self) -> PostgresPool | None:
+        """The pool operations run on (``None`` until a store opened from a URL is first used)."""
+        return self._pool
+
     async def _open(self) -> None:
         if not self._opened:
             async with self._setup_lock:
                 if not self._opened:
-                    # One direct connection first: an unknown database or refused credentials fail
-                    # at once, saying so, instead of the pool retrying until the timeout.
-                    reason = await self._why_no_connection()
-                    if reason:
-                        raise self.unavailable(f"cannot connect{reason}")
-                    await self.pool.open(wait=False)
+                    try:
+                        self._pool = await acquire_pool(
+                            self._url, kwargs=self._kwargs, max_size=self.pool_size, seconds=self.timeout
+                        )
+                    except (psycopg.Error, TimeoutError, OSError) as exc:
+                        raise self.unavailable(f"cannot connect: {_describe(exc)}") from exc
                     self._opened = True
 
     async def aclose(self) -> None:
-        """Close the pool if it was created here; idempotent."""
+        """Release the pool if it was acquired here (the last user closes it); idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self._owns_pool and self._opened:
-            await self.pool.close()
+        if self._owns_pool and self._opened and self._pool is not None:
+            await release_pool(self._pool, max_size=self.pool_size)
+
+    def _connections(self) -> PostgresPool:
+        assert self._pool is not None, "opened before any operation runs"
+        return self._pool
 
     # -- running operations ----------------------------------------------------------------------
     async def run(
@@ -492,7 +509,7 @@ class PostgresDatabase:
         lost = False  # a write's connection failed while it ran: it may have committed
         for attempt in range(1, attempts + 1):
             try:
-                async with self.pool.connection(timeout=self.timeout) as conn:
+                async with self._connections().connection(timeout=self.timeout) as conn:
                     try:
                         async with asyncio.timeout(self.timeout + 1):
                             return await operation(conn)
@@ -504,7 +521,7 @@ class PostgresDatabase:
                         if not conn.broken or attempt == attempts:
                             raise
             except PoolTimeout as exc:
-                reason = await self._why_no_connection()
+                reason = await why_no_connection(self._connections(), seconds=self.timeout)
                 message = f"no connection within {self.timeout:g} s{reason}"
                 raise self.unavailable(message, outcome_unknown=lost) from exc
             except TimeoutError as exc:
@@ -567,24 +584,10 @@ class PostgresDatabase:
         message = exc.diag.message_primary or "the data was upgraded by a newer agentkeep"
         return SchemaVersionError(f"{BACKEND} at {self.address}: {message}", backend=BACKEND)
 
-    async def _why_no_connection(self) -> str:
-        """Why the pool found no connection, from one direct attempt (``""`` if it works now):
-        a database that does not exist or refused credentials say so instead of a bare timeout."""
-        conninfo, options = self.pool.conninfo, self.pool.kwargs or {}
-        if not isinstance(conninfo, str) or not isinstance(options, dict):
-            return ""  # parameters computed per connection: only the pool knows them
-        try:
-            async with asyncio.timeout(self.timeout):
-                conn: PostgresConnection = await psycopg.AsyncConnection.connect(conninfo, **options)
-        except (psycopg.Error, TimeoutError, OSError) as exc:
-            return f": {_describe(exc)}"
-        await conn.close()
-        return ""
-
     async def _drop_dead_connections(self) -> None:
         try:
             async with asyncio.timeout(self.timeout):
-                await self.pool.check()
+                await self._connections().check()
         except (psycopg.Error, TimeoutError):
             pass  # the next operation reports the state of the server
 

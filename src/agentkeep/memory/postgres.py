@@ -112,8 +112,8 @@ class PostgresMemoryStore(MemoryStore):
 
     Args:
         pool: An ``AsyncConnectionPool`` of the caller's (not closed by :meth:`aclose`).
-        url: Or a connection URL: the store makes, opens and closes its own pool (as
-            :meth:`from_url` does).
+        url: Or a connection URL: the store uses the process's pool for it, shared with the
+            other stores on that database (as :meth:`from_url` does).
         schema: The schema (the message store's default: ``agentkeep``).
         dimensions: The length of every embedding (fixed for the schema once written).
         ttl: Seconds after its last update at which a memory expires.
@@ -124,6 +124,8 @@ class PostgresMemoryStore(MemoryStore):
         cache_min_vectors: Scopes with fewer vectors are fetched whole for each search.
         pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
             (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
+        pool_size: With ``url``, the most connections of the process's pool for that database
+            (shared with the other stores on it; default 10).
     """
 
     backend = "postgres"
@@ -141,13 +143,16 @@ class PostgresMemoryStore(MemoryStore):
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> None:
         check_settings(dimensions=dimensions, ttl=ttl)
         self.dimensions = dimensions
         self.ttl = ttl
         if cache_min_vectors < 0:
             raise ValueError("cache_min_vectors must not be negative")
-        self.db = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
+        self.db = PostgresDatabase(
+            pool, url=url, schema=schema, timeout=timeout, pooler=pooler, pool_size=pool_size
+        )
         self.schema = schema
         self.location = f"{self.db.address} (schema {schema!r})"
         self._tables = {
@@ -178,8 +183,9 @@ class PostgresMemoryStore(MemoryStore):
         search_cache_bytes: int = DEFAULT_CACHE_BYTES,
         cache_min_vectors: int = DEFAULT_MIN_VECTORS,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> PostgresMemoryStore:
-        """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
+        """A store on the process's pool for ``url`` (acquired on first use, released by :meth:`aclose`)."""
         return cls(
             url=url,
             schema=schema,
@@ -189,6 +195,7 @@ class PostgresMemoryStore(MemoryStore):
             search_cache_bytes=search_cache_bytes,
             cache_min_vectors=cache_min_vectors,
             pooler=pooler,
+            pool_size=pool_size,
         )
 
     def _record(self, row: Sequence[Any]) -> MemoryRecord:

@@ -337,7 +337,7 @@ def newest_first(infos: list[ConversationInfo]) -> None:
 
 def check_listing(limit: int | None) -> None:
     """Refuse a listing limit below 0 (0 lists nothing)."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+    if limit is not None and (type(limit) is not int or limit < 0):  # bool is no limit either
         raise ValueError("limit must be a whole number of at least 0")
 
 

@@ -231,8 +231,9 @@ class PostgresMessageStore:
 
     Args:
         pool: An ``AsyncConnectionPool`` to use; it is not closed by :meth:`aclose`.
-        url: Or a connection URL (``postgresql://user@host:5432/db``): the store creates, opens
-            and closes its own pool.
+        url: Or a connection URL (``postgresql://user@host:5432/db``): the store uses the
+            process's pool for it (shared with the other stores on that database), acquired on
+            first use and released by :meth:`aclose`.
         schema: The schema holding the tables (one schema can hold many conversations).
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
@@ -240,6 +241,8 @@ class PostgresMessageStore:
         key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
         pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
             (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
+        pool_size: With ``url``, the most connections of the process's pool for that database
+            (shared with the other stores on it; default 10).
     """
 
     backend = BACKEND
@@ -256,9 +259,12 @@ class PostgresMessageStore:
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> None:
         check_retention(max_messages, ttl)
-        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
+        self.database = PostgresDatabase(
+            pool, url=url, schema=schema, timeout=timeout, pooler=pooler, pool_size=pool_size
+        )
         self.max_messages = max_messages
         self.ttl = ttl
         self.key_ring = key_ring
@@ -275,8 +281,9 @@ class PostgresMessageStore:
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> PostgresMessageStore:
-        """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
+        """A store on the process's pool for ``url`` (acquired on first use, released by :meth:`aclose`)."""
         return cls(
             url=url,
             schema=schema,
@@ -285,6 +292,7 @@ class PostgresMessageStore:
             timeout=timeout,
             key_ring=key_ring,
             pooler=pooler,
+            pool_size=pool_size,
         )
 
     @property
@@ -578,8 +586,8 @@ class PostgresHistoryProvider(StorageHistoryProvider):
 
     Args:
         pool: An ``AsyncConnectionPool`` to use (not closed by the provider).
-        url: Or a connection URL; the provider's store creates, opens and closes its own pool
-            (as :meth:`from_url` does).
+        url: Or a connection URL; the provider's store uses the process's pool for it (as
+            :meth:`from_url` does).
         source_id: Provider id and state key.
         schema: The schema holding the tables.
         load_limit: Load at most this many of the newest view messages per run.
@@ -589,6 +597,8 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         key_ring: Encrypt message bodies and summaries (see :mod:`agentkeep.encryption`).
         pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
             (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
+        pool_size: With ``url``, the most connections of the process's pool for that database
+            (shared with the other stores on it; default 10).
 
     The other options (``load_messages``, ``store_inputs``, ...) are those of
     :class:`~agentkeep.providers.HistoryProvider`.
@@ -598,7 +608,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         provider = PostgresHistoryProvider.from_url("postgresql://app@db:5432/app", load_limit=200)
         agent = Agent(client, context_providers=[provider])
         await agent.run("Hello!", session=agent.create_session(session_id="user-42"))
-        await provider.aclose()  # closes the pool it created
+        await provider.aclose()  # releases the pool (the last store on it closes it)
         ```
     """
 
@@ -617,6 +627,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
         **options: Unpack[HistoryOptions],
     ) -> None:
         store = PostgresMessageStore(
@@ -628,6 +639,7 @@ class PostgresHistoryProvider(StorageHistoryProvider):
             timeout=timeout,
             key_ring=key_ring,
             pooler=pooler,
+            pool_size=pool_size,
         )
         super().__init__(
             store,

@@ -69,13 +69,16 @@ class PostgresSessionStore(AgentSessionStore):
 
     Args:
         pool: An ``AsyncConnectionPool`` to use; it is not closed by :meth:`aclose`.
-        url: Or a connection URL: the store creates, opens and closes its own pool.
+        url: Or a connection URL: the store uses the process's pool for it (shared with the
+            other stores on that database), acquired on first use and released by :meth:`aclose`.
         schema: The schema holding the tables (shared with the message store).
         timeout: Seconds to wait for a connection, and (plus one second) for an operation.
         key_ring: Encrypt session payloads with its current key (decrypt with any of its keys);
             see :mod:`agentkeep.encryption`.
         pooler: ``"transaction"`` when ``url`` goes through a pooler in transaction pooling mode
             (PgBouncer's ``pool_mode = transaction``): nothing prepared, timeouts per transaction.
+        pool_size: With ``url``, the most connections of the process's pool for that database
+            (shared with the other stores on it; default 10).
 
     Example:
         ```python
@@ -99,8 +102,11 @@ class PostgresSessionStore(AgentSessionStore):
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> None:
-        self.database = PostgresDatabase(pool, url=url, schema=schema, timeout=timeout, pooler=pooler)
+        self.database = PostgresDatabase(
+            pool, url=url, schema=schema, timeout=timeout, pooler=pooler, pool_size=pool_size
+        )
         self.key_ring = key_ring
         self._insert = self.database.query(_INSERT)
         self._update = self.database.query(_UPDATE)
@@ -120,9 +126,12 @@ class PostgresSessionStore(AgentSessionStore):
         timeout: float = 5.0,
         key_ring: KeyRing | None = None,
         pooler: Pooler | None = None,
+        pool_size: int | None = None,
     ) -> PostgresSessionStore:
-        """A store with its own pool on ``url`` (opened on first use, closed by :meth:`aclose`)."""
-        return cls(url=url, schema=schema, timeout=timeout, key_ring=key_ring, pooler=pooler)
+        """A store on the process's pool for ``url`` (acquired on first use, released by :meth:`aclose`)."""
+        return cls(
+            url=url, schema=schema, timeout=timeout, key_ring=key_ring, pooler=pooler, pool_size=pool_size
+        )
 
     @property
     def schema(self) -> str:

@@ -747,7 +747,10 @@ async def listing_pages_by_cursor_within_a_tenant(backend: MessageStoreBackend) 
         [first] = await store.list_conversations(tenant="t1", limit=1)
         expect_equal(first.conversation_id, "t1::c00", "the conversation active again, first")
         expect_equal(
-            [info.conversation_id for info in await store.list_conversations(tenant="t1", after=first.cursor)],
+            [
+                info.conversation_id
+                for info in await store.list_conversations(tenant="t1", after=first.cursor)
+            ],
             expected[:-1],
             "the rest after it",
         )
