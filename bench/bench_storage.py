@@ -16,6 +16,11 @@ Encryption at rest: per backend, at the middle size, append a turn and load the 
 without a key ring (AES-256-GCM), the two stores measured in alternation in the same run, and the
 bytes per message of each (``--no-encryption`` skips it).
 
+Listings (``--only-listing``): per backend (the in-process store too), N conversations of one
+message each (90% in one tenant, the rest in 100 small ones), appended through the store; the
+median time of a 50-row page: the big tenant's first page and one from its middle (by cursor), a
+small tenant's, the whole store's.
+
 Run: ``.venv/bin/python bench/bench_storage.py [--quick] [--no-reference] [--sizes 1000,10000]``.
 """
 
@@ -36,6 +41,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +51,7 @@ from psycopg import sql
 
 from agentkeep import Agent, KeyRing, Message
 from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
-from agentkeep.message_stores import MessageStore
+from agentkeep.message_stores import InMemoryMessageStore, MessageStore, SupportsListing
 from agentkeep.message_stores.codec import encode_body, encode_id, encode_time
 from agentkeep.message_stores.postgres import PostgresMessageStore
 from agentkeep.message_stores.redis import RedisMessageStore
@@ -425,6 +431,104 @@ def _reference(sizes: list[int], quick: bool) -> dict[str, dict[str, float]] | N
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# -- listing: a page of conversations at 1k and 100k conversations ---------------------------------
+
+_LISTING_FILL_CONCURRENCY = 16
+_BIG_SHARE = 0.9  # of the conversations, in one tenant; the rest spread over 100 small ones
+
+
+def _listing_ids(count: int) -> list[str]:
+    big = round(count * _BIG_SHARE)
+    return [f"big::c{n}" for n in range(big)] + [f"t{n % 100}::c{n}" for n in range(count - big)]
+
+
+async def _fill_listing(store: MessageStore, count: int) -> None:
+    """``count`` conversations of one message each, appended through the store (16 at a time)."""
+    ids = _listing_ids(count)
+    base = time.time() - count  # one second apart, oldest first, and a few ties
+    queue = iter(enumerate(ids))
+
+    async def worker() -> None:
+        for number, conversation_id in queue:
+            when = datetime.fromtimestamp(base + number - number % 7 * 0.5, UTC)
+            await store.append(conversation_id, [Message("user", [TEXT], created_at=when)])
+
+    await asyncio.gather(*(worker() for _ in range(_LISTING_FILL_CONCURRENCY)))
+
+
+async def _measure_listing(store: MessageStore, count: int, reps: int) -> dict[str, float]:
+    """Medians (ms) of a 50-row page: the big tenant's first page and one from its middle, a small
+    tenant's page, and the whole store's first page."""
+    assert isinstance(store, SupportsListing)
+    middle = (await store.list_conversations(tenant="big", limit=round(count * _BIG_SHARE) // 2))[-1].cursor
+    pages = {
+        "first": lambda: store.list_conversations(tenant="big", limit=50),
+        "middle": lambda: store.list_conversations(tenant="big", after=middle, limit=50),
+        "small": lambda: store.list_conversations(tenant="t7", limit=50),
+        "store": lambda: store.list_conversations(limit=50),
+    }
+    for name, page in pages.items():  # every page holds rows
+        assert await page(), f"the {name} page is empty"
+    return {name: await _median_ms(page, reps) for name, page in pages.items()}
+
+
+async def _listing(
+    backends: list[str], counts: list[int], reps: int
+) -> dict[str, dict[int, dict[str, float]]]:
+    factories: dict[str, Factory] = {
+        "memory": _memory_factory,
+        "sqlite": _sqlite_factory,
+        "redis": _redis_factory,
+        "postgres": _postgres_factory,
+    }
+    results: dict[str, dict[int, dict[str, float]]] = {}
+    for name in backends:
+        for count in counts:
+            store, _, cleanup = await factories[name]()
+            try:
+                started = time.perf_counter()
+                await _fill_listing(store, count)
+                filled = time.perf_counter() - started
+                row = await _measure_listing(store, count, reps)
+                row["fill_s"] = filled
+                results.setdefault(name, {})[count] = row
+                print(f"  listing {name} {count:,}: filled in {filled:.1f} s", file=sys.stderr)
+            finally:
+                await cleanup()
+    return results
+
+
+def _print_listing(rows: dict[str, dict[int, dict[str, float]]]) -> None:
+    print("\nListings: a page of 50 conversations, N conversations (90% in one tenant); medians")
+    header = f"{'backend':>9} | {'N':>7} | {'big tenant':>10} | {'its middle':>10} | "
+    header += f"{'small tenant':>12} | {'store':>9}"
+    print(header)
+    print("-" * len(header))
+    for backend, by_count in rows.items():
+        for count, row in by_count.items():
+            print(
+                f"{backend:>9} | {count:>7,} | {row['first']:7.3f} ms | {row['middle']:7.3f} ms | "
+                f"{row['small']:9.3f} ms | {row['store']:6.3f} ms"
+            )
+    print("(target: <= 10 ms per page at 100,000 conversations, flat from 1,000)")
+
+
+async def _memory_factory(
+    key_ring: KeyRing | None = None,
+) -> tuple[MessageStore, Callable[[int], Awaitable[float]], Callable[[], Awaitable[None]]]:
+    del key_ring  # the in-process store keeps no bytes
+
+    async def no_bytes(_: int) -> float:
+        return 0.0
+
+    store = InMemoryMessageStore()
+
+    async def cleanup() -> None:
+        await store.aclose()
+
+    return store, no_bytes, cleanup
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -433,9 +537,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default="sqlite,redis,postgres", help="comma-separated backends")
     parser.add_argument("--no-encryption", action="store_true", help="skip the encryption rows")
     parser.add_argument("--only-encryption", action="store_true", help="only the encryption rows")
+    parser.add_argument("--only-listing", action="store_true", help="only the listing rows")
+    parser.add_argument(
+        "--listing-sizes", default="1000,100000", help="comma-separated conversation counts (listing)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     reps = 50 if args.quick else 200
+    listing_counts = [int(count) for count in args.listing_sizes.split(",")]
+    if args.only_listing:
+        listing_backends = ["memory", *args.backends.split(",")]
+        _print_listing(asyncio.run(_listing(listing_backends, listing_counts, reps)))
+        return
 
     factories = {"sqlite": _sqlite_factory, "redis": _redis_factory, "postgres": _postgres_factory}
     backends = args.backends.split(",")

@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Any
 
@@ -423,13 +423,28 @@ async def test_a_listing_page_is_one_index_range(
     store: SQLiteMessageStore, tenant: bool, after: bool
 ) -> None:
     await store.setup()
-    params = {"now": 0, "tenant": "t", "limit": 50, "activity": 0, "id": ""}
+    # the "old" tenant's rows are older than every other's, and ANALYZE knows the spread: walking
+    # the activity index and filtering by tenant would read the others first
+    rows = [
+        (f"old::c{n}" if n % 10 == 0 else f"t{n % 7}::c{n}", n if n % 10 == 0 else n + 100_000)
+        for n in range(2000)
+    ]
+    await asyncio.to_thread(_fill_conversations, store.path, rows)
+    params = {"now": 0, "tenant": "old", "limit": 50, "activity": 2**62, "id": ""}
     plan = await _sql(store.path, "EXPLAIN QUERY PLAN " + _LIST_CONVERSATIONS[tenant, after], params)
     [(*_, detail)] = plan
     index = "agentkeep_conversations_tenant" if tenant else "agentkeep_conversations_activity"
     assert detail.startswith(
         tuple(f"{how} agentkeep_conversations USING INDEX {index}" for how in ("SCAN", "SEARCH"))
-    )
+    ), detail
+
+
+def _fill_conversations(path: Path, rows: list[tuple[str, int]]) -> None:
+    with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        connection.executemany(
+            "INSERT INTO agentkeep_conversations (conversation_id, activity) VALUES (?, ?)", rows
+        )
+        connection.execute("ANALYZE")
 
 
 # -- compaction details ----------------------------------------------------------------------------

@@ -168,19 +168,24 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     "view_all": f"""{_VIEW_HEAD} (
             SELECT {_VIEW_MESSAGE} AND seq > %(after)s UNION ALL SELECT {_VIEW_SUMMARY} AND seq > %(after)s
         ) AS e ON true""",
-    # -- listing: one range of the (tenant,) activity, id index, read backwards
+    # -- listing: one range of an index read backwards. A tenant's page is a range of the
+    # (tenant, activity, id) index ordered by all three (the tenant bounded by inequalities, never
+    # equal, so the order by tenant stays; after a cursor, its row is the upper bound the backward
+    # walk starts from): no other plan gives its order without a sort, so the
+    # planner cannot walk the activity index and filter by tenant (whose cost grows with the
+    # other tenants' newer rows), whatever its statistics say.
     "list": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
         WHERE {_LIVE} ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
     "list_after": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
         WHERE {_LIVE} AND (activity, conversation_id COLLATE "C") < (%(activity)s, %(id)s)
         ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
     "list_tenant": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
-        WHERE {_LIVE} AND tenant = %(tenant)s
-        ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
+        WHERE {_LIVE} AND tenant BETWEEN %(tenant)s AND %(tenant)s
+        ORDER BY tenant DESC, activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
     "list_tenant_after": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
-        WHERE {_LIVE} AND tenant = %(tenant)s
-            AND (activity, conversation_id COLLATE "C") < (%(activity)s, %(id)s)
-        ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
+        WHERE {_LIVE} AND tenant >= %(tenant)s
+            AND (tenant, activity, conversation_id COLLATE "C") < (%(tenant)s, %(activity)s, %(id)s)
+        ORDER BY tenant DESC, activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
     # -- records as stored (key rotation): primary-key range scans of at most %(limit)s rows each
     "stored_records": f"""{_LIVE_CONVERSATION}
     SELECT e.seq, e.id, e.time, e.body FROM c CROSS JOIN LATERAL (

@@ -605,15 +605,22 @@ def _purge_expired(db: sqlite3.Connection) -> int:
         return len(keys)
 
 
+# A listing page is one range of an index read backwards. A tenant's page is a range of the
+# (tenant, activity, id) index ordered by all three (the tenant bounded by inequalities, never
+# equal, so the order by tenant stays): no other plan gives its order without a sort, so the
+# planner cannot walk the activity index and filter by tenant, whatever ANALYZE found.
 def _list_query(tenant: bool, after: bool) -> str:
     where = ["(expires_at IS NULL OR expires_at > :now)"]
-    if tenant:
-        where.append("tenant = :tenant")
+    order = "activity DESC, conversation_id DESC"
+    if tenant:  # the upper bound is the cursor's row, or the tenant: where the backward walk starts
+        where.append("tenant >= :tenant" if after else "tenant BETWEEN :tenant AND :tenant")
+        order = f"tenant DESC, {order}"
     if after:
-        where.append("(activity, conversation_id) < (:activity, :id)")
+        columns, bound = ("tenant, ", ":tenant, ") if tenant else ("", "")
+        where.append(f"({columns}activity, conversation_id) < ({bound}:activity, :id)")
     return (
         "SELECT conversation_id, message_count, last_seq, activity FROM agentkeep_conversations "
-        f"WHERE {' AND '.join(where)} ORDER BY activity DESC, conversation_id DESC LIMIT :limit"
+        f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT :limit"
     )
 
 
