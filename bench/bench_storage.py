@@ -16,6 +16,10 @@ Encryption at rest: per backend, at the middle size, append a turn and load the 
 without a key ring (AES-256-GCM), the two stores measured in alternation in the same run, and the
 bytes per message of each (``--no-encryption`` skips it).
 
+Listing (``--only-listing``; Redis here, in :func:`_measure_redis_listing`): a page of 50 of one
+tenant's conversations (the first page, and one deep in the tenant by cursor) and of the whole
+store, at 1k and 100k conversations spread over ten tenants with interleaved activity.
+
 Run: ``.venv/bin/python bench/bench_storage.py [--quick] [--no-reference] [--sizes 1000,10000]``.
 """
 
@@ -36,6 +40,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +51,7 @@ from psycopg import sql
 from agentkeep import Agent, KeyRing, Message
 from agentkeep.compaction import CompactionProvider, SlidingWindowStrategy
 from agentkeep.message_stores import MessageStore
+from agentkeep.message_stores.base import activity_key, listing_cursor
 from agentkeep.message_stores.codec import encode_body, encode_id, encode_time
 from agentkeep.message_stores.postgres import PostgresMessageStore
 from agentkeep.message_stores.redis import RedisMessageStore
@@ -425,6 +431,64 @@ def _reference(sizes: list[int], quick: bool) -> dict[str, dict[str, float]] | N
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+async def _measure_redis_listing(sizes: list[int], reps: int) -> dict[int, dict[str, float]]:
+    """Median ms of listing pages of 50 on Redis, per number of conversations (see
+    :func:`_redis_listing_at`)."""
+    return {size: await _redis_listing_at(size, reps) for size in sizes}
+
+
+async def _redis_listing_at(size: int, reps: int) -> dict[str, float]:
+    """Pages of 50 over ``size`` conversations (ten tenants, one message each, a second apart,
+    tenant by tenant in turn) under a private key prefix, deleted after."""
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    prefix = f"agentkeep-bench-listing-{uuid.uuid4().hex[:8]}"
+    store = RedisMessageStore.from_url(REDIS_URL, key_prefix=prefix)
+    try:
+        await store.setup()
+        names = [f"t{number % 10}::c{number:07}" for number in range(size)]
+        for start in range(0, size, 32):  # 32 appends in flight: the inserts pipelined
+            await asyncio.gather(
+                *(
+                    store.append(name, [Message("user", ["hi"], created_at=base + timedelta(seconds=n))])
+                    for n, name in enumerate(names[start : start + 32], start)
+                )
+            )
+        middle = (size // 2) // 10 * 10 + 3  # a conversation of tenant t3 halfway down
+        deep = listing_cursor(activity_key(base + timedelta(seconds=middle)), names[middle])
+
+        async def first_page() -> None:
+            assert len(await store.list_conversations(tenant="t3", limit=50)) == 50
+
+        async def deep_page() -> None:
+            assert len(await store.list_conversations(tenant="t3", after=deep, limit=50)) == 50
+
+        async def whole_store() -> None:
+            assert len(await store.list_conversations(limit=50)) == 50
+
+        return {
+            "first": await _median_ms(first_page, reps),
+            "deep": await _median_ms(deep_page, reps),
+            "all": await _median_ms(whole_store, reps),
+        }
+    finally:
+        await store.aclose()
+        client = aioredis.from_url(REDIS_URL)
+        batch = [key async for key in client.scan_iter(match=f"{prefix}:*", count=5000)]
+        for start in range(0, len(batch), 1000):
+            await client.delete(*batch[start : start + 1000])
+        await client.aclose()
+
+
+def _print_redis_listing(rows: dict[int, dict[str, float]]) -> None:
+    print("\nRedis listing, a page of 50 (one message per conversation, ten tenants); medians")
+    header = f"{'conversations':>13} | {'tenant, first':>13} | {'tenant, deep':>12} | {'whole store':>11}"
+    print(header)
+    print("-" * len(header))
+    for size, row in rows.items():
+        print(f"{size:>13,} | {row['first']:10.3f} ms | {row['deep']:9.3f} ms | {row['all']:8.3f} ms")
+    print("(target: <= 10 ms a page, flat in the number of conversations)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -433,6 +497,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", default="sqlite,redis,postgres", help="comma-separated backends")
     parser.add_argument("--no-encryption", action="store_true", help="skip the encryption rows")
     parser.add_argument("--only-encryption", action="store_true", help="only the encryption rows")
+    parser.add_argument("--only-listing", action="store_true", help="only the listing rows")
+    parser.add_argument(
+        "--listing-sizes", default="1000,100000", help="comma-separated conversation counts for listing"
+    )
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
     reps = 50 if args.quick else 200
@@ -446,6 +514,11 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.only_encryption:
         _print_encryption(asyncio.run(encryption()), mid)
+        return
+    if args.only_listing:
+        listing_sizes = [int(size) for size in args.listing_sizes.split(",")]
+        if "redis" in backends:
+            _print_redis_listing(asyncio.run(_measure_redis_listing(listing_sizes, reps)))
         return
 
     async def run() -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, float]]:

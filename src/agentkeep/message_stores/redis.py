@@ -12,10 +12,10 @@ What lives here:
 
 **Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
 hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
-and upgrades layout 1, see below). A
-conversation id is percent-encoded (ids longer than 100 characters once encoded are replaced by
-``#`` + their SHA-256), so no id can collide with another or reach outside its keys. The five keys
-of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
+and upgrades layouts 1 and 2, see below). A conversation id is percent-encoded (ids longer than
+100 characters once encoded are replaced by ``#`` + their SHA-256), so no id can collide with
+another or reach outside its keys. The five keys of a conversation share a hash tag,
+``{key_prefix}:{<id>}:<kind>``:
 
 * ``m``: a hash with ``h`` (the seq of the log's first entry), ``l`` (the last assigned seq) and
   ``e`` (the compaction epoch). It exists exactly when the conversation does.
@@ -30,27 +30,44 @@ of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
   replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
   (MessagePack).
 
-Two keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layout 2):
+Keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layouts 2 and 3):
 
 * ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
   creation time of their newest message (microseconds since the epoch; the score orders, the
   reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
   expiry to 0 remove it.
+* ``{key_prefix}:__index__:<tenant>`` (layout 3): the same for one tenant, the tenant escaped as
+  ids are. A conversation whose id is ``f"{tenant}::{rest}"`` (the tenant: what comes before its
+  first ``"::"``) is in its tenant's index too, with the same score; an id without ``"::"`` is only
+  in the prefix's. The scripts that change the prefix's index change the tenant's in the same call.
 * ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
   their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
   conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
   ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
-  both sets up to 16 conversations whose deadline passed more than a second ago, so conversations
-  that expire leave the index as fast as new ones come, without anyone listing.
+  the expiry set and the indexes up to 16 conversations whose deadline passed more than a second
+  ago, so conversations that expire leave the indexes as fast as new ones come, without anyone
+  listing. (That purge is the one place a script names keys itself: the tenant indexes of the ids
+  it drops, escaped in Lua exactly as :func:`~agentkeep._db.redis.escape_key_part` escapes them.)
 
-A listing skips (and removes from both sets) ids whose meta key is gone, whatever the reason
-(expiry not yet purged, keys removed by hand or evicted). Layout 1 had neither key:
-:meth:`RedisMessageStore.setup` upgrades such a prefix once by finding its meta keys with
-``SCAN`` and indexing them, then records layout 2 (which agentkeep versions that do not maintain
-the index refuse). A conversation whose id was replaced by its hash in its keys cannot be named
-that way; it is listed again from its next append. The two keys are outside the conversations'
-hash tags, so the scripts that maintain them touch keys of two cluster slots: like its client
-(``redis.asyncio.Redis``), the store works with one server (or primary), not Redis Cluster.
+Scores are the scripts' doubles: exact microseconds within 2^53 of 1970 (years 1685 to 2254).
+Beyond that, neighbouring times (8 µs apart near year 1, 32 µs near 9999) share a score; a
+listing then reads such a group whole and orders it by the times in the entries, so the order is
+always the contract's: newest first, equal times by the greater id (Redis orders equal scores by
+member bytes, which for UTF-8 is Python's ``str`` order).
+
+A listing skips (and removes from the sets) ids whose meta key is gone, whatever the reason
+(expiry not yet purged, keys removed by hand or evicted). :meth:`RedisMessageStore.setup` upgrades
+an older prefix once, a version at a time, then records each version (which agentkeep versions
+that do not maintain what it adds refuse: their ``setup`` and their append and rewrite scripts
+check the recorded layout). Layout 1 had no index: its meta keys are found with ``SCAN`` and
+indexed; a conversation whose id was replaced by its hash in its keys cannot be named that way
+and is listed again from its next append. Layout 2 had no tenant indexes: they are filled from the
+prefix's index (``ZSCAN``, batches of 100 ids, each id given the score it has in the prefix's index
+when its batch runs). Appends by an older agentkeep while that runs update only the prefix's index,
+so a tenant listing may show such a conversation at its older place until its next append. The
+index keys are outside the conversations' hash tags, so the scripts that maintain them touch keys
+of several cluster slots: like its client (``redis.asyncio.Redis``), the store works with one
+server (or primary), not Redis Cluster.
 
 **Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
 server lost its script cache). Redis runs a script to completion before any other command, so
@@ -68,12 +85,16 @@ that takes the id of a stored message is refused when that message is one the co
 or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
 older message it does not name goes unnoticed (both are then kept).
 
-**Cost of listing.** ``list_conversations(limit=n)`` reads the index newest first in batches
-of up to 200 ids (``ZREVRANGE``, O(log C + n) for C indexed conversations) and runs one script per
-batch that reads, per conversation, its meta hash, its newest log entry (``LINDEX``; walking back
-over trailing summary placeholders) and, only after a ``max_messages`` trim, its summary fields
-(to count the raw messages): O(n) for a limited listing, independent of the conversations'
-lengths. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of the expiry set.
+**Cost of listing.** A page costs what it holds, not what the prefix holds. One ``PAGE`` script
+finds the page in the tenant's index (or the prefix's): the position of the cursor ``after`` (its
+activity's score and conversation id) by ``ZCOUNT`` and a binary search by rank among the members of
+that score, then the ``limit`` members below it (``ZRANGE`` by rank), O(log C · log k + limit) for C
+indexed conversations and k of the cursor's score. A second script, ``LIST``, reads per
+conversation its meta hash, its newest log entry (``LINDEX``; walking back over trailing summary
+placeholders) and, only after a ``max_messages`` trim, its summary fields (to count the raw
+messages): O(limit), independent of the conversations' lengths. Ids that vanished make it read
+more, up to 200 at a time, until the page is full. Appends pay two ``ZADD`` (O(log C)) and a
+bounded purge of the expiry set.
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
@@ -83,7 +104,8 @@ summaries hash; :meth:`RedisMessageStore.replace_records` is one script that rep
 **Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
 five keys in every append (and compactions give keys they create the conversation's deadline);
 ``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
-index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ... TYPE`` for the upgrade).
+index entries (the prefix's and the tenant's). Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
+TYPE`` for the upgrade).
 
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
 ``timeout``; one immediate retry on a dropped connection, none on a timeout) raise
