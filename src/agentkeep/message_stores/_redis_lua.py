@@ -15,7 +15,9 @@ __all__ = [
     "COMPACT",
     "DELETE",
     "EXPIRE",
+    "INDEX_TENANTS",
     "LIST",
+    "PAGE",
     "READ",
     "RECORDS",
     "REINDEX",
@@ -29,7 +31,8 @@ __all__ = [
 # KEYS of every conversation script: meta hash, log list, exclusion ranges, summaries hash, the
 # ids of the newest DEDUP_WINDOW seqs; the scripts that keep the listing up to date add the
 # prefix's index (conversation ids by their newest message's time) and expiry (conversation ids by
-# deadline) sorted sets as KEYS[6] and KEYS[7], and take the conversation id as an argument.
+# deadline) sorted sets as KEYS[6] and KEYS[7], the conversation's tenant index as KEYS[8] (the
+# prefix's index again for an id without a tenant), and take the conversation id as an argument.
 
 _COUNTERS = """
 -- A conversation's counters from its meta hash (head, last seq, epoch), checked: a damaged
@@ -105,8 +108,68 @@ end
 """
 )
 
+# A key part as agentkeep._db.redis.escape_key_part makes it (percent-encoding; SHA-256 past 100
+# characters), for the one place a script names a key itself: the tenant index of an id it purges.
+_KEY_PART = """
+local SHA_K = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+}
+
+-- the SHA-256 of a string as 64 hex digits (Redis's Lua has bit operations but no SHA-256)
+local function sha256_hex(text)
+  local band, bxor, bnot, ror, rshift, tobit = bit.band, bit.bxor, bit.bnot, bit.ror, bit.rshift, bit.tobit
+  local bits = #text * 8
+  text = text .. '\\128' .. string.rep('\\0', (55 - #text) % 64)
+  local high = math.floor(bits / 4294967296)
+  for shift = 24, 0, -8 do text = text .. string.char(math.floor(high / 2 ^ shift) % 256) end
+  for shift = 24, 0, -8 do text = text .. string.char(math.floor(bits / 2 ^ shift) % 256) end
+  local h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
+  for chunk = 1, #text, 64 do
+    local w = {}
+    for i = 0, 15 do
+      local b1, b2, b3, b4 = string.byte(text, chunk + 4 * i, chunk + 4 * i + 3)
+      w[i] = tobit(((b1 * 256 + b2) * 256 + b3) * 256 + b4)
+    end
+    for i = 16, 63 do
+      local s0 = bxor(ror(w[i - 15], 7), ror(w[i - 15], 18), rshift(w[i - 15], 3))
+      local s1 = bxor(ror(w[i - 2], 17), ror(w[i - 2], 19), rshift(w[i - 2], 10))
+      w[i] = tobit(w[i - 16] + s0 + w[i - 7] + s1)
+    end
+    local a, b, c, d, e, f, g, hh = h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
+    for i = 0, 63 do
+      local t1 = tobit(hh + bxor(ror(e, 6), ror(e, 11), ror(e, 25)) + bxor(band(e, f), band(bnot(e), g))
+        + SHA_K[i + 1] + w[i])
+      local t2 = tobit(bxor(ror(a, 2), ror(a, 13), ror(a, 22)) + bxor(band(a, b), band(a, c), band(b, c)))
+      hh, g, f, e, d, c, b, a = g, f, e, tobit(d + t1), c, b, a, tobit(t1 + t2)
+    end
+    h = {tobit(h[1] + a), tobit(h[2] + b), tobit(h[3] + c), tobit(h[4] + d), tobit(h[5] + e),
+      tobit(h[6] + f), tobit(h[7] + g), tobit(h[8] + hh)}
+  end
+  local out = {}
+  for i = 1, 8 do out[i] = bit.tohex(h[i], 8) end
+  return table.concat(out)
+end
+
+local function key_part(value)
+  local escaped = string.gsub(value, '[^A-Za-z0-9_.~-]', function(char)
+    return string.format('%%%02X', string.byte(char))
+  end)
+  if #escaped > 100 then return '#' .. sha256_hex(value) end
+  return escaped
+end
+"""
+
 # Helpers of the listing index (used by the scripts that maintain or read it).
-_INDEX = """
+_INDEX = (
+    _KEY_PART
+    + """
 local CONVERSATION_KEYS = 5
 local PURGE_BATCH, PURGE_GRACE = 16, 1000
 
@@ -160,7 +223,8 @@ local function newest(log, head, last)
   return nil
 end
 
--- drop from the index (and expiry set) a few conversations whose deadline passed
+-- drop from the indexes (and expiry set) a few conversations whose deadline passed; their tenant
+-- indexes are named from their ids, as the client names them (the only keys a script names itself)
 local function purge_expired(index, expiry, now)
   local gone = redis.call(
     'ZRANGEBYSCORE', expiry, '-inf', '(' .. int(now - PURGE_GRACE), 'LIMIT', 0, PURGE_BATCH
@@ -168,9 +232,14 @@ local function purge_expired(index, expiry, now)
   if #gone > 0 then
     redis.call('ZREM', index, unpack(gone))
     redis.call('ZREM', expiry, unpack(gone))
+    for _, member in ipairs(gone) do
+      local at = string.find(member, '::', 1, true)
+      if at then redis.call('ZREM', index .. ':' .. key_part(string.sub(member, 1, at - 1)), member) end
+    end
   end
 end
 """
+)
 
 SETUP = RedisScript("""
 local found = redis.call('HMGET', KEYS[1], 'layout', 'format')
@@ -192,8 +261,8 @@ APPEND = RedisScript(
     + _INDEX
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local index, expiry = KEYS[6], KEYS[7]
--- KEYS[8]: the prefix's layout hash.
+local index, expiry, tenant_index = KEYS[6], KEYS[7], KEYS[8]
+-- KEYS[9]: the prefix's layout hash.
 -- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
 -- newest (the caller gave some) or '2' to look for its first id only (new ids: only a resend of
 -- this very script after a dropped connection can have stored them), the conversation id, the
@@ -206,7 +275,7 @@ local max_messages, ttl, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local check, conflicts = ARGV[3] ~= '0', ARGV[3] == '1'
 local start_by = tonumber(ARGV[5])
 local FIRST = 8
-local recorded = redis.call('HMGET', KEYS[8], 'layout', 'format')
+local recorded = redis.call('HMGET', KEYS[9], 'layout', 'format')
 if (tonumber(recorded[1]) or 0) > tonumber(ARGV[6]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[7]) then
   return recorded
 end
@@ -272,7 +341,9 @@ if max_messages > 0 then
 end
 local now = clock_ms()
 purge_expired(index, expiry, now)
-redis.call('ZADD', index, int(time_value(time_bytes(ARGV[#ARGV]))), member)
+local score = int(time_value(time_bytes(ARGV[#ARGV])))
+redis.call('ZADD', index, score, member)
+if tenant_index ~= index then redis.call('ZADD', tenant_index, score, member) end
 if ttl > 0 then
   local deadline = int(now + ttl)
   for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
@@ -613,6 +684,7 @@ local found = redis.call('EXISTS', KEYS[1])
 redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
 return found
 """
 )
@@ -630,6 +702,7 @@ elseif ttl == 0 then
   redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
   redis.call('ZREM', KEYS[6], member)
   redis.call('ZREM', KEYS[7], member)
+  redis.call('ZREM', KEYS[8], member)
 else
   local deadline = int(clock_ms() + ttl)
   for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
@@ -639,8 +712,9 @@ return 1
 """
 )
 
-# KEYS: index, expiry, then meta, log and summaries of each conversation; ARGV: their ids.
-# Per conversation: 0 if it is gone (expired or deleted: then it leaves the index), else one string
+# KEYS: index, expiry, then meta, log, summaries and tenant index (the index again for an id
+# without a tenant) of each conversation; ARGV: their ids.
+# Per conversation: 0 if it is gone (expired or deleted: then it leaves the indexes), else one string
 # (fewer reply elements to parse): "<last seq> <raw messages stored> <seq of the newest message, 0
 # if none> " and that message's 8 time bytes.
 LIST = RedisScript(
@@ -649,11 +723,12 @@ LIST = RedisScript(
     + """
 local out = {}
 for k = 1, #ARGV do
-  local meta, log, sums = KEYS[3 * k], KEYS[3 * k + 1], KEYS[3 * k + 2]
+  local meta, log, sums = KEYS[4 * k - 1], KEYS[4 * k], KEYS[4 * k + 1]
   local state = redis.call('HMGET', meta, 'h', 'l')
   if not state[1] then
     redis.call('ZREM', KEYS[1], ARGV[k])
     redis.call('ZREM', KEYS[2], ARGV[k])
+    redis.call('ZREM', KEYS[4 * k + 2], ARGV[k])
     out[k] = 0
   else
     local head, last = counters(meta, state)
@@ -705,4 +780,65 @@ if redis.call('HGET', KEYS[1], 'layout') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'layout', ARGV[2])
 end
 return redis.call('HGET', KEYS[1], 'layout')
+""")
+
+
+# One page of an index, read by position. KEYS: the index. ARGV: how many, then optionally a
+# position (a score as Redis formats it, a member, and 'at' or 'group'): the members that sort
+# before it in the index's ascending (score, member) order ('group': before every member of that
+# score). Returns {member, score, ...} ascending: the `count` members just before the position
+# (all members when there are fewer), extended down to the first member of the lowest score's
+# group when that score is not an exact integer (beyond 2^53 microseconds, where neighbouring times
+# share a double): the caller orders such a group by the times in the entries.
+PAGE = RedisScript("""
+local index, count = KEYS[1], tonumber(ARGV[1])
+local EXACT = 9007199254740992
+-- a < b by bytes (Lua's own string comparison follows the server's locale)
+local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+local top
+if ARGV[2] then
+  local score, member = ARGV[2], ARGV[3]
+  local below = redis.call('ZCOUNT', index, '-inf', '(' .. score)
+  local same = redis.call('ZCOUNT', index, score, score)
+  if ARGV[4] == 'group' then
+    top = below + same
+  else  -- members of one score sort by their bytes: find the first not before `member`
+    local lo, hi = below, below + same
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      if before(redis.call('ZRANGE', index, mid, mid)[1], member) then lo = mid + 1 else hi = mid end
+    end
+    top = lo
+  end
+else
+  top = redis.call('ZCARD', index)
+end
+if top <= 0 then return {} end
+local low = math.max(0, top - count)
+if low > 0 then
+  local edge = redis.call('ZRANGE', index, low, low, 'WITHSCORES')
+  if math.abs(tonumber(edge[2])) >= EXACT then low = redis.call('ZCOUNT', index, '-inf', '(' .. edge[2]) end
+end
+return redis.call('ZRANGE', index, low, top - 1, 'WITHSCORES')
+""")
+
+# Fills tenant indexes from the prefix's index (the upgrade from layout 2). KEYS: the index, then
+# the tenant index of each id; ARGV: the ids. Each id still in the index gets its score there now
+# (so a batch never writes a score older than the index's). Returns how many were indexed.
+INDEX_TENANTS = RedisScript("""
+local done = 0
+for k = 1, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[k])
+  if score then
+    redis.call('ZADD', KEYS[k + 1], score, ARGV[k])
+    done = done + 1
+  end
+end
+return done
 """)

@@ -12,10 +12,10 @@ What lives here:
 
 **Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
 hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
-and upgrades layout 1, see below). A
-conversation id is percent-encoded (ids longer than 100 characters once encoded are replaced by
-``#`` + their SHA-256), so no id can collide with another or reach outside its keys. The five keys
-of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
+and upgrades layouts 1 and 2, see below). A conversation id is percent-encoded (ids longer than
+100 characters once encoded are replaced by ``#`` + their SHA-256), so no id can collide with
+another or reach outside its keys. The five keys of a conversation share a hash tag,
+``{key_prefix}:{<id>}:<kind>``:
 
 * ``m``: a hash with ``h`` (the seq of the log's first entry), ``l`` (the last assigned seq) and
   ``e`` (the compaction epoch). It exists exactly when the conversation does.
@@ -30,27 +30,44 @@ of a conversation share a hash tag, ``{key_prefix}:{<id>}:<kind>``:
   replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
   (MessagePack).
 
-Two keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layout 2):
+Keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layouts 2 and 3):
 
 * ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
   creation time of their newest message (microseconds since the epoch; the score orders, the
   reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
   expiry to 0 remove it.
+* ``{key_prefix}:__index__:<tenant>`` (layout 3): the same for one tenant, the tenant escaped as
+  ids are. A conversation whose id is ``f"{tenant}::{rest}"`` (the tenant: what comes before its
+  first ``"::"``) is in its tenant's index too, with the same score; an id without ``"::"`` is only
+  in the prefix's. The scripts that change the prefix's index change the tenant's in the same call.
 * ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
   their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
   conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
   ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
-  both sets up to 16 conversations whose deadline passed more than a second ago, so conversations
-  that expire leave the index as fast as new ones come, without anyone listing.
+  the expiry set and the indexes up to 16 conversations whose deadline passed more than a second
+  ago, so conversations that expire leave the indexes as fast as new ones come, without anyone
+  listing. (That purge is the one place a script names keys itself: the tenant indexes of the ids
+  it drops, escaped in Lua exactly as :func:`~agentkeep._db.redis.escape_key_part` escapes them.)
 
-A listing skips (and removes from both sets) ids whose meta key is gone, whatever the reason
-(expiry not yet purged, keys removed by hand or evicted). Layout 1 had neither key:
-:meth:`RedisMessageStore.setup` upgrades such a prefix once by finding its meta keys with
-``SCAN`` and indexing them, then records layout 2 (which agentkeep versions that do not maintain
-the index refuse). A conversation whose id was replaced by its hash in its keys cannot be named
-that way; it is listed again from its next append. The two keys are outside the conversations'
-hash tags, so the scripts that maintain them touch keys of two cluster slots: like its client
-(``redis.asyncio.Redis``), the store works with one server (or primary), not Redis Cluster.
+Scores are the scripts' doubles: exact microseconds within 2^53 of 1970 (years 1685 to 2254).
+Beyond that, neighbouring times (8 µs apart near year 1, 32 µs near 9999) share a score; a
+listing then reads such a group whole and orders it by the times in the entries, so the order is
+always the contract's: newest first, equal times by the greater id (Redis orders equal scores by
+member bytes, which for UTF-8 is Python's ``str`` order).
+
+A listing skips (and removes from the sets) ids whose meta key is gone, whatever the reason
+(expiry not yet purged, keys removed by hand or evicted). :meth:`RedisMessageStore.setup` upgrades
+an older prefix once, a version at a time, then records each version (which agentkeep versions
+that do not maintain what it adds refuse: their ``setup`` and their append and rewrite scripts
+check the recorded layout). Layout 1 had no index: its meta keys are found with ``SCAN`` and
+indexed; a conversation whose id was replaced by its hash in its keys cannot be named that way
+and is listed again from its next append. Layout 2 had no tenant indexes: they are filled from the
+prefix's index (``ZSCAN``, batches of 100 ids, each id given the score it has in the prefix's index
+when its batch runs). Appends by an older agentkeep while that runs update only the prefix's index,
+so a tenant listing may show such a conversation at its older place until its next append. The
+index keys are outside the conversations' hash tags, so the scripts that maintain them touch keys
+of several cluster slots: like its client (``redis.asyncio.Redis``), the store works with one
+server (or primary), not Redis Cluster.
 
 **Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
 server lost its script cache). Redis runs a script to completion before any other command, so
@@ -68,12 +85,16 @@ that takes the id of a stored message is refused when that message is one the co
 or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
 older message it does not name goes unnoticed (both are then kept).
 
-**Cost of listing.** ``list_conversations(limit=n)`` reads the index newest first in batches
-of up to 200 ids (``ZREVRANGE``, O(log C + n) for C indexed conversations) and runs one script per
-batch that reads, per conversation, its meta hash, its newest log entry (``LINDEX``; walking back
-over trailing summary placeholders) and, only after a ``max_messages`` trim, its summary fields
-(to count the raw messages): O(n) for a limited listing, independent of the conversations'
-lengths. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of the expiry set.
+**Cost of listing.** A page costs what it holds, not what the prefix holds. One ``PAGE`` script
+finds the page in the tenant's index (or the prefix's): the position of the cursor ``after`` (its
+activity's score and conversation id) by ``ZCOUNT`` and a binary search by rank among the members of
+that score, then the ``limit`` members below it (``ZRANGE`` by rank), O(log C · log k + limit) for C
+indexed conversations and k of the cursor's score. A second script, ``LIST``, reads per
+conversation its meta hash, its newest log entry (``LINDEX``; walking back over trailing summary
+placeholders) and, only after a ``max_messages`` trim, its summary fields (to count the raw
+messages): O(limit), independent of the conversations' lengths. Ids that vanished make it read
+more, up to 200 at a time, until the page is full. Appends pay two ``ZADD`` (O(log C)) and a
+bounded purge of the expiry set.
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
@@ -83,7 +104,8 @@ summaries hash; :meth:`RedisMessageStore.replace_records` is one script that rep
 **Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
 five keys in every append (and compactions give keys they create the conversation's deadline);
 ``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
-index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ... TYPE`` for the upgrade).
+index entries (the prefix's and the tenant's). Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
+TYPE`` for the upgrade).
 
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
 ``timeout``; one immediate retry on a dropped connection, none on a timeout) raise
@@ -111,6 +133,7 @@ from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
+from ..sessions import ISOLATION_SEPARATOR
 from . import _redis_lua as _lua
 from .base import (
     ConversationInfo,
@@ -119,11 +142,15 @@ from .base import (
     StoredRecord,
     Summary,
     check_batch_ids,
+    check_listing,
     check_retention,
     check_summary_ids,
     id_conflict,
+    listing_order,
     newest_first,
+    read_listing_cursor,
     summary_id_conflict,
+    tenant_prefix,
 )
 from .codec import (
     FORMAT_VERSION,
@@ -153,12 +180,14 @@ __all__ = [
 DEFAULT_KEY_PREFIX: Final = "chat_messages"
 """The key prefix of a message store (and history provider) when none is given."""
 
-LAYOUT_VERSION: Final = 2
-"""Version of the key layout described in the module docs (2: with the listing index)."""
+LAYOUT_VERSION: Final = 3
+"""Version of the key layout described in the module docs (2: with the listing index; 3: with an
+index per tenant)."""
 
 _ESCAPED_PART: Final = re.compile(r"[A-Za-z0-9_.~%-]*")
 _LIST_BATCH: Final = 200  # conversations looked at per listing script
-_REINDEX_BATCH: Final = 100  # conversations indexed per script when upgrading from layout 1
+_REINDEX_BATCH: Final = 100  # conversations indexed per script when upgrading the layout
+_EXACT_SCORE: Final = 2.0**53  # scores below this (in magnitude) are exact microseconds
 _replaces_decoder = msgspec.msgpack.Decoder(list[str])
 
 
@@ -258,6 +287,33 @@ def _stamp(conversation_id: str, seq: int, data: bytes) -> datetime | None:
         return decode_time(int.from_bytes(data, "big", signed=True))
     except (ValueError, OverflowError) as exc:
         raise _corrupt(conversation_id, seq, exc) from exc
+
+
+def _tenant_of(conversation_id: str) -> str | None:
+    """The tenant of a conversation id: what comes before its first ``"::"`` (``None``: none)."""
+    tenant, separator, _ = conversation_id.partition(ISOLATION_SEPARATOR)
+    return tenant if separator else None
+
+
+def _score(activity: int) -> float:
+    """The index score the scripts give a message time of ``activity`` microseconds.
+
+    The scripts (whose numbers are doubles) read the 8 time bytes one at a time, as this does: the
+    score is the time itself within 2^53 microseconds of 1970 (years 1685 to 2254), and beyond
+    that the time rounded to a double, so neighbouring times can share a score.
+    """
+    clamped = min(max(activity, -(2**63)), 2**63 - 1)  # a cursor's key is any integer
+    data = clamped.to_bytes(8, "big", signed=True)
+    negative = data[0] >= 128
+    value = 0.0
+    for byte in data:
+        value = value * 256 + (255 - byte if negative else byte)
+    return -value - 1 if negative else value
+
+
+def _score_arg(score: float) -> str:
+    """``score`` as a script argument Redis reads back as the same double."""
+    return str(int(score)) if abs(score) < _EXACT_SCORE else repr(score)
 
 
 def _raw_entries(key: RecordKey, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
@@ -382,15 +438,30 @@ class RedisMessageStore:
         """The sorted set of the ids of conversations with a TTL, by deadline (ms)."""
         return f"{self.key_prefix}:__expiry__"
 
+    def tenant_index_key(self, tenant: str) -> str:
+        """The sorted set of ``tenant``'s conversation ids by their newest message's time."""
+        return f"{self.index_key}:{escape_key_part(tenant)}"
+
+    def _index_of(self, conversation_id: str) -> str:
+        """The tenant index that lists ``conversation_id`` (the prefix's index for an id without
+        a tenant, which only that one lists)."""
+        tenant = _tenant_of(conversation_id)
+        return self.index_key if tenant is None else self.tenant_index_key(tenant)
+
     def conversation_keys(self, conversation_id: str) -> ConversationKeys:
         """The keys of ``conversation_id``."""
         base = f"{self.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
         return ConversationKeys(base + "m", base + "l", base + "x", base + "s", base + "i")
 
     def _indexed_keys(self, conversation_id: str) -> list[str]:
-        """The keys of a script that also keeps the listing index: the conversation's, then the
-        index and the expiry set."""
-        return [*self.conversation_keys(conversation_id), self.index_key, self.expiry_key]
+        """The keys of a script that also keeps the listing indexes: the conversation's, then the
+        index, the expiry set and the conversation's tenant index."""
+        return [
+            *self.conversation_keys(conversation_id),
+            self.index_key,
+            self.expiry_key,
+            self._index_of(conversation_id),
+        ]
 
     async def setup(self) -> None:
         """Record the layout version, or check the recorded one; idempotent.
@@ -421,24 +492,47 @@ class RedisMessageStore:
         self._checked = True
 
     async def _upgrade(self, layout: int) -> None:
-        """Bring keys written with an older key layout to this one, then record it.
+        """Bring keys written with an older key layout to this one, one version at a time: each
+        step fills what its version adds, then records that version (so a step cut short is
+        simply run again by the next ``setup``)."""
+        steps = {2: self._index_conversations, 3: self._index_tenants}
+        for version in range(layout + 1, LAYOUT_VERSION + 1):
+            await steps[version]()
+            await self.connection.run(_lua.UPGRADE, [self.layout_key], [version - 1, version])
 
-        Layout 1 had no listing index: every conversation's meta key is found with one ``SCAN``
-        of the server's keys (once per prefix) and indexed. Conversations whose escaped id was
-        replaced by a hash cannot be named from their keys: they are indexed by their next append.
-        """
-        if layout < 2:
-            pattern = f"{glob_escape(self.key_prefix)}:{{*}}:m"
-            async for keys in self.connection.scan(pattern, count=1000, key_type="hash"):
-                names = [name for name in map(self._conversation_of_meta_key, keys) if name is not None]
-                for start in range(0, len(names), _REINDEX_BATCH):
-                    batch = names[start : start + _REINDEX_BATCH]
-                    keys = [self.index_key, self.expiry_key]
-                    for conversation_id in batch:
-                        conversation = self.conversation_keys(conversation_id)
-                        keys += [conversation.meta, conversation.log]
-                    await self.connection.run(_lua.REINDEX, keys, batch)
-        await self.connection.run(_lua.UPGRADE, [self.layout_key], [layout, LAYOUT_VERSION])
+    async def _index_conversations(self) -> None:
+        """Layout 1 → 2. Layout 1 had no listing index: every conversation's meta key is found with
+        one ``SCAN`` of the server's keys (once per prefix) and indexed. Conversations whose
+        escaped id was replaced by a hash cannot be named from their keys: they are indexed by
+        their next append."""
+        pattern = f"{glob_escape(self.key_prefix)}:{{*}}:m"
+        async for keys in self.connection.scan(pattern, count=1000, key_type="hash"):
+            names = [name for name in map(self._conversation_of_meta_key, keys) if name is not None]
+            for start in range(0, len(names), _REINDEX_BATCH):
+                batch = names[start : start + _REINDEX_BATCH]
+                keys = [self.index_key, self.expiry_key]
+                for conversation_id in batch:
+                    conversation = self.conversation_keys(conversation_id)
+                    keys += [conversation.meta, conversation.log]
+                await self.connection.run(_lua.REINDEX, keys, batch)
+
+    async def _index_tenants(self) -> None:
+        """Layout 2 → 3: every id with a tenant in the prefix's index (read with ``ZSCAN``, a
+        thousand at a time) is added to its tenant's index with the score it has there when its
+        batch runs."""
+        cursor: bytes | int = 0
+        while True:
+            cursor, pairs = await self.connection.execute("ZSCAN", self.index_key, cursor, "COUNT", 1000)
+            names = [
+                member.decode() for member, _ in cast(list[tuple[bytes, float]], pairs)
+            ]  # redis-py pairs them
+            tenanted = [name for name in names if _tenant_of(name) is not None]
+            for start in range(0, len(tenanted), _REINDEX_BATCH):
+                batch = tenanted[start : start + _REINDEX_BATCH]
+                keys = [self.index_key, *map(self._index_of, batch)]
+                await self.connection.run(_lua.INDEX_TENANTS, keys, batch)
+            if int(cursor) == 0:
+                return
 
     def _conversation_of_meta_key(self, key: bytes) -> str | None:
         """The conversation id whose meta key is ``key``, if it can be told from the key."""
@@ -636,51 +730,76 @@ class RedisMessageStore:
             )
         )
 
-    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
-        """Live conversations, most recently active first (the newest message's time); at most
-        ``limit``.
+    async def list_conversations(
+        self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (the newest message's time; equal times:
+        the greater id first); at most ``limit``, only ``tenant``'s with ``tenant``, after the
+        position of the cursor ``after`` (see the contract).
 
-        Reads the index newest first, a batch at a time (``ZREVRANGE``), and one script per batch
-        reads each conversation's meta hash, its newest log entry and (after a trim) its summary
-        fields. Conversations that expired or vanished are dropped from the index on the way.
+        Reads just the page: one ``PAGE`` script finds the ids after the position in the tenant's
+        index (or the prefix's), and one ``LIST`` script reads each one's meta hash, newest log
+        entry and (after a trim) its summary fields. Conversations that expired or vanished are
+        dropped from the indexes on the way, and more ids are read in their place.
+
+        Raises:
+            ListingCursorError: ``after`` is not a cursor a listing issued.
+            ValueError: ``limit`` is negative.
         """
+        check_listing(limit)
+        position = None if after is None else read_listing_cursor(after)
         await self._ready()
-        if limit is not None and limit <= 0:
+        if limit == 0:
             return []
+        prefix = tenant_prefix(tenant)
+        # a tenant with "::" or a final ":" is not one a key can have, but its prefix names one
+        index = self.index_key if tenant is None else self._index_of(prefix)
+        bound: list[bytes | str | int] = []
+        if position is not None:
+            score = _score(position[0])
+            # past 2^53 the score is shared by neighbouring times: read its whole group
+            bound = [_score_arg(score), position[1], "at" if abs(score) < _EXACT_SCORE else "group"]
         infos: list[ConversationInfo] = []
         seen: set[str] = set()
-        start = 0
         while limit is None or len(infos) < limit:
             size = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit - len(infos))
-            members = cast(
-                list[bytes],
-                await self.connection.execute("ZREVRANGE", self.index_key, start, start + size - 1),
-            )
-            if not members:
+            flat = cast(list[bytes], await self.connection.run(_lua.PAGE, [index], [size, *bound]))
+            if not flat:
                 break
-            names = [member.decode() for member in members]
-            keys = [self.index_key, self.expiry_key]
-            for conversation_id in names:
-                conversation = self.conversation_keys(conversation_id)
-                keys += [conversation.meta, conversation.log, conversation.summaries]
-            replies = cast(list[Any], await self.connection.run(_lua.LIST, keys, names))
-            gone = 0
-            for conversation_id, reply in zip(names, replies, strict=True):
-                if not isinstance(reply, bytes):
-                    gone += 1  # expired or deleted since: no longer in the index
-                    continue
-                if conversation_id in seen:
-                    continue  # in an earlier batch too: the index changed in between
-                seen.add(conversation_id)
-                last_seq, count, seq, stamp = reply.split(b" ", 3)
-                updated_at = _stamp(conversation_id, int(seq), stamp)
-                infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
-            if len(members) < size:
-                break
-            start += size - gone
+            bound = [flat[1], flat[0], "at"]  # on from the lowest member read
+            names = [member.decode() for member in reversed(flat[0::2])]
+            fresh = [name for name in names if name.startswith(prefix) and name not in seen]
+            seen.update(fresh)
+            for start in range(0, len(fresh), _LIST_BATCH):
+                for info in await self._listed(fresh[start : start + _LIST_BATCH]):
+                    # a conversation active again since the index was read belongs before `after`
+                    if position is None or listing_order(info) < position:
+                        infos.append(info)
+            if len(flat) < 2 * size:
+                break  # the index's last members
         # conversations appended to while the index was read keep the order of what is returned
         newest_first(infos)
         return infos if limit is None else infos[:limit]
+
+    async def _listed(self, names: list[str]) -> list[ConversationInfo]:
+        """What the ``LIST`` script reads of each conversation in ``names`` that still exists."""
+        keys = [self.index_key, self.expiry_key]
+        for conversation_id in names:
+            conversation = self.conversation_keys(conversation_id)
+            keys += [
+                conversation.meta,
+                conversation.log,
+                conversation.summaries,
+                self._index_of(conversation_id),
+            ]
+        replies = cast(list[Any], await self.connection.run(_lua.LIST, keys, names))
+        infos: list[ConversationInfo] = []
+        for conversation_id, reply in zip(names, replies, strict=True):
+            if isinstance(reply, bytes):  # else expired or deleted since: no longer indexed
+                last_seq, count, seq, stamp = reply.split(b" ", 3)
+                updated_at = _stamp(conversation_id, int(seq), stamp)
+                infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
+        return infos
 
     async def aclose(self) -> None:
         """Close the client if the store created it; idempotent."""
