@@ -123,7 +123,10 @@ async def test_pages_across_interleaved_tenants_never_show_another_tenants_ids(
             await append_both([store, reference], name, base + timedelta(seconds=3))
         await store.delete("t1::c1-15")
         await reference.delete("t1::c1-15")
-        for tenant in [*tenants, None, "t1:", "nobody"]:
+        for bad in ["", "t1:", "t1::x"]:  # no key's tenant reads this way
+            with pytest.raises(ValueError, match="isolation_key"):
+                await store.list_conversations(tenant=bad)
+        for tenant in [*tenants[:-1], None, "nobody"]:
             for size in (1, 4, 50):
                 got = await pages(store, tenant=tenant, size=size)
                 assert got == await pages(reference, tenant=tenant, size=size), (tenant, size)

@@ -53,7 +53,7 @@ from typing import Final, Protocol, TypeVar, runtime_checkable
 
 from ..errors import ListingCursorError, MessageIdConflictError
 from ..messages import Message
-from ..sessions import ISOLATION_SEPARATOR
+from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
 
 __all__ = [
     "DEDUP_WINDOW",
@@ -343,12 +343,15 @@ def newest_first(infos: list[ConversationInfo]) -> None:
 
 
 def check_listing(limit: int | None, *, tenant: str | None = None) -> None:
-    """Refuse a listing limit below 0 (0 lists nothing) and a tenant that holds the separator
-    (no tenant-scoped key has one: see :func:`tenant_prefix`)."""
+    """Refuse a listing limit below 0 (0 lists nothing) and a tenant that is no top-level
+    isolation key (:func:`~agentkeep.sessions.check_isolation_key`: non-empty, without the
+    separator, not ending in ``":"``), so a key's tenant is read one way only: the part before
+    its first separator (:func:`conversation_tenant`). A sub-tenant's conversations
+    (``org::alice::chat``) are listed with their top-level tenant's."""
     if limit is not None and (type(limit) is not int or limit < 0):  # bool is no limit either
         raise ValueError("limit must be a whole number of at least 0")
-    if tenant is not None and (type(tenant) is not str or ISOLATION_SEPARATOR in tenant):
-        raise ValueError(f"a tenant is a string without {ISOLATION_SEPARATOR!r}")
+    if tenant is not None:
+        check_isolation_key(tenant)
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -474,7 +477,7 @@ class SupportsListing(Protocol):
 
         Raises:
             ListingCursorError: ``after`` is not a cursor a listing issued.
-            ValueError: ``limit`` is negative.
+            ValueError: ``limit`` is negative, or ``tenant`` is no top-level isolation key.
         """
         ...
 

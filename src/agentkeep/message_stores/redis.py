@@ -744,15 +744,14 @@ class RedisMessageStore:
 
         Raises:
             ListingCursorError: ``after`` is not a cursor a listing issued.
-            ValueError: ``limit`` is negative.
+            ValueError: ``limit`` is negative, or ``tenant`` is no top-level isolation key.
         """
-        check_listing(limit)
+        check_listing(limit, tenant=tenant)
         position = None if after is None else read_listing_cursor(after)
         await self._ready()
         if limit == 0:
             return []
         prefix = tenant_prefix(tenant)
-        # a tenant with "::" or a final ":" is not one a key can have, but its prefix names one
         index = self.index_key if tenant is None else self._index_of(prefix)
         bound: list[bytes | str | int] = []
         if position is not None:
