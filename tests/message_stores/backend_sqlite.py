@@ -46,7 +46,7 @@ def store_from_spec(spec: dict[str, Any]) -> SQLiteMessageStore:
     )
 
 
-def execute(path: Path | str, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+def execute(path: Path | str, sql: str, parameters: tuple[Any, ...] | dict[str, Any] = ()) -> list[Any]:
     """Run one statement on a connection of its own (blocking: call it off the event loop)."""
     with closing(sqlite3.connect(path, isolation_level=None)) as connection:
         return connection.execute(sql, parameters).fetchall()

@@ -45,7 +45,7 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteMessageStore]:
         await opened.aclose()
 
 
-async def _sql(path: Path, sql: str, parameters: tuple[Any, ...] = ()) -> list[Any]:
+async def _sql(path: Path, sql: str, parameters: tuple[Any, ...] | dict[str, Any] = ()) -> list[Any]:
     return await asyncio.to_thread(execute, path, sql, parameters)
 
 
@@ -85,6 +85,51 @@ async def test_wal_mode_and_each_schema_migration_recorded_once(store: SQLiteMes
     assert indexes == [("agentkeep_messages_id",)]
 
 
+async def _back_to_version_2(path: Path) -> None:
+    """Undo migration 3 (the listing columns and indexes)."""
+    for statement in (
+        "DROP INDEX agentkeep_conversations_tenant",
+        "DROP INDEX agentkeep_conversations_activity",
+        "ALTER TABLE agentkeep_conversations DROP COLUMN tenant",
+        "ALTER TABLE agentkeep_conversations DROP COLUMN activity",
+        "DELETE FROM agentkeep_schema WHERE version > 2",
+    ):
+        await _sql(path, statement)
+
+
+async def test_a_version_2_database_gains_the_listing_index_with_each_activity(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    first = SQLiteMessageStore(path)
+    try:
+        await first.append("t::old", [Message("user", ["x"], created_at=day(1))])
+        await first.append(
+            "t::new", [Message("user", ["x"], created_at=day(1)), Message("user", ["y"], created_at=day(3))]
+        )
+        await first.append("other", [Message("user", ["x"], created_at=day(2))])
+    finally:
+        await first.aclose()
+    await _back_to_version_2(path)
+    await _sql(path, "INSERT INTO agentkeep_conversations (conversation_id) VALUES ('t::empty')")
+    again = SQLiteMessageStore(path)
+    try:
+        listed = await again.list_conversations()
+        assert [(i.conversation_id, i.updated_at) for i in listed] == [
+            ("t::new", day(3)),
+            ("other", day(2)),
+            ("t::old", day(1)),
+            ("t::empty", None),
+        ]
+        assert [i.conversation_id for i in await again.list_conversations(tenant="t")] == [
+            "t::new",
+            "t::old",
+            "t::empty",
+        ]
+        versions = await _sql(path, "SELECT version FROM agentkeep_schema ORDER BY version")
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+    finally:
+        await again.aclose()
+
+
 async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     first = SQLiteMessageStore(path)
@@ -92,6 +137,7 @@ async def test_a_version_1_database_gains_the_id_indexes_and_keeps_its_data(tmp_
         await first.append("c", turn(1))
     finally:
         await first.aclose()
+    await _back_to_version_2(path)
     for name in ("agentkeep_messages_id", "agentkeep_summaries_id"):  # back to what version 1 made
         await _sql(path, f"DROP INDEX {name}")
     await _sql(path, "DELETE FROM agentkeep_schema WHERE version > 1")
@@ -364,7 +410,7 @@ async def test_listing_skips_expired_conversations_and_counts_after_trims(tmp_pa
         await _sql(store.path, "INSERT INTO agentkeep_conversations (conversation_id) VALUES ('empty')")
         [*_, empty] = await store.list_conversations()
         assert (empty.conversation_id, empty.message_count, empty.updated_at) == ("empty", 0, None)
-        await _sql(store.path, "UPDATE agentkeep_messages SET time = 9223372036854775807")
+        await _sql(store.path, "UPDATE agentkeep_conversations SET activity = 9223372036854775807")
         with pytest.raises(CorruptRecordError) as caught:
             await store.list_conversations()
         assert caught.value.seq is not None
@@ -372,12 +418,18 @@ async def test_listing_skips_expired_conversations_and_counts_after_trims(tmp_pa
         await store.aclose()
 
 
-async def test_listing_probes_one_row_per_conversation(store: SQLiteMessageStore) -> None:
+@pytest.mark.parametrize(("tenant", "after"), [(False, False), (False, True), (True, False), (True, True)])
+async def test_a_listing_page_is_one_index_range(
+    store: SQLiteMessageStore, tenant: bool, after: bool
+) -> None:
     await store.setup()
-    plan = await _sql(store.path, "EXPLAIN QUERY PLAN " + _LIST_CONVERSATIONS, (0, -1))
-    details = [row[3] for row in plan]
-    assert "SEARCH agentkeep_messages USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)" in details
-    assert not [d for d in details if d.startswith("SCAN") and d != "SCAN c"], details
+    params = {"now": 0, "tenant": "t", "limit": 50, "activity": 0, "id": ""}
+    plan = await _sql(store.path, "EXPLAIN QUERY PLAN " + _LIST_CONVERSATIONS[tenant, after], params)
+    [(*_, detail)] = plan
+    index = "agentkeep_conversations_tenant" if tenant else "agentkeep_conversations_activity"
+    assert detail.startswith(
+        tuple(f"{how} agentkeep_conversations USING INDEX {index}" for how in ("SCAN", "SEARCH"))
+    )
 
 
 # -- compaction details ----------------------------------------------------------------------------

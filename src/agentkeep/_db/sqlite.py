@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from ..errors import SchemaVersionError, StorageClosedError, StorageUnavailableError
+from ..message_stores.base import NO_ACTIVITY
 from ..message_stores.codec import FORMAT_VERSION
 from .jobs import JobAbandoned, JobState, JobWorker, current_job, set_current_job
 
@@ -102,6 +103,23 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         "CREATE INDEX agentkeep_messages_id ON agentkeep_messages (id)",
         "CREATE INDEX agentkeep_summaries_id ON agentkeep_summaries (conversation, id)",
+    ),
+    # A listing page is one index range: each conversation row keeps its activity (the newest
+    # message's time, NO_ACTIVITY without messages) and its tenant (the id's part before the first
+    # "::"), computed from the id.
+    (
+        f"ALTER TABLE agentkeep_conversations ADD COLUMN activity INTEGER NOT NULL DEFAULT {NO_ACTIVITY}",
+        """UPDATE agentkeep_conversations SET activity = coalesce((
+            SELECT time FROM agentkeep_messages
+            WHERE position > key << 32 AND position <= (key << 32) + 4294967295
+            ORDER BY position DESC LIMIT 1), activity)""",
+        """ALTER TABLE agentkeep_conversations ADD COLUMN tenant TEXT GENERATED ALWAYS AS (
+            CASE WHEN instr(conversation_id, '::') > 0
+            THEN substr(conversation_id, 1, instr(conversation_id, '::') - 1) END) VIRTUAL""",
+        """CREATE INDEX agentkeep_conversations_activity
+            ON agentkeep_conversations (activity, conversation_id)""",
+        """CREATE INDEX agentkeep_conversations_tenant
+            ON agentkeep_conversations (tenant, activity, conversation_id)""",
     ),
 )
 """The schema, as an append-only list of migrations (each a list of statements). Never edit one

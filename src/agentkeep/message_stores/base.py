@@ -320,7 +320,7 @@ def listed_page(
 ) -> list[ConversationInfo]:
     """One listing page from every conversation, in memory: the reference behaviour of
     :meth:`SupportsListing.list_conversations`, for backends that hold everything in process."""
-    check_listing(limit)
+    check_listing(limit, tenant=tenant)
     prefix = tenant_prefix(tenant)
     mine = [info for info in infos if info.conversation_id.startswith(prefix)]
     if after is not None:
@@ -335,10 +335,13 @@ def newest_first(infos: list[ConversationInfo]) -> None:
     infos.sort(key=listing_order, reverse=True)
 
 
-def check_listing(limit: int | None) -> None:
-    """Refuse a listing limit below 0 (0 lists nothing)."""
+def check_listing(limit: int | None, *, tenant: str | None = None) -> None:
+    """Refuse a listing limit below 0 (0 lists nothing) and a tenant that holds the separator
+    (no tenant-scoped key has one: see :func:`tenant_prefix`)."""
     if limit is not None and (type(limit) is not int or limit < 0):  # bool is no limit either
         raise ValueError("limit must be a whole number of at least 0")
+    if tenant is not None and (type(tenant) is not str or ISOLATION_SEPARATOR in tenant):
+        raise ValueError(f"a tenant is a string without {ISOLATION_SEPARATOR!r}")
 
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)

@@ -87,15 +87,18 @@ from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
 from .base import (
     DEDUP_WINDOW,
+    NO_ACTIVITY,
     ConversationInfo,
     HistoryView,
     StoredMessage,
     StoredRecord,
     Summary,
     check_batch_ids,
+    check_listing,
     check_retention,
     check_summary_ids,
     find_retry,
+    read_listing_cursor,
     summary_id_conflict,
 )
 from .codec import (
@@ -149,6 +152,9 @@ class _NewSummary:
     replaced: list[bytes]  # those of them that can be stored ids, encoded
     message_id: str | None
 
+
+_QUICK_PAGE: Final = 1000
+"""Listing pages up to this many rows are bounded jobs (see the database layer's ``quick``)."""
 
 _SELECT_CONVERSATION: Final = (
     "SELECT key, last_seq, epoch, message_count, view_floor, expires_at "
@@ -294,9 +300,9 @@ class SQLiteMessageStore:
                 count = self.max_messages
             expires_at = found.expires_at if self.ttl is None else now + round(self.ttl * 1_000_000)
             db.execute(
-                "UPDATE agentkeep_conversations SET last_seq = ?, message_count = ?, expires_at = ? "
-                "WHERE key = ?",
-                (last_seq, count, expires_at, key),
+                "UPDATE agentkeep_conversations SET last_seq = ?, message_count = ?, expires_at = ?, "
+                "activity = ? WHERE key = ?",
+                (last_seq, count, expires_at, rows[-1][1], key),
             )
             return list(range(first, last_seq + 1))
 
@@ -438,17 +444,22 @@ class SQLiteMessageStore:
             partial(job, seal_key(conversation_id, self.key_ring), last, after), quick=bounded
         )
 
-    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
-        """Live conversations, most recently active first (the newest message's time); at most
-        ``limit``.
+    async def list_conversations(
+        self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (see the contract); at most ``limit``.
 
-        One read of the conversations table plus, per live conversation, one probe of its newest
-        message row (the top of its position range): no message is scanned.
+        One range of the index on ``(tenant, activity, conversation_id)`` (or, for the whole
+        store, on ``(activity, conversation_id)``) read backwards from ``after``: a page costs its
+        rows (and the expired rows among them), whatever the store holds.
         """
         self.database.check_open()
-        if limit is not None and limit <= 0:
+        check_listing(limit, tenant=tenant)
+        position = None if after is None else read_listing_cursor(after)
+        if limit == 0:
             return []
-        return await self.database.run(partial(_list_conversations, limit))
+        bounded = limit is not None and limit <= _QUICK_PAGE  # a page: on the loop's thread when free
+        return await self.database.run(partial(_list_conversations, tenant, position, limit), quick=bounded)
 
     # -- records as stored (for key rotation) ---------------------------------------------------
     async def stored_records(
@@ -594,35 +605,39 @@ def _purge_expired(db: sqlite3.Connection) -> int:
         return len(keys)
 
 
-# The newest message of each live conversation is the top of its position range (a rowid range
-# probe, newest first); conversations are ordered by its time, those without messages last.
-_LIST_CONVERSATIONS: Final = """
-    SELECT conversation_id, message_count, last_seq, updated_at, updated_seq FROM (
-        SELECT c.key, c.conversation_id, c.message_count, c.last_seq, m.time AS updated_at,
-            m.position & 4294967295 AS updated_seq
-        FROM agentkeep_conversations AS c
-        LEFT JOIN agentkeep_messages AS m ON m.position = (
-            SELECT position FROM agentkeep_messages
-            WHERE position > c.key << 32 AND position <= (c.key << 32) + 4294967295
-            ORDER BY position DESC LIMIT 1
-        )
-        WHERE c.expires_at IS NULL OR c.expires_at > ?
+def _list_query(tenant: bool, after: bool) -> str:
+    where = ["(expires_at IS NULL OR expires_at > :now)"]
+    if tenant:
+        where.append("tenant = :tenant")
+    if after:
+        where.append("(activity, conversation_id) < (:activity, :id)")
+    return (
+        "SELECT conversation_id, message_count, last_seq, activity FROM agentkeep_conversations "
+        f"WHERE {' AND '.join(where)} ORDER BY activity DESC, conversation_id DESC LIMIT :limit"
     )
-    ORDER BY updated_at IS NULL, updated_at DESC, key
-    LIMIT ?
-"""
 
 
-def _list_conversations(limit: int | None, db: sqlite3.Connection) -> list[ConversationInfo]:
+_LIST_CONVERSATIONS: Final = {
+    (tenant, after): _list_query(tenant, after) for tenant in (False, True) for after in (False, True)
+}
+
+
+def _list_conversations(
+    tenant: str | None, after: tuple[int, str] | None, limit: int | None, db: sqlite3.Connection
+) -> list[ConversationInfo]:
+    query = _LIST_CONVERSATIONS[tenant is not None, after is not None]
+    params = {"now": now_us(), "tenant": tenant, "limit": -1 if limit is None else limit}
+    if after is not None:
+        params["activity"], params["id"] = after
     with read_transaction(db):
-        rows = db.execute(_LIST_CONVERSATIONS, (now_us(), -1 if limit is None else limit)).fetchall()
+        rows = db.execute(query, params).fetchall()
     infos: list[ConversationInfo] = []
-    for conversation_id, message_count, last_seq, updated_at, updated_seq in rows:
+    for conversation_id, message_count, last_seq, activity in rows:
         try:
-            when = None if updated_at is None else decode_time(updated_at)
+            when = None if activity == NO_ACTIVITY else decode_time(activity)
         except DECODE_ERRORS as exc:
             raise CorruptRecordError(
-                f"bad time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=updated_seq
+                f"bad activity time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=last_seq
             ) from exc
         infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
     return infos
