@@ -308,7 +308,7 @@ def list_sessions(
 
         where, infos = _with_store(store, job)
     console = _stdout()
-    scope = f"tenant {tenant}'s sessions" if tenant is not None else "sessions"
+    scope = f"sessions of tenant {tenant}" if tenant is not None else "sessions"
     if not infos:
         console.print(Text(f"no {'more ' if after else ''}{scope} in {where}"))
         return
