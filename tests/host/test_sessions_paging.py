@@ -145,6 +145,14 @@ async def test_q_reads_on_from_the_last_row_it_looked_at_within_a_bound(listed: 
         ).json()
         assert [s["id"] for s in second["sessions"]] == ["needle"]
         assert (second["scanned"], second["next"]) == (rows + 1 - SCAN_LIMIT, None)
+        # the inspector's list says how far a search that found nothing yet has looked
+        fragment = await client.get(
+            f"{listed.server.url}/inspector/sessions",
+            params={"agent": "chat", "q": "needle"},
+            headers=ALICE_HEADERS,
+        )
+        assert f"{SCAN_LIMIT} sessions looked at for “needle” so far" in fragment.text
+        assert 'id="sessions-more"' in fragment.text
         bobs = (await client.get("/sessions", params={"q": "needle"}, headers=BOB_HEADERS)).json()
         assert ([s["id"] for s in bobs["sessions"]], bobs["scanned"], bobs["next"]) == (["needle"], 1, None)
 
