@@ -108,6 +108,71 @@ async def test_concurrent_setups_migrate_once(schema: str) -> None:
             await store.aclose()
 
 
+async def _back_to_version_4(schema: str) -> None:
+    """Undo migration 5 (the listing columns, their indexes go with them)."""
+    conversations = sql.Identifier(schema, "conversations")
+    await execute(sql.SQL("ALTER TABLE {} DROP COLUMN tenant, DROP COLUMN activity").format(conversations))
+    migrations = sql.Identifier(schema, "schema_migrations")
+    await execute(sql.SQL("DELETE FROM {} WHERE version > 4").format(migrations))
+
+
+async def test_a_version_4_schema_gains_the_listing_indexes_with_each_activity(schema: str) -> None:
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        await store.append("t::old", [Message("user", ["x"], created_at=day(1))])
+        await store.append(
+            "t::new", [Message("user", ["x"], created_at=day(1)), Message("user", ["y"], created_at=day(3))]
+        )
+        await store.append("other", [Message("user", ["x"], created_at=day(2))])
+    finally:
+        await store.aclose()
+    await _back_to_version_4(schema)
+    conversations = sql.Identifier(schema, "conversations")
+    await execute(sql.SQL("INSERT INTO {} (conversation_id) VALUES ('t::empty')").format(conversations))
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        listed = await store.list_conversations()
+        assert [(i.conversation_id, i.updated_at) for i in listed] == [
+            ("t::new", day(3)),
+            ("other", day(2)),
+            ("t::old", day(1)),
+            ("t::empty", None),
+        ]
+        assert [i.conversation_id for i in await store.list_conversations(tenant="t")] == [
+            "t::new",
+            "t::old",
+            "t::empty",
+        ]
+        await store.append("t::old", [Message("user", ["z"], created_at=day(4))])  # the new function
+        [first] = await store.list_conversations(tenant="t", limit=1)
+        assert (first.conversation_id, first.updated_at) == ("t::old", day(4))
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("query", ["list", "list_after", "list_tenant", "list_tenant_after"])
+async def test_a_listing_page_is_one_index_range(schema: str, query: str) -> None:
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    try:
+        await store.setup()
+        conversations = sql.Identifier(schema, "conversations")
+        await execute(  # enough rows that a sequential scan and sort would cost more
+            sql.SQL(
+                "INSERT INTO {} (conversation_id, activity) "
+                "SELECT 't' || (n % 10) || '::c' || n, n FROM generate_series(1, 5000) AS n"
+            ).format(conversations)
+        )
+        await execute(sql.SQL("ANALYZE {}").format(conversations))
+        params = {"tenant": "t3", "limit": 50, "activity": 2500, "id": "t3::c2500"}
+        text = store._q[query]  # pyright: ignore[reportPrivateUsage]
+        plan = "\n".join(row[0] for row in await execute(b"EXPLAIN " + text, params))
+        assert "Index Scan Backward" in plan, plan
+        assert "Sort" not in plan, plan
+        assert "Seq Scan" not in plan, plan
+    finally:
+        await store.aclose()
+
+
 async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema: str) -> None:
     store = PostgresMessageStore.from_url(URL, schema=schema)
     try:
@@ -118,6 +183,7 @@ async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema
         "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE %s",
         (schema, "%(conversation, id)%"),
     )
+    await _back_to_version_4(schema)
     for (name,) in indexes:  # back to what version 1 created
         await execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, name)))
     migrations = sql.Identifier(schema, "schema_migrations")
@@ -365,7 +431,9 @@ async def test_listing_puts_conversations_without_messages_last_and_reports_corr
         assert first.conversation_id == "a"
         assert (empty.conversation_id, empty.message_count, empty.updated_at) == ("empty", 0, None)
         await execute(
-            sql.SQL("UPDATE {} SET time = 9223372036854775807").format(table(store.schema, "messages"))
+            sql.SQL("UPDATE {} SET activity = 9223372036854775807").format(
+                table(store.schema, "conversations")
+            )
         )
         with pytest.raises(CorruptRecordError) as caught:
             await store.list_conversations()

@@ -210,6 +210,30 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
         + _RETRY_BY_WHOLE_BATCH
         + _APPEND_TAIL,
     ),
+    # A listing page is one index range: each conversation row keeps its activity (the newest
+    # message's time in microseconds; -2**62, NO_ACTIVITY, without messages), set by the append
+    # function, and its tenant (the id's part before the first "::"), computed from the id. Ids
+    # order bytewise (COLLATE "C"), as Python orders str; the function checks versions after 5.
+    (
+        """ALTER TABLE {conversations}
+            ADD COLUMN activity bigint NOT NULL DEFAULT -4611686018427387904,
+            ADD COLUMN tenant text GENERATED ALWAYS AS (CASE WHEN strpos(conversation_id, '::') > 0
+                THEN left(conversation_id, strpos(conversation_id, '::') - 1) END) STORED""",
+        """UPDATE {conversations} AS c SET activity = coalesce((
+            SELECT time FROM {messages} WHERE conversation = c.key ORDER BY seq DESC LIMIT 1), c.activity)""",
+        'CREATE INDEX ON {conversations} (activity, conversation_id COLLATE "C")',
+        'CREATE INDEX ON {conversations} (tenant, activity, conversation_id COLLATE "C")',
+        "CREATE OR REPLACE FUNCTION "
+        + _APPEND_HEAD
+        + "            v_same bigint;\n"
+        + _CHECK_VERSIONS.replace("version > 4", "version > 5")
+        + _APPEND_BODY.removeprefix("        BEGIN\n")
+        + _RETRY_BY_WHOLE_BATCH
+        + _APPEND_TAIL.replace(
+            "message_count = v_count,",
+            "message_count = v_count,\n                activity = p_times[cardinality(p_times)],",
+        ),
+    ),
 )
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)

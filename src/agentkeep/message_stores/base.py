@@ -76,6 +76,7 @@ __all__ = [
     "check_retention",
     "check_summary_ids",
     "close_store",
+    "conversation_tenant",
     "find_retry",
     "id_conflict",
     "listed_page",
@@ -308,6 +309,12 @@ def tenant_prefix(tenant: str | None) -> str:
     :attr:`agentkeep.sessions.AgentSession.storage_key`); a tenant never contains the separator.
     """
     return "" if tenant is None else f"{tenant}{ISOLATION_SEPARATOR}"
+
+
+def conversation_tenant(conversation_id: str) -> str | None:
+    """The tenant of a tenant-scoped key (the part before the first separator), else ``None``."""
+    tenant, separator, _ = conversation_id.partition(ISOLATION_SEPARATOR)
+    return tenant if separator else None
 
 
 def listing_order(info: ConversationInfo) -> tuple[int, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_right, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
@@ -22,10 +22,13 @@ from .base import (
     HistoryView,
     StoredMessage,
     Summary,
+    activity_key,
     check_batch_ids,
+    check_listing,
     check_summary_ids,
+    conversation_tenant,
     find_retry,
-    listed_page,
+    read_listing_cursor,
     summary_id_conflict,
 )
 from .codec import encode_body, encode_identity
@@ -53,6 +56,40 @@ class _Conversation:
     last_seq: int = 0
     epoch: int = 0
     expires_at: float | None = None
+    activity: int | None = None  # its key in the activity index, once it holds messages
+
+
+class _ActivityIndex:
+    """Conversation ids by ``(activity, id)`` in ascending order, for the whole store and per
+    tenant: a listing page is a bisection and a walk back over its rows; a move costs a bisection
+    and a shift of the list (C ``memmove``), with appends moving conversations to the end."""
+
+    def __init__(self) -> None:
+        self.everything: list[tuple[int, str]] = []
+        self.tenants: dict[str, list[tuple[int, str]]] = {}
+
+    def _lists(self, conversation_id: str) -> list[list[tuple[int, str]]]:
+        tenant = conversation_tenant(conversation_id)
+        if tenant is None:
+            return [self.everything]
+        return [self.everything, self.tenants.setdefault(tenant, [])]
+
+    def move(self, conversation_id: str, old: int | None, new: int | None) -> None:
+        for keys in self._lists(conversation_id):
+            if old is not None:
+                del keys[bisect_left(keys, (old, conversation_id))]
+            if new is not None:
+                insort(keys, (new, conversation_id))
+        tenant = conversation_tenant(conversation_id)
+        if new is None and tenant is not None and not self.tenants[tenant]:
+            del self.tenants[tenant]
+
+    def before(
+        self, tenant: str | None, position: tuple[int, str] | None
+    ) -> tuple[list[tuple[int, str]], int]:
+        """The keys of ``tenant`` (``None``: all) and how many of them list after ``position``."""
+        keys = self.everything if tenant is None else self.tenants.get(tenant, [])
+        return keys, len(keys) if position is None else bisect_left(keys, position)
 
 
 class InMemoryMessageStore:
@@ -79,6 +116,7 @@ class InMemoryMessageStore:
         self.ttl = ttl
         self._clock = clock
         self._conversations: dict[str, _Conversation] = {}
+        self._index = _ActivityIndex()
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -102,9 +140,14 @@ class InMemoryMessageStore:
         conversation = self._conversations.get(conversation_id)
         expires_at = conversation.expires_at if conversation is not None else None
         if expires_at is not None and self._clock() >= expires_at:
-            del self._conversations[conversation_id]
+            self._forget(conversation_id)
             return None
         return conversation
+
+    def _forget(self, conversation_id: str) -> None:
+        conversation = self._conversations.pop(conversation_id)
+        if conversation.activity is not None:
+            self._index.move(conversation_id, conversation.activity, None)
 
     async def setup(self) -> None:
         self._check()
@@ -144,6 +187,10 @@ class InMemoryMessageStore:
                     conversation.by_id.pop(entry.message.message_id or "", None)
             if self.ttl is not None:
                 conversation.expires_at = self._clock() + self.ttl
+            activity = activity_key(messages[-1].created_at)
+            if activity != conversation.activity:
+                self._index.move(conversation_id, conversation.activity, activity)
+                conversation.activity = activity
             return seqs
 
     async def read(
@@ -219,24 +266,36 @@ class InMemoryMessageStore:
         async with self._lock:
             if self._get(conversation_id) is None:
                 return False
-            del self._conversations[conversation_id]
+            self._forget(conversation_id)
             return True
 
     async def list_conversations(
         self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
     ) -> list[ConversationInfo]:
-        """The listing (see :class:`SupportsListing`), sorted in process from every conversation."""
+        """The listing (see :class:`SupportsListing`): a bisection of the activity index and a
+        walk back over the page's rows (and the expired ones among them, which it forgets)."""
         self._check()
+        check_listing(limit, tenant=tenant)
+        position = None if after is None else read_listing_cursor(after)
+        keys, end = self._index.before(tenant, position)
         infos: list[ConversationInfo] = []
-        for conversation_id in list(self._conversations):
-            conversation = self._get(conversation_id)
-            if conversation is None:
+        expired: list[str] = []
+        now = self._clock()
+        for at in range(end - 1, -1, -1):
+            if limit is not None and len(infos) >= limit:
+                break
+            conversation_id = keys[at][1]
+            conversation = self._conversations[conversation_id]
+            if conversation.expires_at is not None and now >= conversation.expires_at:
+                expired.append(conversation_id)
                 continue
-            newest = conversation.log[-1].message.created_at if conversation.log else None
+            newest = conversation.log[-1].message.created_at
             infos.append(
                 ConversationInfo(conversation_id, len(conversation.log), conversation.last_seq, newest)
             )
-        return listed_page(infos, tenant=tenant, after=after, limit=limit)
+        for conversation_id in expired:
+            self._forget(conversation_id)
+        return infos
 
     async def expire(self, conversation_id: str, ttl: float | None) -> bool:
         self._check()

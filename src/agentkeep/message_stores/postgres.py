@@ -93,15 +93,18 @@ from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
 from .base import (
     DEDUP_WINDOW,
+    NO_ACTIVITY,
     ConversationInfo,
     HistoryView,
     StoredMessage,
     StoredRecord,
     Summary,
     check_batch_ids,
+    check_listing,
     check_retention,
     check_summary_ids,
     id_conflict,
+    read_listing_cursor,
     summary_id_conflict,
 )
 from .codec import (
@@ -165,15 +168,19 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     "view_all": f"""{_VIEW_HEAD} (
             SELECT {_VIEW_MESSAGE} AND seq > %(after)s UNION ALL SELECT {_VIEW_SUMMARY} AND seq > %(after)s
         ) AS e ON true""",
-    # -- listing: one primary-key probe (newest seq first) per live conversation
-    "list": f"""SELECT c.conversation_id, c.message_count, c.last_seq, m.time, m.seq
-        FROM {{conversations}} AS c
-        LEFT JOIN LATERAL (
-            SELECT seq, time FROM {{messages}} WHERE conversation = c.key ORDER BY seq DESC LIMIT 1
-        ) AS m ON true
-        WHERE {_LIVE}
-        ORDER BY m.time DESC NULLS LAST, c.key
-        LIMIT %s""",
+    # -- listing: one range of the (tenant,) activity, id index, read backwards
+    "list": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
+        WHERE {_LIVE} ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
+    "list_after": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
+        WHERE {_LIVE} AND (activity, conversation_id COLLATE "C") < (%(activity)s, %(id)s)
+        ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
+    "list_tenant": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
+        WHERE {_LIVE} AND tenant = %(tenant)s
+        ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
+    "list_tenant_after": f"""SELECT conversation_id, message_count, last_seq, activity FROM {{conversations}}
+        WHERE {_LIVE} AND tenant = %(tenant)s
+            AND (activity, conversation_id COLLATE "C") < (%(activity)s, %(id)s)
+        ORDER BY activity DESC, conversation_id COLLATE "C" DESC LIMIT %(limit)s""",
     # -- records as stored (key rotation): primary-key range scans of at most %(limit)s rows each
     "stored_records": f"""{_LIVE_CONVERSATION}
     SELECT e.seq, e.id, e.time, e.body FROM c CROSS JOIN LATERAL (
@@ -528,24 +535,34 @@ class PostgresMessageStore:
         return await self.database.run(operation, retry=True)
 
     # -- listing --------------------------------------------------------------------------------
-    async def list_conversations(self, *, limit: int | None = None) -> list[ConversationInfo]:
-        """Live conversations, most recently active first (the newest message's time); at most
-        ``limit``.
+    async def list_conversations(
+        self, *, tenant: str | None = None, after: str | None = None, limit: int | None = None
+    ) -> list[ConversationInfo]:
+        """Live conversations, most recently active first (see the contract); at most ``limit``.
 
-        One pass over the live rows of ``conversations`` plus, per conversation, one backward
-        primary-key probe for its newest message: no message is scanned.
+        One range of the index on ``(tenant, activity, conversation_id)`` (or, for the whole
+        store, on ``(activity, conversation_id)``) read backwards from ``after``: a page costs its
+        rows (and the expired rows among them), whatever the store holds.
         """
         self.database.check_open()
-        if limit is not None and limit <= 0:
+        check_listing(limit, tenant=tenant)
+        params: dict[str, Any] = {"tenant": tenant, "limit": limit}
+        if after is not None:
+            params["activity"], params["id"] = read_listing_cursor(after)
+        if limit == 0:
             return []
-        rows = await self.database.fetch_rows(self._q["list"], (limit,), retry=True)
+        query = "list" + ("_tenant" if tenant is not None else "") + ("_after" if after is not None else "")
+        rows = await self.database.fetch_rows(self._q[query], params, retry=True)
         infos: list[ConversationInfo] = []
-        for conversation_id, message_count, last_seq, time, seq in rows:
+        for conversation_id, message_count, last_seq, activity in rows:
             try:
-                when = None if time is None else decode_time(time)
+                when = None if activity == NO_ACTIVITY else decode_time(activity)
             except DECODE_ERRORS as exc:
                 raise CorruptRecordError(
-                    f"bad time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
+                    f"bad activity time: {exc}",
+                    backend=BACKEND,
+                    conversation_id=conversation_id,
+                    seq=last_seq,
                 ) from exc
             infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
         return infos
