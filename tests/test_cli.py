@@ -275,6 +275,50 @@ def test_chat_errors_are_one_line(env: dict[str, str], store_url: str, tmp_path:
 # -- sessions commands (no model) -------------------------------------------------------------------------
 
 
+async def test_sessions_list_pages_by_cursor_within_a_tenant(env: dict[str, str], tmp_path: Path) -> None:
+    db = tmp_path / "sessions.db"
+    url = f"sqlite://{db}"
+    store = SQLiteMessageStore(db)
+    try:
+        for i in range(52):  # the newest last: alice::c-51 lists first
+            await store.append(f"alice::c-{i:02}", [Message("user", [f"m{i}"])])
+        await store.append("bob::theirs", [Message("user", ["bob's"])])
+    finally:
+        await store.aclose()
+
+    everything = ok(run(env, "sessions", "list", "--store", url))  # 50 by default
+    assert "bob::theirs" in everything
+    assert len(re.findall(r"alice::c-\d\d", everything)) == 49
+    assert re.search(r"^more: --after \S+$", everything, flags=re.MULTILINE)
+
+    seen: list[str] = []
+    after: list[str] = []
+    for _ in range(10):
+        page = ok(run(env, "sessions", "list", "--store", url, "--tenant", "alice", "--limit", "20", *after))
+        assert "bob" not in page
+        assert "sessions of tenant alice in" in page
+        seen += re.findall(r"alice::c-\d\d", page)
+        more = re.search(r"^more: --after (\S+)$", page, flags=re.MULTILINE)
+        if more is None:
+            break
+        after = ["--after", more.group(1)]
+    assert seen == [f"alice::c-{i:02}" for i in reversed(range(52))]
+
+    last = ok(run(env, "sessions", "list", "--store", url, "--tenant", "alice", "--limit", "52"))
+    assert "more:" in last  # a full page says where the next would start
+    cursor = re.findall(r"^more: --after (\S+)$", last, flags=re.MULTILINE)[0]
+    empty = ok(run(env, "sessions", "list", "--store", url, "--tenant", "alice", "--after", cursor))
+    assert "no more sessions of tenant alice in" in empty
+    assert "no sessions of tenant nobody in" in ok(
+        run(env, "sessions", "list", "--store", url, "--tenant", "nobody")
+    )
+
+    one_line_error(
+        run(env, "sessions", "list", "--store", url, "--after", "not a cursor!"), "--after", "cursor"
+    )
+    one_line_error(run(env, "sessions", "list", "--store", url, "--tenant", "a::b"), "--tenant")
+
+
 async def test_sessions_list_show_export_import_delete(env: dict[str, str], tmp_path: Path) -> None:
     db = tmp_path / "sessions.db"
     url = f"sqlite://{db}"

@@ -205,3 +205,46 @@ async def test_groups_a_compaction_preview_and_apply_export_and_delete(
     await expect(page.locator("tr.session[data-id=work]")).to_have_count(0)
     await shot(page, "10-deleted")
     assert await hosted.stored("alice::work") == []
+
+
+async def test_the_session_list_appends_pages_with_more_and_restarts_with_newest(
+    hosted: Hosted, browser: Browser
+) -> None:
+    store = SQLiteMessageStore(hosted.path)
+    try:
+        for i in range(120):  # the newest last: s-119 lists first
+            await store.append(f"alice::s-{i:03}", [Message("user", [f"m{i}"])])
+        await store.append("bob::s-999", [Message("user", ["bob's"])])
+    finally:
+        await store.aclose()
+    page = await opened(browser, hosted.server.url, ALICE[0])
+    listed = "rows => rows.map(r => r.dataset.id)"
+    expected = [f"s-{i:03}" for i in reversed(range(120))]
+    assert await page.eval_on_selector_all("tr.session", listed) == expected[:50]
+    await page.click("#sessions-more")
+    await expect(page.locator("tr.session")).to_have_count(100)
+    await page.click("#sessions-more")
+    await expect(page.locator("tr.session")).to_have_count(120)
+    assert await page.eval_on_selector_all("tr.session", listed) == expected  # bob's is never there
+    await expect(page.locator("#sessions-more")).to_have_count(0)  # the end
+    await shot(page, "11-sessions-paged")
+
+    await page.click("tr.session[data-id=s-007]")  # a row of an appended page opens its session
+    await expect(page.locator("#session h2")).to_have_text("s-007")
+    await page.click("#sessions-newest")
+    await expect(page.locator("tr.session")).to_have_count(50)
+    assert (await page.eval_on_selector_all("tr.session", listed))[0] == "s-119"
+
+    await page.fill("#q", "-0")  # s-000 to s-099: 100 matches, two pages of the search
+    await expect(page.locator("tr.session").first).to_have_attribute("data-id", "s-099")
+    await expect(page.locator("tr.session")).to_have_count(50)
+    await page.fill("#q", "nothing-like-it")  # the search box changes while the list is paged
+    await expect(page.locator("#session-list")).to_contain_text("No sessions matching")
+    await page.fill("#q", "-0")
+    await expect(page.locator("tr.session").first).to_have_attribute("data-id", "s-099")
+    await page.click("#sessions-more")
+    await expect(page.locator("tr.session")).to_have_count(100)
+    assert await page.eval_on_selector_all("tr.session", listed) == expected[20:]
+    # the search read on past its 100th match to the end of the listing: no "more" to offer
+    await expect(page.locator("#sessions-more")).to_have_count(0)
+    assert await page.locator("#status").text_content() == ""

@@ -25,7 +25,8 @@ async def test_a_tenant_lists_reads_groups_and_deletes_only_its_own_sessions(hos
         listed = (await client.get("/sessions", headers=alice)).json()
         assert [s["id"] for s in listed["sessions"]] == ["t-2", "t-1"]  # most recently active first
         assert [s["messages"] for s in listed["sessions"]] == [2, 4]
-        assert (await client.get("/sessions", params={"q": "-1"}, headers=alice)).json()["total"] == 1
+        found = (await client.get("/sessions", params={"q": "-1"}, headers=alice)).json()
+        assert ([s["id"] for s in found["sessions"]], found["next"], found["scanned"]) == (["t-1"], None, 2)
         assert [s["id"] for s in (await client.get("/sessions", headers=bob)).json()["sessions"]] == ["t-1"]
 
         newest = (await client.get("/sessions/t-1/messages", params={"limit": 2}, headers=alice)).json()

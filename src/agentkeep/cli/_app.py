@@ -22,8 +22,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import AgentkeepError
-from ..message_stores.base import MessageStore, StoredMessage, SupportsListing, close_store, setup_store
+from ..errors import AgentkeepError, ListingCursorError
+from ..message_stores.base import (
+    ConversationInfo,
+    MessageStore,
+    StoredMessage,
+    SupportsListing,
+    close_store,
+    setup_store,
+)
+from ..sessions import ISOLATION_SEPARATOR
 from ..store_urls import redact_url
 from ._chat import DEFAULT_INSTRUCTIONS, ChatSettings, run_chat
 from ._compact import (
@@ -272,40 +280,49 @@ def chat(
 def list_sessions(
     store: StoreOption = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=1, metavar="N", help="Show at most N sessions.")
+        int, typer.Option("--limit", min=1, metavar="N", help="Show at most N sessions (a page).")
+    ] = 50,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after", metavar="CURSOR", help="The page after this one (the cursor a list printed)."
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", metavar="ID", help="Only this tenant's sessions.")
     ] = None,
 ) -> None:
-    """List stored sessions, most recently active first."""
+    """List stored sessions, most recently active first, a page at a time."""
     with _reported():
+        if tenant is not None and (not tenant or ISOLATION_SEPARATOR in tenant):
+            raise CLIError(f"--tenant: a tenant is a non-empty id without {ISOLATION_SEPARATOR!r}")
 
-        async def job(message_store: MessageStore) -> tuple[str, list[tuple[str, int, int, str]]]:
+        async def job(message_store: MessageStore) -> tuple[str, list[ConversationInfo]]:
             if not isinstance(message_store, SupportsListing):
                 raise CLIError(f"{describe_store(message_store)} cannot list its sessions")
-            infos = await message_store.list_conversations(limit=limit)
-            rows = [
-                (
-                    info.conversation_id,
-                    info.message_count,
-                    info.last_seq,
-                    info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-",
-                )
-                for info in infos
-            ]
-            return describe_store(message_store), rows
+            try:
+                infos = await message_store.list_conversations(tenant=tenant, after=after, limit=limit)
+            except ListingCursorError as exc:
+                raise CLIError(f"--after: {exc} (pass a cursor a previous list printed)") from exc
+            return describe_store(message_store), infos
 
-        where, rows = _with_store(store, job)
+        where, infos = _with_store(store, job)
     console = _stdout()
-    if not rows:
-        console.print(Text(f"no sessions in {where}"))
+    scope = f"sessions of tenant {tenant}" if tenant is not None else "sessions"
+    if not infos:
+        console.print(Text(f"no {'more ' if after else ''}{scope} in {where}"))
         return
-    table = Table(title=Text(f"sessions in {where}"), title_justify="left")
-    table.add_column("session", no_wrap=True, min_width=max(len(row[0]) for row in rows))
+    table = Table(title=Text(f"{scope} in {where}"), title_justify="left")
+    table.add_column("session", no_wrap=True, min_width=max(len(info.conversation_id) for info in infos))
     table.add_column("messages", justify="right")
     table.add_column("last seq", justify="right")
     table.add_column("last active", no_wrap=True)
-    for session_id, count, last_seq, updated in rows:
-        table.add_row(Text(session_id), str(count), str(last_seq), updated)
+    for info in infos:
+        updated = info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if info.updated_at else "-"
+        table.add_row(Text(info.conversation_id), str(info.message_count), str(info.last_seq), updated)
     console.print(table)
+    if len(infos) == limit:  # a full page: there may be more
+        console.print(Text(f"more: --after {infos[-1].cursor}"))
 
 
 def _entry_text(entry: StoredMessage, *, raw: bool = False) -> Text:

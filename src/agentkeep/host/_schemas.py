@@ -48,9 +48,15 @@ class SessionInfo(BaseModel):
 
 class SessionList(BaseModel):
     sessions: list[SessionInfo] = Field(description="Most recently active first")
-    total: int
-    offset: int
     limit: int
+    next: str | None = Field(
+        description="Pass as after= for the next page; null when the listing has no more (a full "
+        "page may still be followed by an empty one)"
+    )
+    scanned: int = Field(
+        description="Conversations looked at for this page: with q, at most 1000 per request, so a "
+        "page can hold fewer than limit sessions and still have a next"
+    )
 
 
 class StoredEntry(BaseModel):

@@ -1,8 +1,10 @@
 """The sessions API under ``/api/``: a tenant's own conversations of an agent, as its history
 provider stores them (the agent needs a :class:`~agentkeep.providers.StorageHistoryProvider`).
 
-* ``GET /api/agents/{name}/sessions?limit=&offset=&q=``: the tenant's conversations, most recently
-  active first (``q``: a part of the id), with their message counts.
+* ``GET /api/agents/{name}/sessions?limit=&after=&q=``: a page of the tenant's conversations, most
+  recently active first, with their message counts; ``next`` is the ``after`` of the next page
+  (``null`` at the end). ``q`` (a part of the id) filters within a bounded scan
+  (:data:`SCAN_LIMIT` conversations per request, counted in ``scanned``).
 * ``GET /api/agents/{name}/sessions/{id}/messages?raw=&limit=&offset=``: the compacted view (what
   the next run loads) or the raw log (every original, excluded ones flagged), paged from the
   newest: ``offset`` messages back from the end, ``limit`` of them, oldest first.
@@ -23,7 +25,7 @@ Conversation ids are the tenant's own (``chat-1``); another tenant's are not the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pydantic
 from fastapi import FastAPI, Request
@@ -39,8 +41,14 @@ from ..compaction.plans import (
     make_tokenizer,
     plan_compaction,
 )
-from ..errors import ConflictError
-from ..message_stores.base import StoredMessage, SupportsListing
+from ..errors import ConflictError, ListingCursorError
+from ..message_stores.base import (
+    ConversationInfo,
+    StoredMessage,
+    SupportsListing,
+    read_listing_cursor,
+    tenant_prefix,
+)
 from ..providers.storage import StorageHistoryProvider
 from ..session_stores import IsolationKeyScopedSessionStore
 from ..sessions import ISOLATION_SEPARATOR
@@ -52,7 +60,26 @@ from ._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, Ses
 if TYPE_CHECKING:
     from ._app import AgentHost, HostedAgent
 
-__all__ = ["SessionsAPI", "install_sessions_api"]
+__all__ = [
+    "DEFAULT_SESSIONS_PER_PAGE",
+    "MAX_SESSIONS_PER_PAGE",
+    "SCAN_BATCH",
+    "SCAN_LIMIT",
+    "SessionsAPI",
+    "install_sessions_api",
+]
+
+DEFAULT_SESSIONS_PER_PAGE: Final = 50
+"""The sessions list's page without ``limit``."""
+
+MAX_SESSIONS_PER_PAGE: Final = 500
+"""The largest ``limit`` of the sessions list."""
+
+SCAN_LIMIT: Final = 1000
+"""The most conversations one sessions-list request looks at to find those matching ``q``."""
+
+SCAN_BATCH: Final = 200
+"""The fewest conversations a sessions-list request with ``q`` reads from the store at a time."""
 
 
 def _entry(entry: StoredMessage) -> dict[str, Any]:
@@ -68,6 +95,17 @@ def _entry(entry: StoredMessage) -> dict[str, Any]:
         "excluded": entry.excluded,
         "replaces": list(entry.replaces),
     }
+
+
+def _check_cursor(cursor: str, prefix: str) -> None:
+    """Refuse a cursor that no listing issued, or one of another tenant's listing (the store
+    would only go on from its position; a cursor is meant for the listing that gave it)."""
+    try:
+        _, conversation_id = read_listing_cursor(cursor)
+    except ListingCursorError as exc:
+        raise HTTPProblem(400, "invalid_request", f"after: {exc}") from exc
+    if not conversation_id.startswith(prefix):
+        raise HTTPProblem(400, "invalid_request", "after: a cursor of another tenant's listing")
 
 
 def _tokenizer(spec: str) -> tuple[Tokenizer, str]:
@@ -143,23 +181,45 @@ class SessionsAPI:
         return conversation_id if tenant == WHOLE_STORE else f"{tenant}{ISOLATION_SEPARATOR}{conversation_id}"
 
     async def sessions_page(
-        self, tenant: str, name: str, *, limit: int, offset: int, q: str
+        self, tenant: str, name: str, *, limit: int, after: str | None, q: str
     ) -> dict[str, Any]:
-        """A page of the tenant's conversations of agent ``name``, most recently active first
-        (``q``: a part of the id), as the list endpoint answers it."""
-        if not 1 <= limit <= 500 or offset < 0:
-            raise HTTPProblem(400, "invalid_request", "limit is 1 to 500, offset at least 0")
+        """A page of the tenant's conversations of agent ``name``, most recently active first, from
+        the listing position ``after`` (the ``next`` of the previous page), as the list endpoint
+        answers it.
+
+        Without ``q`` this is one store listing of ``limit`` rows. With ``q`` (a part of the id)
+        the listing is read on until ``limit`` conversations match or :data:`SCAN_LIMIT` rows have
+        been looked at, so a rare ``q`` costs a bounded request; ``next`` then goes on after the
+        last row looked at, matched or not, and ``scanned`` says how many that was.
+        """
+        if not 1 <= limit <= MAX_SESSIONS_PER_PAGE:
+            raise HTTPProblem(400, "invalid_request", f"limit is 1 to {MAX_SESSIONS_PER_PAGE}")
         _, history = self.history(name)
         store = history.store
         if not isinstance(store, SupportsListing):
             raise HTTPProblem(404, "not_found", f"the {store.backend} store cannot list its conversations")
-        prefix = "" if tenant == WHOLE_STORE else f"{tenant}{ISOLATION_SEPARATOR}"
-        mine = [
-            info
-            for info in await store.list_conversations()
-            if info.conversation_id.startswith(prefix) and q in info.conversation_id[len(prefix) :]
-        ]
-        page = mine[offset : offset + limit]
+        scope = None if tenant == WHOLE_STORE else tenant
+        prefix = tenant_prefix(scope)
+        if after is not None:
+            _check_cursor(after, prefix)
+        found: list[ConversationInfo] = []
+        scanned = 0
+        position, more = after, True
+        while more and len(found) < limit and scanned < SCAN_LIMIT:
+            wanted = limit if not q else min(max(limit, SCAN_BATCH), SCAN_LIMIT - scanned)
+            try:
+                rows = await store.list_conversations(tenant=scope, after=position, limit=wanted)
+            except ListingCursorError as exc:
+                raise HTTPProblem(400, "invalid_request", f"after: {exc}") from exc
+            more = len(rows) == wanted
+            for index, info in enumerate(rows):
+                scanned += 1
+                position = info.cursor
+                if q in info.conversation_id[len(prefix) :]:
+                    found.append(info)
+                    if len(found) == limit:
+                        more = more or index < len(rows) - 1  # rows after it are still to look at
+                        break
         return {
             "sessions": [
                 {
@@ -168,18 +228,31 @@ class SessionsAPI:
                     "last_seq": info.last_seq,
                     "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
                 }
-                for info in page
+                for info in found
             ],
-            "total": len(mine),
-            "offset": offset,
             "limit": limit,
+            "next": position if more else None,
+            "scanned": scanned,
         }
 
     async def list_sessions(
-        self, name: str, request: Request, limit: int = 50, offset: int = 0, q: str = ""
+        self,
+        name: str,
+        request: Request,
+        limit: int = DEFAULT_SESSIONS_PER_PAGE,
+        after: str | None = None,
+        q: str = "",
+        offset: str | None = None,
     ) -> Response:
         tenant = self.host.tenant_of(request)
-        return JSONResponse(await self.sessions_page(tenant, name, limit=limit, offset=offset, q=q))
+        if offset is not None:
+            raise HTTPProblem(
+                400,
+                "invalid_request",
+                "offset is not a parameter of the sessions list: page on with after=<the next of the "
+                "previous page>",
+            )
+        return JSONResponse(await self.sessions_page(tenant, name, limit=limit, after=after, q=q))
 
     async def messages_page(
         self, tenant: str, name: str, session_id: str, *, raw: bool, limit: int, offset: int

@@ -10,7 +10,9 @@ cookie, so another site cannot make a browser send it). With no keys configured,
 loopback clients as the local tenant, the page included.
 
 * ``GET /inspector/``: the page (agents to pick from, the key, a search box, two panels).
-* ``GET /inspector/sessions?agent=&q=&offset=``: the sessions list, newest first, paged.
+* ``GET /inspector/sessions?agent=&q=``: the sessions list, newest first, its first page; with
+  ``after=`` (the sessions API's ``next``) the rows of the page after it, which the "more" button
+  appends to the list.
 * ``GET /inspector/session?agent=&id=&raw=``: one session: the compacted view (what the next
   run loads) or the raw log (excluded originals marked), its newest messages.
 * ``GET /inspector/messages?agent=&id=&raw=&offset=``: the page of messages before those shown.
@@ -84,11 +86,13 @@ class _Inspector:
             whole_store=whole_store,
         )
 
-    async def sessions(self, request: Request, agent: str = "", q: str = "", offset: int = 0) -> Response:
+    async def sessions(self, request: Request, agent: str = "", q: str = "", after: str = "") -> Response:
         tenant = self.host.tenant_of(request)
-        page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, offset=offset, q=q)
+        page = await self.api.sessions_page(tenant, agent, limit=SESSIONS_PER_PAGE, after=after or None, q=q)
+        if after:  # the rows that go where the "more" row was, and the next "more" row
+            return render("session_rows.html", page=page, agent=agent, q=q, first=False)
         store = self.host.agents[agent].session_store.backend
-        return render("sessions.html", page=page, agent=agent, q=q, store=store)
+        return render("sessions.html", page=page, agent=agent, q=q, store=store, first=True)
 
     async def _messages(
         self, request: Request, agent: str, session_id: str, raw: bool, offset: int
