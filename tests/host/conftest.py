@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from agentkeep import Agent, Content, Message
+from agentkeep.errors import ModelUnavailableError
 from agentkeep.host import AgentHost, ApiKeys
 from agentkeep.message_stores.base import close_store
 from agentkeep.message_stores.sqlite import SQLiteMessageStore
@@ -35,8 +36,11 @@ def keys_of(*pairs: tuple[str, str]) -> ApiKeys:
 
 
 def echo(messages: Sequence[Message]) -> str | Message:
-    """The scripted model: repeats what it got, or calls the browser's tool when asked."""
+    """The scripted model: repeats what it got, calls the browser's tool when asked, and fails
+    (as a model server that went away) when told ``boom``."""
     last = messages[-1]
+    if last.role == "user" and last.text == "boom":
+        raise ModelUnavailableError("the model server went away")
     if last.role == "user" and last.text.startswith("weather"):
         return Message(
             "assistant",

@@ -47,6 +47,27 @@ async def test_responses_chain_by_previous_response_id_and_are_retrievable(hoste
             await client.responses.create(model="nope", input="x")
 
 
+async def test_a_failed_response_is_an_error_status_and_the_last_good_one_goes_on(hosted: Hosted) -> None:
+    async with sdk(hosted, ALICE[0]) as client:
+        first = await client.responses.create(model="chat", input="hello")
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.responses.create(model="chat", input="boom", previous_response_id=first.id)
+        assert caught.value.status_code == 503
+        assert caught.value.code == "model_unavailable"
+        with pytest.raises(openai.InternalServerError):  # a new conversation's first turn too
+            await client.responses.create(model="chat", input="boom")
+        onward = await client.responses.create(model="chat", input="again", previous_response_id=first.id)
+        assert onward.output_text == "heard 2: hello | again"  # nothing of the failed turn
+        [conversation] = {f"conv_{response.id[5:37]}" for response in (first, onward)}
+        [key] = [key for key in await hosted.conversations() if key.endswith(f"::{conversation}")]
+        assert [m.text for m in await hosted.stored(key)] == [
+            "hello",
+            "heard 1: hello",
+            "again",
+            "heard 2: hello | again",
+        ]
+
+
 async def test_streaming_sends_the_documented_events(hosted: Hosted) -> None:
     async with sdk(hosted, ALICE[0]) as client:
         stream = await client.responses.create(model="chat", input="stream me", stream=True)

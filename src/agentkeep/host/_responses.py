@@ -196,8 +196,14 @@ class _Responses:
             return StreamingResponse(_sse(_chain(first, run)), media_type="text/event-stream")
         final: dict[str, Any] | None = None
         async for event in run:
-            if event["type"] in ("response.completed", "response.failed"):
+            if event["type"] == "response.completed":
                 final = event["response"]
+            elif event["type"] == "response.failed":
+                # an error status, as OpenAI answers: the failed response (which stored nothing)
+                # gets no id to continue from, and the last good response stays the one to use
+                error = event["response"]["error"]
+                status, code = STATUS_OF.get(error["code"], 500), error["code"]
+                return error_response(status, code, error["message"], code=code, param=None)
             elif event["type"] == "problem":
                 return error_response(event["status"], event["code"], event["message"])
         assert final is not None
