@@ -398,6 +398,20 @@ class PostgresDatabase:
         self._closed = False
         self._setup_lock = asyncio.Lock()
 
+    def reaches_same_database(self, other: PostgresDatabase) -> bool:
+        """Whether ``other``'s operations can run on this one's connections, in one transaction
+        with this one's: the same injected pool, or the same URL and connection settings."""
+        if self._owns_pool != other._owns_pool:
+            return False
+        if not self._owns_pool:
+            return self._pool is other._pool
+        return (self._url, self._kwargs, self.pooler, self.timeout) == (
+            other._url,
+            other._kwargs,
+            other.pooler,
+            other.timeout,
+        )
+
     def query(self, text: LiteralString) -> bytes:
         """``text`` with ``{table}`` placeholders replaced by this schema's quoted table names."""
         return sql.SQL(text).format(**self._identifiers).as_bytes(None)

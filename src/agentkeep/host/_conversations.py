@@ -143,10 +143,10 @@ class Conversations:
         """A new stored conversation with ``state`` in its session and ``messages`` in its
         history (a branch's prefix, a created conversation's items), bound to ``user``."""
         turn = await self._load(hosted, tenant, conversation_id)
+        turn.hold_appends()  # the messages and the session in one step (and a run's that follows)
         for key, value in (state or {}).items():
             turn.session.state[key] = value
         bind_user(turn.session, user, conversation_id=conversation_id)
-        await turn.save()
         provider = hosted.agent.history_provider()
         if provider is not None and messages:
             await provider.save_messages(
@@ -155,6 +155,7 @@ class Conversations:
                 state=provider.get_state(turn.session),
                 session=turn.session,
             )
+        await turn.save()
         return turn
 
     async def response(

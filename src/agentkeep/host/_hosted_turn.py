@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .. import telemetry
 from ..session_stores import session_version
+from ..turn_writes import release_appends
 from ._http import HTTPProblem, spanned
 from ._memory import bind_user
 from ._turns import SessionTurn
@@ -93,6 +94,7 @@ class HostedTurn:
             cache=(self.host.sessions, self.key()),
             attempts=self.host.save_attempts,
         )
+        turn.hold_appends()  # the turn ends with store() or fails: its appends go with the save
         new = session_version(turn.session) is None
         if new and existing:
             raise HTTPProblem(404, "not_found", f"no conversation {self.conversation_id!r}")
@@ -104,5 +106,6 @@ class HostedTurn:
         """Store ``turn``'s session after its run and keep it warm for the next turn (under
         ``conversation_id`` when the run went on to another conversation: a branch)."""
         turn.discard_kept()  # what the run's history provider did not take (it loads nothing)
-        await turn.save()
+        await turn.save()  # with the appends the run held: one step where the stores share a database
+        release_appends(turn.session)
         self.host.sessions.keep(self.key(conversation_id), turn.session)

@@ -45,6 +45,7 @@ from ..session_stores import (
     set_session_version,
 )
 from ..sessions import AgentSession
+from ..turn_writes import HeldAppend, SupportsTurnCommit, held_appends, hold_appends
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -164,6 +165,12 @@ class SessionTurn:
                 session = await scoped.get_session(agent, conversation_id)
         return cls(agent, scoped, conversation_id, session, _state_json(session), attempts)
 
+    def hold_appends(self) -> None:
+        """Have the history appends to come (the run's) held for :meth:`save`, which stores them
+        with the session in one step where the stores share a database (see
+        :mod:`agentkeep.turn_writes`). Only for a turn that ends with :meth:`save` or fails."""
+        hold_appends(self.session, self.store)
+
     async def history(self, *, keep_for_run: bool = False) -> Sequence[Message]:
         """The newest stored history of the session (what the agent's history provider loads, as
         it gives it: not copied); with ``keep_for_run``, kept for the turn's run to load (see
@@ -187,15 +194,38 @@ class SessionTurn:
             StorageError: The store failed.
         """
         session, base = self.session, self.base
-        ours = _state_json(session)
-        if session_version(session) is not None and ours == base:
-            return
+        writes = held_appends(session)
+        held = [] if writes is None else writes.held
+        try:
+            ours = _state_json(session)
+            if session_version(session) is not None and ours == base:
+                if writes is not None:
+                    await writes.flush_all()  # no session change: the appends alone, each atomic
+                return
+            await self._save(session, base, ours, held)
+        finally:
+            if writes is not None:
+                writes.held = []  # written, or dropped with the turn that failed
+
+    async def _save(
+        self, session: AgentSession, base: dict[str, bytes], ours: dict[str, bytes], held: list[HeldAppend]
+    ) -> None:
+        """Save ``session`` (with the ``held`` appends, in one step), merging over other writers."""
         for _ in range(self.attempts):
             try:
                 with telemetry.span(
-                    "agentkeep.session_store.save", **{"agentkeep.backend": self.store.backend}
+                    "agentkeep.session_store.save",
+                    **{
+                        "agentkeep.backend": self.store.backend,
+                        "agentkeep.messages": sum(len(h.messages) for h in held),
+                    },
                 ):
-                    await self.store.save_session(self.agent, self.conversation_id, session)
+                    if held and isinstance(self.store, SupportsTurnCommit):
+                        await self.store.save_session_with_appends(
+                            self.agent, self.conversation_id, session, held
+                        )
+                    else:
+                        await self.store.save_session(self.agent, self.conversation_id, session)
                 self.session = session
                 return
             except ConflictError:
@@ -204,7 +234,7 @@ class SessionTurn:
                 if merged is None:
                     break
                 session, base = merged, _state_json(fresh)
-                if session_version(fresh) is not None and ours == base:
+                if session_version(fresh) is not None and ours == base and not held:
                     self.session = fresh
                     return  # the other writer stored just what this turn would
         raise TurnConflictError(

@@ -91,6 +91,7 @@ from ..errors import CorruptRecordError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
+from ..turn_writes import HeldAppend
 from .base import (
     DEDUP_WINDOW,
     NO_ACTIVITY,
@@ -335,25 +336,54 @@ class PostgresMessageStore:
         self.database.check_open()
         if not messages:
             return []
-        may_be_retry = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
-        # refuse what cannot be stored
+        return await self._append_now(self.hold_append(conversation_id, messages))
+
+    def hold_append(self, conversation_id: str, messages: Sequence[Message]) -> HeldAppend:
+        """The append of ``messages`` checked and encoded (ids and times given: what cannot be
+        stored is refused here) but not written: :meth:`append` writes it at once, and a session
+        store on the same database and schema with the session's save (:mod:`agentkeep.turn_writes`)."""
+        self.database.check_open()
+        check = check_batch_ids(self.backend, conversation_id, messages)  # new ids are not stored
         records = encode_records(conversation_id, messages, key_ring=self.key_ring)
-        ids = [record[0] for record in records]
-        times = [record[1] for record in records]
-        bodies = [record[2] for record in records]
+        prepared = (check, [r[0] for r in records], [r[1] for r in records], [r[2] for r in records])
+        held = HeldAppend(self, conversation_id, messages, prepared, write=lambda: self._append_now(held))
+        return held
+
+    async def _append_now(self, held: HeldAppend) -> list[int]:
         attempts = 0
 
-        async def operation(conn: PostgresConnection) -> int:
+        async def operation(conn: PostgresConnection) -> list[int]:
             nonlocal attempts
-            attempts += 1  # a second attempt may follow one that committed
-            check = may_be_retry or attempts > 1
-            params = (conversation_id, times, ids, bodies, check, DEDUP_WINDOW, self.max_messages, self.ttl)
-            [(first,)] = await self.database.fetch(conn, self._q["append"], params)
-            return first
+            attempts += 1  # a second attempt may follow one that committed: it checks for a retry
+            return await self.append_held(conn, held, again=attempts > 1)
 
-        first = await self.database.run(operation, retry=True, writes=True)
+        return await self.database.run(operation, retry=True, writes=True)
+
+    async def append_held(
+        self, conn: PostgresConnection, held: HeldAppend, *, again: bool = False
+    ) -> list[int]:
+        """Write ``held`` (one :meth:`hold_append` made) on ``conn``, a connection to this store's
+        database, inside the caller's transaction (``again``: an earlier attempt may have
+        committed it).
+
+        Raises:
+            MessageIdConflictError: A message reuses a stored message's id.
+        """
+        check, ids, times, bodies = held.prepared
+        params = (
+            held.conversation_id,
+            times,
+            ids,
+            bodies,
+            check or again,
+            DEDUP_WINDOW,
+            self.max_messages,
+            self.ttl,
+        )
+        [(found,)] = await self.database.fetch(conn, self._q["append"], params)
+        first = int(found)
         if first < 0:
-            raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
+            raise id_conflict(self.backend, held.conversation_id, held.messages[-first - 1].message_id or "")
         return list(range(first, first + len(ids)))
 
     # -- reads ----------------------------------------------------------------------------------

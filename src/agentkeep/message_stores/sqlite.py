@@ -85,6 +85,7 @@ from ..errors import CorruptRecordError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
+from ..turn_writes import HeldAppend
 from .base import (
     DEDUP_WINDOW,
     NO_ACTIVITY,
@@ -235,9 +236,25 @@ class SQLiteMessageStore:
         self.database.check_open()
         if not messages:
             return []
+        return await self.hold_append(conversation_id, messages).write()
+
+    def hold_append(self, conversation_id: str, messages: Sequence[Message]) -> HeldAppend:
+        """The append of ``messages`` checked and encoded (ids and times given: what cannot be
+        stored is refused here) but not written: :meth:`append` writes it at once, and a session
+        store on the same file with the session's save (:mod:`agentkeep.turn_writes`)."""
+        self.database.check_open()
         check = check_batch_ids(self.backend, conversation_id, messages)
-        rows = encode_records(conversation_id, messages, key_ring=self.key_ring)  # refuse before writing
-        return await self.database.run(partial(self._append, conversation_id, rows, check), quick=True)
+        rows = encode_records(conversation_id, messages, key_ring=self.key_ring)
+        job = partial(self._append, conversation_id, rows, check)
+        return HeldAppend(
+            self, conversation_id, messages, (rows, check), write=lambda: self.database.run(job, quick=True)
+        )
+
+    def append_held(self, db: sqlite3.Connection, held: HeldAppend) -> list[int]:
+        """Write ``held`` (one :meth:`hold_append` made) inside the caller's write transaction on
+        ``db``, a connection to this store's file."""
+        rows, check = held.prepared
+        return self._append_rows(db, held.conversation_id, rows, check)
 
     def _retried(
         self,
@@ -264,47 +281,51 @@ class SQLiteMessageStore:
     def _append(
         self, conversation_id: str, rows: list[tuple[bytes, int, bytes]], check: bool, db: sqlite3.Connection
     ) -> list[int]:
-        now = now_us()
         with write_transaction(db):
-            found = _find(db, conversation_id, now, purge=True)
-            if found is None:
-                cursor = db.execute(
-                    "INSERT INTO agentkeep_conversations (conversation_id) VALUES (?)", (conversation_id,)
-                )
-                assert cursor.lastrowid is not None
-                found = _Conversation(cursor.lastrowid, 0, 0, 0, 0, None)
-            elif check:
-                start = self._retried(db, conversation_id, found, rows)
-                if start is not None:
-                    return list(range(start, start + len(rows)))
-            key, first = found.key, found.last_seq + 1
-            if found.last_seq + len(rows) > _SEQ_MASK:
-                raise ValueError(f"conversation {conversation_id!r} is full ({_SEQ_MASK} sequence numbers)")
-            base = key << _SEQ_BITS
-            db.executemany(
-                "INSERT INTO agentkeep_messages (position, id, time, body) VALUES (?, ?, ?, ?)",
-                [(base + first + index, *row) for index, row in enumerate(rows)],
+            return self._append_rows(db, conversation_id, rows, check)
+
+    def _append_rows(
+        self, db: sqlite3.Connection, conversation_id: str, rows: list[tuple[bytes, int, bytes]], check: bool
+    ) -> list[int]:
+        """The append, inside the caller's write transaction."""
+        now = now_us()
+        found = _find(db, conversation_id, now, purge=True)
+        if found is None:
+            cursor = db.execute(
+                "INSERT INTO agentkeep_conversations (conversation_id) VALUES (?)", (conversation_id,)
             )
-            last_seq = found.last_seq + len(rows)
-            count = found.message_count + len(rows)
-            if self.max_messages is not None and count > self.max_messages:
-                low, high = _span(key)
-                cutoff = db.execute(
-                    "SELECT position FROM agentkeep_messages WHERE position > ? AND position <= ? "
-                    "ORDER BY position LIMIT 1 OFFSET ?",
-                    (low, high, count - self.max_messages - 1),
-                ).fetchone()[0]
-                db.execute(
-                    "DELETE FROM agentkeep_messages WHERE position > ? AND position <= ?", (low, cutoff)
-                )
-                count = self.max_messages
-            expires_at = found.expires_at if self.ttl is None else now + round(self.ttl * 1_000_000)
-            db.execute(
-                "UPDATE agentkeep_conversations SET last_seq = ?, message_count = ?, expires_at = ?, "
-                "activity = ? WHERE key = ?",
-                (last_seq, count, expires_at, rows[-1][1], key),
-            )
-            return list(range(first, last_seq + 1))
+            assert cursor.lastrowid is not None
+            found = _Conversation(cursor.lastrowid, 0, 0, 0, 0, None)
+        elif check:
+            start = self._retried(db, conversation_id, found, rows)
+            if start is not None:
+                return list(range(start, start + len(rows)))
+        key, first = found.key, found.last_seq + 1
+        if found.last_seq + len(rows) > _SEQ_MASK:
+            raise ValueError(f"conversation {conversation_id!r} is full ({_SEQ_MASK} sequence numbers)")
+        base = key << _SEQ_BITS
+        db.executemany(
+            "INSERT INTO agentkeep_messages (position, id, time, body) VALUES (?, ?, ?, ?)",
+            [(base + first + index, *row) for index, row in enumerate(rows)],
+        )
+        last_seq = found.last_seq + len(rows)
+        count = found.message_count + len(rows)
+        if self.max_messages is not None and count > self.max_messages:
+            low, high = _span(key)
+            cutoff = db.execute(
+                "SELECT position FROM agentkeep_messages WHERE position > ? AND position <= ? "
+                "ORDER BY position LIMIT 1 OFFSET ?",
+                (low, high, count - self.max_messages - 1),
+            ).fetchone()[0]
+            db.execute("DELETE FROM agentkeep_messages WHERE position > ? AND position <= ?", (low, cutoff))
+            count = self.max_messages
+        expires_at = found.expires_at if self.ttl is None else now + round(self.ttl * 1_000_000)
+        db.execute(
+            "UPDATE agentkeep_conversations SET last_seq = ?, message_count = ?, expires_at = ?, "
+            "activity = ? WHERE key = ?",
+            (last_seq, count, expires_at, rows[-1][1], key),
+        )
+        return list(range(first, last_seq + 1))
 
     async def record_compaction(
         self,

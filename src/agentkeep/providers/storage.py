@@ -26,6 +26,7 @@ from ..message_log import MessageLog, MessageView
 from ..message_stores.base import HistoryView, MessageStore, Summary, close_store
 from ..messages import Message, new_message_id
 from ..sessions import AgentSession, ProviderSessionState
+from ..turn_writes import SupportsHoldAppend, held_appends
 from .history import HistoryOptions, HistoryProvider
 
 __all__ = ["ConversationState", "StorageHistoryProvider"]
@@ -174,6 +175,7 @@ class StorageHistoryProvider(HistoryProvider):
         self, session_id: str | None, *, state: Any = None, session: AgentSession | None = None, **kwargs: Any
     ) -> Sequence[Message]:
         conversation_id = self._state(session, state, session_id).conversation_id
+        await self._flush_held(session, conversation_id)
         cached = self._cached(session, conversation_id)
         if cached is not None:
             update = await self._read(conversation_id, cached=True, after=cached.last_seq)
@@ -221,11 +223,25 @@ class StorageHistoryProvider(HistoryProvider):
         session: AgentSession | None = None,
         **kwargs: Any,
     ) -> None:
+        conversation_id = self._state(session, state, session_id).conversation_id
+        writes = held_appends(session)
+        if writes is not None and isinstance(self.store, SupportsHoldAppend) and writes.joins(self.store):
+            writes.hold(self.store.hold_append(conversation_id, messages))  # stored with the session
+            return
         with telemetry.span(
             "agentkeep.store.append",
             **{"agentkeep.backend": self.store.backend, "agentkeep.messages": len(messages)},
         ):
-            await self.store.append(self._state(session, state, session_id).conversation_id, messages)
+            await self.store.append(conversation_id, messages)
+
+    async def _flush_held(
+        self, session: AgentSession | None, conversation_id: str, *, touching: set[str] | None = None
+    ) -> None:
+        """Append what this run held for the session's save before the conversation is read, or
+        (``touching``) before messages of those ids are changed (see :mod:`agentkeep.turn_writes`)."""
+        writes = held_appends(session)
+        if writes is not None:
+            await writes.flush(self.store, conversation_id, touching=touching)
 
     async def record_compaction(
         self,
@@ -243,6 +259,8 @@ class StorageHistoryProvider(HistoryProvider):
         load reads the view afresh.
         """
         conversation_id = self._state(session).conversation_id
+        named = {*excluded, *(replaced for _, replaces in summaries for replaced in replaces)}
+        await self._flush_held(session, conversation_id, touching=named)
         epoch = await self.store.record_compaction(
             conversation_id,
             excluded=excluded,

@@ -30,10 +30,14 @@ from .._json_values import text_problem
 from ..encryption import KeyMismatch, decrypt_payload, decryption_error, encrypt_payload
 from ..errors import ConflictError, SessionFormatError, StateTypeError
 from ..sessions import AgentSession, encode_payload
+from ..turn_writes import SupportsTurnCommit
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..agent import Agent
     from ..encryption import KeyRing
+    from ..turn_writes import HeldAppend
 
 __all__ = [
     "STORE_VERSION_KEY",
@@ -323,6 +327,20 @@ class DelegatingSessionStore(AgentSessionStore):
         self, agent: Agent, conversation_id: str, *, version: int | None
     ) -> AgentSession | None:
         return await self.inner_store.get_session_if_changed(agent, conversation_id, version=version)
+
+    def shares_database(self, store: object) -> bool:
+        """Whether the inner store can save with ``store``'s held appends in one transaction
+        (:mod:`agentkeep.turn_writes`)."""
+        inner = self.inner_store
+        return isinstance(inner, SupportsTurnCommit) and inner.shares_database(store)
+
+    async def save_session_with_appends(
+        self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
+    ) -> None:
+        inner = self.inner_store
+        if not isinstance(inner, SupportsTurnCommit):
+            raise TypeError(f"{inner!r} cannot save a session with appends")
+        await inner.save_session_with_appends(agent, conversation_id, session, appends)
 
     def get_service(self, service_type: type[S]) -> S | None:
         found = super().get_service(service_type)

@@ -32,7 +32,10 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..agent import Agent
+    from ..turn_writes import HeldAppend
 
 __all__ = ["ISOLATION_SEPARATOR", "IsolationKeyScopedSessionStore"]
 
@@ -127,6 +130,23 @@ class IsolationKeyScopedSessionStore(DelegatingSessionStore):
         self._claim(session, conversation_id)
         try:
             await self.inner_store.save_session(agent, scoped, session)
+        except ConflictError as exc:  # name the conversation as the caller knows it
+            raise ConflictError(str(exc), backend=exc.backend, conversation_id=conversation_id) from exc
+
+    async def save_session_with_appends(
+        self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
+    ) -> None:
+        """Save ``session`` under this tenant's ``conversation_id`` with the held ``appends``, in
+        one transaction (see :mod:`agentkeep.turn_writes`).
+
+        Raises:
+            ConflictError: As :meth:`save_session`.
+        """
+        scoped = self.scoped_id(conversation_id)
+        self._check_open()
+        self._claim(session, conversation_id)
+        try:
+            await super().save_session_with_appends(agent, scoped, session, appends)
         except ConflictError as exc:  # name the conversation as the caller knows it
             raise ConflictError(str(exc), backend=exc.backend, conversation_id=conversation_id) from exc
 

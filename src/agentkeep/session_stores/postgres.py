@@ -22,9 +22,10 @@ them in place.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresDatabase, PostgresPool
+from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresConnection, PostgresDatabase, PostgresPool
+from ..message_stores.postgres import PostgresMessageStore
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
@@ -39,10 +40,18 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..agent import Agent
     from ..encryption import KeyRing
+    from ..turn_writes import HeldAppend
 
 __all__ = ["PostgresSessionStore"]
+
+
+class _Conflict(Exception):
+    """The session's version moved: the turn's transaction rolls back."""
+
 
 _INSERT: Final = """INSERT INTO {sessions} (agent, conversation_id, version, payload)
     VALUES (%s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING version"""
@@ -163,6 +172,57 @@ class PostgresSessionStore(AgentSessionStore):
         else:
             query, params = self._update, (payload, key, conversation_id, expected)
         if not await self.database.fetch_rows(query, params):
+            raise conflict_error(self.backend, key, conversation_id, expected=expected)
+        set_session_version(session, 1 if expected is None else expected + 1)
+
+    # -- a turn in one step (agentkeep.turn_writes.SupportsTurnCommit) ---------------------------
+    def shares_database(self, store: object) -> bool:
+        """Whether ``store`` is a :class:`~agentkeep.message_stores.postgres.PostgresMessageStore`
+        on this store's database (the same pool, or URL and settings; any schema): its held
+        appends then commit with a save in one transaction."""
+        return isinstance(store, PostgresMessageStore) and self.database.reaches_same_database(store.database)
+
+    async def save_session_with_appends(
+        self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
+    ) -> None:
+        """Save ``session`` and write ``appends`` (held by message stores on this database) in one
+        transaction: both or neither.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at (nothing is
+                written).
+            SessionFormatError: A state value cannot be serialized (nothing is written).
+            OutcomeUnknownError: The connection failed while it ran (it may have committed).
+        """
+        self.database.check_open()
+        check_conversation_id(conversation_id)
+        key = agent_key(agent)
+        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
+        expected = session_version(session)
+        writers: list[tuple[PostgresMessageStore, HeldAppend]] = []
+        for held in appends:
+            if not self.shares_database(held.store):
+                raise ValueError(f"an append to {held.store!r} cannot join a save to {self.database.address}")
+            writers.append((cast("PostgresMessageStore", held.store), held))
+        for store in {id(store): store for store, _ in writers}.values():
+            await store.setup()  # its schema's tables (once per store)
+        if expected is None:
+            query, params = self._insert, (key, conversation_id, payload)
+        else:
+            query, params = self._update, (payload, key, conversation_id, expected)
+
+        async def operation(conn: PostgresConnection) -> bool:
+            try:
+                async with conn.transaction():
+                    for store, held in writers:
+                        await store.append_held(conn, held)
+                    if not await self.database.fetch(conn, query, params):
+                        raise _Conflict  # rolls the appends back too
+            except _Conflict:
+                return False
+            return True
+
+        if not await self.database.run(operation, writes=True):
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 

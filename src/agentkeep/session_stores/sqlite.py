@@ -26,11 +26,12 @@ import os
 import sqlite3
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from .._db.sqlite import SQLiteDatabase, now_us
+from .._db.sqlite import SQLiteDatabase, now_us, write_transaction
 from .._files import path_from_url
 from ..errors import SessionFormatError
+from ..message_stores.sqlite import SQLiteMessageStore
 from ..sessions import AgentSession
 from .base import (
     AgentSessionStore,
@@ -45,8 +46,11 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..agent import Agent
     from ..encryption import KeyRing
+    from ..turn_writes import HeldAppend
 
 __all__ = ["SQLiteSessionStore"]
 
@@ -122,6 +126,48 @@ class SQLiteSessionStore(AgentSessionStore):
         payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
         expected = session_version(session)
         if not await self.database.run(partial(_save, key, conversation_id, expected, payload), quick=True):
+            raise conflict_error(self.backend, key, conversation_id, expected=expected)
+        set_session_version(session, 1 if expected is None else expected + 1)
+
+    # -- a turn in one step (agentkeep.turn_writes.SupportsTurnCommit) ---------------------------
+    def shares_database(self, store: object) -> bool:
+        """Whether ``store`` is a :class:`~agentkeep.message_stores.sqlite.SQLiteMessageStore` on
+        this store's file: its held appends then commit with a save in one transaction."""
+        return isinstance(store, SQLiteMessageStore) and _same_file(store.path, self.path)
+
+    async def save_session_with_appends(
+        self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
+    ) -> None:
+        """Save ``session`` and write ``appends`` (held by message stores on this file) in one
+        ``BEGIN IMMEDIATE`` transaction: both or neither.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at (nothing is
+                written).
+            SessionFormatError: A state value cannot be serialized (nothing is written).
+        """
+        self.database.check_open()
+        check_conversation_id(conversation_id)
+        key = agent_key(agent)
+        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
+        expected = session_version(session)
+        for held in appends:
+            if not self.shares_database(held.store):
+                raise ValueError(f"an append to {held.store!r} cannot join a save to {self.path}")
+        writers = [(cast("SQLiteMessageStore", held.store), held) for held in appends]
+
+        def job(db: sqlite3.Connection) -> bool:
+            try:
+                with write_transaction(db):
+                    for store, held in writers:
+                        store.append_held(db, held)
+                    if not _save(key, conversation_id, expected, payload, db):
+                        raise _Conflict  # rolls the appends back too
+            except _Conflict:
+                return False
+            return True
+
+        if not await self.database.run(job, quick=True):
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 
@@ -202,6 +248,16 @@ class SQLiteSessionStore(AgentSessionStore):
 
 
 # -- jobs run in the database's worker thread -----------------------------------------------------
+
+
+class _Conflict(Exception):
+    """The session's version moved: the turn's transaction rolls back."""
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """The same path, as given (no file-system call on the event loop: a file named two ways,
+    say relative and absolute, is taken as two, and its turns are stored in two steps)."""
+    return os.path.normpath(one) == os.path.normpath(other)
 
 
 def _save(
