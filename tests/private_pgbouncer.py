@@ -33,7 +33,9 @@ class PgBouncer:
     """``pgbouncer`` on a free loopback port with its configuration in ``folder``, pooling
     transactions to the server of ``server_url`` (trust authentication, one database)."""
 
-    def __init__(self, folder: Path, server_url: str, *, pool_size: int = 4) -> None:
+    def __init__(
+        self, folder: Path, server_url: str, *, pool_size: int = 4, application_name: str | None = None
+    ) -> None:
         binary = pgbouncer_binary()
         if binary is None:
             raise FileNotFoundError("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
@@ -53,7 +55,8 @@ class PgBouncer:
                 [
                     "[databases]",
                     f"{self.database} = host={server.hostname or '127.0.0.1'} port={server.port or 5432} "
-                    f"dbname={self.database}",
+                    f"dbname={self.database}"
+                    + ("" if application_name is None else f" application_name={application_name}"),
                     "[pgbouncer]",
                     "listen_addr = 127.0.0.1",
                     f"listen_port = {self.port}",
