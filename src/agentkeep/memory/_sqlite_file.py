@@ -241,8 +241,7 @@ def _add_scope_summary(db: VecConnection, dimensions: int) -> None:
     )
     db.run("UPDATE agentkeep_memory_scopes SET tenant = substr(scope, 1, instr(scope, char(31)) - 1)")
     db.run(
-        "CREATE INDEX agentkeep_memory_scopes_listing "
-        "ON agentkeep_memory_scopes (tenant, newest DESC, scope)"
+        "CREATE INDEX agentkeep_memory_scopes_listing ON agentkeep_memory_scopes (tenant, newest DESC, scope)"
     )
     db.run(
         "CREATE INDEX agentkeep_memories_current ON agentkeep_memories (scope, updated_at) "

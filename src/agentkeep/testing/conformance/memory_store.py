@@ -443,7 +443,11 @@ async def scopes_pages_joined_by_cursors_list_each_scope_once(backend: MemorySto
         whole = await store.scopes(tenant_id="acme", limit=100)
         expect_equal(
             [s.scope for s in whole],
-            [scope for group in (6, 3, 0) for scope in sorted(scopes[group : group + 3], key=lambda s: s.key)],
+            [
+                scope
+                for group in (6, 3, 0)
+                for scope in sorted(scopes[group : group + 3], key=lambda s: s.key)
+            ],
             "one long page: newest first, equal times by key",
         )
         for size in (1, 2, 4):
