@@ -4,7 +4,8 @@ Describe your store with a :class:`MemoryStoreBackend` and run :data:`MEMORY_STO
 against it (see :mod:`agentkeep.testing.conformance`). Covered: round trips, exact scopes
 (another user, tenant or agent never sees a record), similarity order and filters, keys that
 supersede (with history), updates, deletion, ``forget`` of a user, expiry, bad input, concurrent
-writers of one key, the scopes of a tenant, and (for durable stores) reopening.
+writers of one key, the scopes of a tenant (pages joined by cursors, every write and expiry
+reflected), and (for durable stores) reopening.
 """
 
 from __future__ import annotations
