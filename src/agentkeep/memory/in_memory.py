@@ -228,15 +228,16 @@ class InMemoryMemoryStore(MemoryStore):
         floor = cutoff_micros(self)
         found: list[MemoryScopeSummary] = []
         skipped = 0
-        for rank, key in listing[start:] if start else listing:
+        for place in range(start, len(listing)):  # no copy of the listing's tail
+            rank, key = listing[place]
             if floor is not None and -rank < floor:
                 break  # this scope and every later one hold expired records only
-            scope = MemoryScope.from_key(key)
-            if q and q not in scope.user_id:
+            if q and q not in key[len(prefix) :].partition("\x1f")[0]:  # the user id only
                 continue
             if skipped < offset:
                 skipped += 1
                 continue
+            scope = MemoryScope.from_key(key)
             records = self._scopes[key].values()
             live = sum(1 for r in records if r.current and (floor is None or _updated(r) >= floor))
             found.append(MemoryScopeSummary(scope, live, from_micros(-rank)))
