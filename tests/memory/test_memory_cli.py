@@ -91,3 +91,25 @@ async def test_bad_options_are_one_line_errors(env: dict[str, str], tmp_path: Pa
     assert "nothing removed" in refused.stderr
     narrowed = ok(run(env, "memory", "list", "--user", "u", "--tenant", "acme::team", *where))  # a sub-tenant
     assert "no memories of acme::team::u" in narrowed
+
+
+async def test_users_are_listed_a_page_at_a_time(env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    store = SQLiteMemoryStore(path, dimensions=384)
+    try:
+        for n in range(5):
+            await store.add(MemoryScope(f"user-{n}", tenant_id="acme"), MemoryRecord(f"note {n}"))
+    finally:
+        await store.aclose()
+    where = ["--memory-store", f"sqlite://{path}"]
+    seen: list[str] = []
+    args = ["memory", "users", "--tenant", "acme", "--limit", "2", *where]
+    for _ in range(5):  # bounded: 5 users in pages of 2
+        shown = ok(run(env, *args))
+        seen += sorted((u for u in (f"user-{n}" for n in range(5)) if u in shown), key=shown.index)
+        more = [line for line in shown.splitlines() if line.startswith("more: --after ")]
+        if not more:
+            break
+        args = ["memory", "users", "--tenant", "acme", "--limit", "2", "--after", more[0].split()[-1], *where]
+    assert seen == [f"user-{n}" for n in (4, 3, 2, 1, 0)]
+    one_line_error(run(env, "memory", "users", "--tenant", "acme", "--after", "nonsense", *where), "--after")

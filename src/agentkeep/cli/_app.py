@@ -63,7 +63,7 @@ from ._transfer import (
 
 if TYPE_CHECKING:  # the Redis import needs the [redis] extra only when it is used
     from ..maf.redis_history import RedisImportProgress
-    from ..memory import MemoryStore
+    from ..memory import MemoryScopeSummary, MemoryStore
 
 __all__ = ["app", "main"]
 
@@ -781,17 +781,30 @@ def memory_users(
         str | None, typer.Option("--q", metavar="TEXT", help="Only users whose id has TEXT.")
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, metavar="N", help="Show at most N.")] = 50,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            "--after", metavar="CURSOR", help="The page after this one (the cursor a list printed)."
+        ),
+    ] = None,
     memory_store: MemoryStoreOption = None,
 ) -> None:
-    """List the users of a tenant that have memories, most recently updated first."""
+    """List the users of a tenant that have memories, most recently updated first, a page at a time."""
     with _reported():
         if tenant is not None:
             scope_of("-", tenant, None)  # the tenant is checked before anything is read
-        found = _with_memory(memory_store, lambda store: store.scopes(tenant_id=tenant, q=q, limit=limit))
+
+        async def job(store: MemoryStore) -> list[MemoryScopeSummary]:
+            try:
+                return await store.scopes(tenant_id=tenant, q=q, limit=limit, after=after)
+            except ListingCursorError as exc:
+                raise CLIError(f"--after: {exc} (pass a cursor a previous list printed)") from exc
+
+        found = _with_memory(memory_store, job)
         console = _stdout()
         where = f"tenant {tenant}" if tenant else "no tenant"
         if not found:
-            console.print(Text(f"no users with memories in {where}"))
+            console.print(Text(f"no {'more ' if after else ''}users with memories in {where}"))
             return
         table = Table(title=f"users with memories in {where}", title_justify="left")
         for column in ("user", "agent", "memories", "updated"):
@@ -802,6 +815,8 @@ def memory_users(
                 summary.scope.user_id, summary.scope.agent_id or "shared", str(summary.memories), updated
             )
         console.print(table)
+        if len(found) == limit:  # a full page: there may be more
+            console.print(Text(f"more: --after {found[-1].cursor}"))
 
 
 @memory_app.command("search")

@@ -1,6 +1,8 @@
-"""The SQLite memory store's file: its layout (created, or upgraded in place), its connection, and
-the writes of vectors that keep the per-scope change log (what keeps search caches coherent, see
-:mod:`._vector_cache`). Used by :mod:`.sqlite`, whose store runs all of it on its worker thread.
+"""The SQLite memory store's file: its layout (created, or upgraded in place), its connection, the
+writes of vectors that keep the per-scope change log (what keeps search caches coherent, see
+:mod:`._vector_cache`), and the per-scope summary that the listing of scopes reads (each scope's
+count of current memories and its newest ``updated_at``, kept by every write in its own
+transaction). Used by :mod:`.sqlite`, whose store runs all of it on its worker thread.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .records import MemoryScope
 __all__ = [
     "LAYOUT",
     "VecConnection",
+    "account",
     "create_or_upgrade",
     "delete_vector",
     "forget_user",
@@ -32,7 +35,7 @@ __all__ = [
     "vector_bytes",
 ]
 
-LAYOUT: Final = 2
+LAYOUT: Final = 3
 # vec0 keeps each scope's vectors in chunks of this many; a scope takes at least one chunk
 # (64 x 384 x 4 bytes = 96 KiB), where the default 1,024 took 1.5 MiB per user. Searches of large
 # scopes are as fast (measured: 3.0 ms for 10k vectors either way).
@@ -48,10 +51,10 @@ def log_change(db: VecConnection, scope: str, rowid: int, vectors: int) -> None:
     scope's change counter goes up by one and its vector count by ``vectors`` (see
     :mod:`._vector_cache`). Writes are serialized, so the counter's order is commit order."""
     found = db.one(
-        "INSERT INTO agentkeep_memory_scopes (scope, seq, vectors) VALUES (?, 1, ?) "
+        "INSERT INTO agentkeep_memory_scopes (scope, tenant, seq, vectors) VALUES (?, ?, 1, ?) "
         "ON CONFLICT (scope) DO UPDATE SET seq = seq + 1, vectors = vectors + excluded.vectors "
         "RETURNING id, seq",
-        (scope, vectors),
+        (scope, _tenant(scope), vectors),
     )
     assert found is not None  # an upsert with RETURNING always returns its row
     scope_id, seq = found
@@ -64,6 +67,29 @@ def log_change(db: VecConnection, scope: str, rowid: int, vectors: int) -> None:
             "DELETE FROM agentkeep_memory_changes WHERE scope_id = ? AND seq = ?",
             (scope_id, seq - LOG_KEEP),
         )
+
+
+def _tenant(scope: str) -> str:
+    """The tenant part of a scope's key (``""``: none): what the listing index starts with."""
+    return scope.partition("\x1f")[0]
+
+
+def account(db: VecConnection, scope: str, memories: int) -> None:
+    """Bring the scope's summary up to date after a write of its memories, in the write
+    transaction: its count of current memories goes up by ``memories`` (negative: down) and its
+    newest ``updated_at`` is read again from the index of current memories (one step: the
+    newest of them; ``NULL`` when none is left, which takes the scope out of the listing)."""
+    newest = db.one(
+        "SELECT updated_at FROM agentkeep_memories WHERE scope = ? AND superseded_by IS NULL "
+        "ORDER BY updated_at DESC LIMIT 1",
+        (scope,),
+    )
+    db.run(
+        "INSERT INTO agentkeep_memory_scopes (scope, tenant, seq, vectors, memories, newest) "
+        "VALUES (?, ?, 0, 0, ?, ?) ON CONFLICT (scope) DO UPDATE SET "
+        "memories = memories + excluded.memories, newest = excluded.newest",
+        (scope, _tenant(scope), memories, None if newest is None else newest[0]),
+    )
 
 
 def has_vector(db: VecConnection, rowid: int) -> bool:
@@ -116,12 +142,20 @@ def forget_user(db: VecConnection, user_key: str) -> int:
 
 
 def purge_before(db: VecConnection, cutoff: int) -> int:
-    """Delete the records (and vectors) updated before ``cutoff``, every vector's removal logged."""
+    """Delete the records (and vectors) updated before ``cutoff``, every vector's removal logged
+    and every scope's summary brought up to date."""
     with db.write():
-        rows = db.rows("SELECT rowid, scope FROM agentkeep_memories WHERE updated_at < ?", (cutoff,))
-        for rowid, scope in rows:
+        rows = db.rows(
+            "SELECT rowid, scope, superseded_by IS NULL FROM agentkeep_memories WHERE updated_at < ?",
+            (cutoff,),
+        )
+        current: dict[str, int] = {}
+        for rowid, scope, is_current in rows:
             delete_vector(db, scope, rowid)
+            current[scope] = current.get(scope, 0) + is_current
         db.run("DELETE FROM agentkeep_memories WHERE updated_at < ?", (cutoff,))
+        for scope, removed in current.items():
+            account(db, scope, -removed)
         return len(rows)
 
 
@@ -191,7 +225,35 @@ def _create_change_log(db: VecConnection, dimensions: int) -> None:
     )
 
 
-_MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (_create_tables, _create_change_log)
+def _add_scope_summary(db: VecConnection, dimensions: int) -> None:
+    """Layout 3: each scope's tenant, count of current memories and newest ``updated_at`` (the
+    summary the listing of scopes reads, indexed in its order), and an index of current memories
+    by scope and time (a scope's newest, and the count of its expired ones, in one range). A file
+    of layout 2 gets the summary of its scopes once, from the memories."""
+    db.run("ALTER TABLE agentkeep_memory_scopes ADD COLUMN tenant TEXT NOT NULL DEFAULT ''")
+    db.run("ALTER TABLE agentkeep_memory_scopes ADD COLUMN memories INTEGER NOT NULL DEFAULT 0")
+    db.run("ALTER TABLE agentkeep_memory_scopes ADD COLUMN newest INTEGER")
+    db.run(
+        "INSERT INTO agentkeep_memory_scopes (scope, seq, vectors, memories, newest) "
+        "SELECT scope, 0, 0, count(*), max(updated_at) FROM agentkeep_memories "
+        "WHERE superseded_by IS NULL GROUP BY scope "
+        "ON CONFLICT (scope) DO UPDATE SET memories = excluded.memories, newest = excluded.newest"
+    )
+    db.run("UPDATE agentkeep_memory_scopes SET tenant = substr(scope, 1, instr(scope, char(31)) - 1)")
+    db.run(
+        "CREATE INDEX agentkeep_memory_scopes_listing ON agentkeep_memory_scopes (tenant, newest DESC, scope)"
+    )
+    db.run(
+        "CREATE INDEX agentkeep_memories_current ON agentkeep_memories (scope, updated_at) "
+        "WHERE superseded_by IS NULL"
+    )
+
+
+_MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (
+    _create_tables,
+    _create_change_log,
+    _add_scope_summary,
+)
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 
 

@@ -103,14 +103,19 @@ def normalized(vector: Sequence[float]) -> list[float]:
     return [v / length for v in vector] if length else list(vector)
 
 
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
 def to_micros(value: datetime) -> int:
-    """``value`` as whole microseconds since the epoch (how the stores keep times)."""
-    return int(value.timestamp() * 1_000_000)
+    """``value`` as whole microseconds since the epoch (how the stores keep times), exactly:
+    :func:`from_micros` gives ``value`` back, and a listing cursor holds the same number."""
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def from_micros(micros: int) -> datetime:
     """The UTC time ``micros`` (microseconds since the epoch) stands for."""
-    return datetime.fromtimestamp(micros / 1_000_000, UTC)
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -222,14 +227,29 @@ class MemoryStore(Protocol):
 
     @abstractmethod
     async def scopes(
-        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        tenant_id: str | None,
+        q: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        after: str | None = None,
     ) -> list[MemoryScopeSummary]:
         """The scopes of one tenant (exactly ``tenant_id``; ``None``: the scopes without a tenant)
-        that hold current memories, the most recently updated first (then by key), with their
-        counts of current, unexpired memories; ``q`` keeps the users whose id contains it.
+        that hold current, unexpired memories, the most recently updated first (then by key), with
+        their counts of current, unexpired memories; ``q`` keeps the users whose id contains it.
+
+        ``after`` is the :attr:`~MemoryScopeSummary.cursor` of the last scope of the previous
+        page: the page goes on after it, and costs what it holds, however many scopes the tenant
+        has (the shipped stores read a per-scope summary kept by every write, in the listing's
+        order). ``offset`` skips that many scopes first (after ``after``, if given) and may cost
+        what it skips: page with ``after``. A page with ``q`` reads the tenant's scopes in order
+        until it has ``limit`` that match, so a ``q`` that few users match may read every one of
+        the tenant's summaries (never their memories).
 
         Raises:
             ValueError: ``limit`` outside 1..1,000 or a negative ``offset``.
+            ListingCursorError: ``after`` is not a cursor a listing of scopes issued.
             MemoryFormatError: A malformed ``tenant_id``.
         """
 

@@ -1,11 +1,14 @@
 """Memories in a Python dict: :class:`InMemoryMemoryStore`, for tests and single-process use.
 
 Searches compare the query with every current record of the scope (exact, O(records * dimensions)
-per search); the SQLite store is the one for many memories.
+per search); the SQLite store is the one for many memories. Each tenant's scopes are also kept in
+a list sorted in the order :meth:`~InMemoryMemoryStore.scopes` lists them (newest change first,
+then by key), updated by every write of the scope, so a page of scopes is a slice of it.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import heapq
@@ -23,14 +26,33 @@ from .base import (
     check_settings,
     checked_embedding,
     cosine,
+    cutoff_micros,
     expired_before,
+    from_micros,
     replace_conflict,
+    to_micros,
     update_vector,
     updated_record,
 )
-from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
+from .records import (
+    MemoryHit,
+    MemoryRecord,
+    MemoryScope,
+    MemoryScopeSummary,
+    check_embedding,
+    read_scope_cursor,
+)
 
 __all__ = ["InMemoryMemoryStore"]
+
+
+def _updated(record: MemoryRecord) -> int:
+    return to_micros(record.updated_at or record.created_at)
+
+
+def _tenant(scope_key: str) -> str:
+    """The tenant part of a scope's key (``""``: no tenant)."""
+    return scope_key.partition("\x1f")[0]
 
 
 def _copy(record: MemoryRecord, **changes: Any) -> MemoryRecord:
@@ -54,6 +76,10 @@ class InMemoryMemoryStore(MemoryStore):
         self.ttl = ttl
         self._scopes: dict[str, dict[str, MemoryRecord]] = {}
         self._users: dict[str, set[str]] = {}
+        # a scope with current records: (-newest update in µs, key), its entry in the sorted
+        # listing of its tenant, and its count of current records
+        self._listed: dict[str, tuple[tuple[int, str], int]] = {}
+        self._listings: dict[str, list[tuple[int, str]]] = {}
 
     @classmethod
     def from_url(
@@ -69,6 +95,18 @@ class InMemoryMemoryStore(MemoryStore):
 
     def _records(self, scope: MemoryScope) -> dict[str, MemoryRecord]:
         return self._scopes.get(scope.key, {})
+
+    def _summarize(self, scope_key: str) -> None:
+        """Bring the scope's listing entry up to date with its records (after any write of it)."""
+        listing = self._listings.setdefault(_tenant(scope_key), [])
+        old = self._listed.pop(scope_key, None)
+        if old is not None:
+            del listing[bisect.bisect_left(listing, old[0])]
+        current = [r for r in self._scopes.get(scope_key, {}).values() if r.current]
+        if current:
+            entry = (-max(map(_updated, current)), scope_key)
+            bisect.insort(listing, entry)
+            self._listed[scope_key] = (entry, len(current))
 
     def _live(self, record: MemoryRecord) -> bool:
         cutoff = expired_before(self)
@@ -93,6 +131,7 @@ class InMemoryMemoryStore(MemoryStore):
                 other.superseded_by = stored.id
         records[stored.id] = stored
         self._users.setdefault(scope.user_key, set()).add(scope.key)
+        self._summarize(scope.key)
         return _copy(stored)
 
     async def get(self, scope: MemoryScope, memory_id: str) -> MemoryRecord | None:
@@ -116,10 +155,14 @@ class InMemoryMemoryStore(MemoryStore):
             updated_record(record, text=text, vector=vector or record.embedding, metadata=metadata)
         )
         self._scopes[scope.key][memory_id] = changed
+        self._summarize(scope.key)
         return _copy(changed)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
-        return self._records(scope).pop(memory_id, None) is not None
+        if self._records(scope).pop(memory_id, None) is None:
+            return False
+        self._summarize(scope.key)
+        return True
 
     async def list_memories(
         self, scope: MemoryScope, *, kind: str | None = None, limit: int | None = None
@@ -162,28 +205,52 @@ class InMemoryMemoryStore(MemoryStore):
         return found
 
     async def scopes(
-        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        tenant_id: str | None,
+        q: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        after: str | None = None,
     ) -> list[MemoryScopeSummary]:
+        """See :meth:`MemoryStore.scopes`: a slice of the tenant's sorted listing, from the
+        cursor's place (found by bisection). A scope's newest change is that of its newest
+        current record, which is unexpired if any of its records is: the listing stops at the
+        first scope whose newest change has expired, and the count of a listed scope leaves out
+        its expired records (counted over the scope's records)."""
         check_page(limit, offset)
         prefix = MemoryScope.tenant_prefix(tenant_id)
+        listing = self._listings.get(prefix[:-1], [])
+        start = 0
+        if after is not None:
+            micros, key = read_scope_cursor(after)
+            start = bisect.bisect_right(listing, (-micros, key))
+        floor = cutoff_micros(self)
         found: list[MemoryScopeSummary] = []
-        for key, records in self._scopes.items():
-            if not key.startswith(prefix):
+        skipped = 0
+        for place in range(start, len(listing)):  # no copy of the listing's tail
+            rank, key = listing[place]
+            if floor is not None and -rank < floor:
+                break  # this scope and every later one hold expired records only
+            if q and q not in key[len(prefix) :].partition("\x1f")[0]:  # the user id only
+                continue
+            if skipped < offset:
+                skipped += 1
                 continue
             scope = MemoryScope.from_key(key)
-            live = [r for r in records.values() if self._live(r)]
-            if live and (not q or q in scope.user_id):
-                newest = max(r.updated_at or r.created_at for r in live)
-                found.append(MemoryScopeSummary(scope, len(live), newest))
-        found.sort(key=lambda s: s.scope.key)
-        found.sort(key=lambda s: s.updated_at, reverse=True)
-        return found[offset : offset + limit]
+            records = self._scopes[key].values()
+            live = sum(1 for r in records if r.current and (floor is None or _updated(r) >= floor))
+            found.append(MemoryScopeSummary(scope, live, from_micros(-rank)))
+            if len(found) == limit:
+                break
+        return found
 
     async def forget(self, *, user_id: str, tenant_id: str | None = None) -> int:
         user_key = MemoryScope(user_id, tenant_id).user_key
         removed = 0
         for scope_key in self._users.pop(user_key, set()):
             removed += len(self._scopes.pop(scope_key, {}))
+            self._summarize(scope_key)
         return removed
 
     async def purge_expired(self) -> int:
@@ -191,8 +258,11 @@ class InMemoryMemoryStore(MemoryStore):
         if cutoff is None:
             return 0
         removed = 0
-        for records in self._scopes.values():
-            for memory_id in [i for i, r in records.items() if (r.updated_at or r.created_at) < cutoff]:
+        for scope_key, records in self._scopes.items():
+            expired = [i for i, r in records.items() if (r.updated_at or r.created_at) < cutoff]
+            for memory_id in expired:
                 del records[memory_id]
-                removed += 1
+            if expired:
+                removed += len(expired)
+                self._summarize(scope_key)
         return removed

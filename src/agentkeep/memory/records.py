@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from .._json_values import check_text, json_problem
-from ..errors import MemoryFormatError
+from ..errors import ListingCursorError, MemoryFormatError
+from ..message_stores.base import activity_key, listing_cursor, read_listing_cursor
 from ..messages import new_message_id
 from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
 
@@ -33,6 +34,7 @@ __all__ = [
     "MemoryScope",
     "MemoryScopeSummary",
     "check_embedding",
+    "read_scope_cursor",
 ]
 
 MAX_MEMORY_TEXT: Final = 16_384
@@ -223,9 +225,30 @@ class MemoryHit:
 
 @dataclass(frozen=True, slots=True)
 class MemoryScopeSummary:
-    """A scope that holds memories: whose they are, how many are current, when one last changed
-    (what :meth:`~agentkeep.memory.MemoryStore.scopes` lists)."""
+    """A scope that holds memories: whose they are, how many are current (and unexpired), when
+    one last changed (what :meth:`~agentkeep.memory.MemoryStore.scopes` lists)."""
 
     scope: MemoryScope
     memories: int
     updated_at: datetime
+
+    @property
+    def cursor(self) -> str:
+        """Where a listing that ended at this scope goes on: pass it as ``scopes(after=...)``.
+        Opaque; it holds the scope's newest change (in microseconds) and its key."""
+        return listing_cursor(activity_key(self.updated_at), self.scope.key)
+
+
+def read_scope_cursor(cursor: str) -> tuple[int, str]:
+    """The position a :attr:`MemoryScopeSummary.cursor` names: the newest change in microseconds
+    since the epoch and the scope's key.
+
+    Raises:
+        ListingCursorError: ``cursor`` is not one a listing of scopes issued.
+    """
+    micros, key = read_listing_cursor(cursor)
+    try:
+        MemoryScope.from_key(key)
+    except MemoryFormatError as exc:
+        raise ListingCursorError(f"not a cursor of a listing of memory scopes: {cursor[:80]!r}") from exc
+    return micros, key

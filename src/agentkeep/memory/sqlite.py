@@ -51,6 +51,7 @@ from ..errors import (
     StorageClosedError,
 )
 from ._sqlite_file import (
+    account,
     create_or_upgrade,
     delete_vector,
     forget_user,
@@ -89,7 +90,14 @@ from .base import (
     update_vector,
     updated_record,
 )
-from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
+from .records import (
+    MemoryHit,
+    MemoryRecord,
+    MemoryScope,
+    MemoryScopeSummary,
+    check_embedding,
+    read_scope_cursor,
+)
 
 __all__ = ["SQLiteMemoryStore"]
 
@@ -231,6 +239,7 @@ class SQLiteMemoryStore(MemoryStore):
                     "SELECT 1 FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, record.id)
                 ):
                     raise MemoryFormatError(f"memory {record.id!r} already exists")
+                superseded = 0
                 if record.key is not None:
                     current = db.rows(
                         "SELECT rowid, id FROM agentkeep_memories "
@@ -248,6 +257,7 @@ class SQLiteMemoryStore(MemoryStore):
                             (record.id, rowid),
                         )
                         delete_vector(db, scope.key, rowid)
+                    superseded = len(current)
                 updated = to_micros(record.updated_at or record.created_at)
                 db.run(
                     "INSERT INTO agentkeep_memories (id, scope, user_key, key, kind, text, "
@@ -266,8 +276,10 @@ class SQLiteMemoryStore(MemoryStore):
                         updated,
                     ),
                 )
+                rowid = db.last_rowid
                 if embedding is not None:
-                    put_vector(db, db.last_rowid, scope, record.kind, updated, embedding)
+                    put_vector(db, rowid, scope, record.kind, updated, embedding)
+                account(db, scope.key, 1 - superseded)
             return stored_record(record, embedding)
 
         return await self._run(job)
@@ -317,6 +329,7 @@ class SQLiteMemoryStore(MemoryStore):
                         (updated, row[0]),
                     )
                     log_change(db, scope.key, row[0], 0)
+                account(db, scope.key, 0)  # its newest may have moved
             return changed
 
         return await self._run(job)
@@ -325,12 +338,15 @@ class SQLiteMemoryStore(MemoryStore):
         def job(db: VecConnection) -> bool:
             with db.write():
                 row = db.one(
-                    "SELECT rowid FROM agentkeep_memories WHERE scope = ? AND id = ?", (scope.key, memory_id)
+                    "SELECT rowid, superseded_by IS NULL FROM agentkeep_memories WHERE scope = ? AND id = ?",
+                    (scope.key, memory_id),
                 )
                 if row is None:
                     return False
                 delete_vector(db, scope.key, row[0])
                 db.run("DELETE FROM agentkeep_memories WHERE rowid = ?", (row[0],))
+                if row[1]:
+                    account(db, scope.key, -1)
                 return True
 
         return await self._run(job)
@@ -536,28 +552,69 @@ class SQLiteMemoryStore(MemoryStore):
         return await self._run(job)
 
     async def scopes(
-        self, *, tenant_id: str | None, q: str | None = None, limit: int = 50, offset: int = 0
+        self,
+        *,
+        tenant_id: str | None,
+        q: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        after: str | None = None,
     ) -> list[MemoryScopeSummary]:
+        """See :meth:`MemoryStore.scopes`. A page is a range of the index on the per-scope
+        summary ``(tenant, newest DESC, scope)``, read from the cursor's place: the scopes of the
+        cursor's time after its key, then the older ones (two ranges, each in index order).
+
+        Expiry is exact without a write: a scope's newest ``updated_at`` is that of its newest
+        current memory, unexpired if any of its memories is, so the range stops at the ``ttl``'s
+        cut-off; each listed scope's count leaves out its expired current memories, counted in
+        the index of current memories by (scope, updated_at): one step per scope when purges run,
+        one per expired memory otherwise."""
         check_page(limit, offset)
-        low, high = MemoryScope.tenant_key_range(tenant_id)
+        low, _ = MemoryScope.tenant_key_range(tenant_id)
+        tenant = low[:-1]
+        position = None if after is None else read_scope_cursor(after)
         cutoff = cutoff_micros(self)
+        floor = -(2**63) if cutoff is None else cutoff
+        wanted = limit + offset
+        # q: the user part of the key (between the tenant's separator and the agent's)
+        match = ""
+        args: list[Any] = []
+        if q:
+            match = " AND instr(substr(substr(scope, ?), 1, instr(substr(scope, ?), char(31)) - 1), ?) > 0"
+            args = [len(low) + 1, len(low) + 1, q]
+        columns = "SELECT scope, memories, newest FROM agentkeep_memory_scopes WHERE tenant = ?"
 
         def job(db: VecConnection) -> list[MemoryScopeSummary]:
-            # a range of the (scope, id) index: the tenant's scopes only
-            sql = (
-                "SELECT scope, count(*), max(updated_at) FROM agentkeep_memories "
-                "WHERE scope > ? AND scope < ? AND superseded_by IS NULL"
-            )
-            args: list[Any] = [low, high]
-            if q:
-                sql += " AND instr(substr(user_key, ?), ?) > 0"
-                args += [len(low) + 1, q]
-            if cutoff is not None:
-                sql += " AND updated_at >= ?"
-                args.append(cutoff)
-            sql += " GROUP BY scope ORDER BY max(updated_at) DESC, scope LIMIT ? OFFSET ?"
-            rows = db.rows(sql, [*args, limit, offset])
-            return [scope_summary(self, key, count, newest) for key, count, newest in rows]
+            rows: list[tuple[Any, ...]] = []
+            with db.read():
+                newer = None
+                if position is not None:
+                    newer, key = position
+                    if newer >= floor:
+                        rows = db.rows(
+                            f"{columns} AND newest = ? AND scope > ?{match} ORDER BY scope LIMIT ?",
+                            [tenant, newer, key, *args, wanted],
+                        )
+                if len(rows) < wanted:
+                    rows += db.rows(
+                        f"{columns} AND newest >= ?"
+                        + ("" if newer is None else " AND newest < ?")
+                        + f"{match} ORDER BY newest DESC, scope LIMIT ?",
+                        [tenant, floor, *([] if newer is None else [newer]), *args, wanted - len(rows)],
+                    )
+                rows = rows[offset:]
+                expired: dict[str, int] = {}
+                if cutoff is not None:
+                    for scope_key, *_ in rows:
+                        (count,) = db.one(
+                            "SELECT count(*) FROM agentkeep_memories "
+                            "WHERE scope = ? AND superseded_by IS NULL AND updated_at < ?",
+                            (scope_key, cutoff),
+                        ) or (0,)
+                        expired[scope_key] = count
+            return [
+                scope_summary(self, key, count - expired.get(key, 0), newest) for key, count, newest in rows
+            ]
 
         return await self._run(job)
 
