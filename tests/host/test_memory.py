@@ -148,6 +148,16 @@ async def test_the_memory_api_lists_searches_shows_history_deletes_and_forgets(s
         users = (await alice.get("/api/memory/users")).json()
         assert [(u["user"], u["memories"]) for u in users["users"]] == [("maren", 3), ("jonas", 1)]
         assert users["more"] is False
+        assert users["next"] is None
+        first = (await alice.get("/api/memory/users", params={"limit": 1})).json()
+        assert [u["user"] for u in first["users"]] == ["maren"]
+        assert first["more"] is True
+        rest = (await alice.get("/api/memory/users", params={"limit": 1, "after": first["next"]})).json()
+        assert [u["user"] for u in rest["users"]] == ["jonas"]
+        assert rest["next"] is None
+        assert (await alice.get("/api/memory/users", params={"after": "no cursor"})).status_code == 400
+        both = {"after": first["next"], "offset": 1}
+        assert (await alice.get("/api/memory/users", params=both)).status_code == 400
         assert [
             u["user"] for u in (await alice.get("/api/memory/users", params={"q": "jon"})).json()["users"]
         ] == ["jonas"]

@@ -13,8 +13,9 @@ administration: they see all its users.
 
 **The API**, over the host's memory store (``AgentHost(memory_store=...)``; 404 on a host with none):
 
-* ``GET /api/memory/users?q=&limit=&offset=``: the tenant's users with memories (one row per user
-  and agent scope), most recently updated first (``q``: a part of the user id).
+* ``GET /api/memory/users?q=&limit=&after=``: the tenant's users with memories (one row per user
+  and agent scope), most recently updated first (``q``: a part of the user id); ``next`` is the
+  cursor of the page after it (``offset=`` still works, at the cost of what it skips).
 * ``GET /api/memory/memories?user=&agent=&kind=&limit=``: a user's current memories, newest first
   (``agent`` left out: the memories the user's agents share).
 * ``GET /api/memory/search?user=&agent=&q=&k=``: the memories nearest in meaning to ``q`` (needs
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..errors import ChatClientError, IsolationError, MemoryFormatError, StorageError
+from ..errors import ChatClientError, IsolationError, ListingCursorError, MemoryFormatError, StorageError
 from ..memory import MemoryRecord, MemoryScope, MemoryStore
 from ..memory.semantic import memory_scope, set_memory_user
 from ._auth import WHOLE_STORE
@@ -224,12 +225,22 @@ class MemoryAPI:
         except MemoryFormatError as exc:
             raise HTTPProblem(400, "invalid_request", str(exc)) from exc
 
-    async def users(self, tenant: str | None, *, q: str, limit: int, offset: int) -> dict[str, Any]:
-        """A page of the tenant's memory scopes (one more is asked for, to tell if there are more)."""
+    async def users(
+        self, tenant: str | None, *, q: str, limit: int, offset: int, after: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the tenant's memory scopes (one more is asked for, to tell if there are more),
+        after the cursor ``after`` (``next`` of the previous page: a page costs what it holds)."""
         if not 1 <= limit <= MAX_PAGE or not 0 <= offset <= MAX_OFFSET:
             raise HTTPProblem(400, "invalid_request", f"limit is 1 to {MAX_PAGE}, offset 0 to {MAX_OFFSET:,}")
+        if after is not None and offset:
+            raise HTTPProblem(400, "invalid_request", "give after or offset, not both")
         async with _store_errors():
-            found = await self.store.scopes(tenant_id=tenant, q=q or None, limit=limit + 1, offset=offset)
+            try:
+                found = await self.store.scopes(
+                    tenant_id=tenant, q=q or None, limit=limit + 1, offset=offset, after=after
+                )
+            except ListingCursorError as exc:
+                raise HTTPProblem(400, "invalid_request", f"after: {exc}") from exc
         return {
             "tenant": tenant,
             "users": [
@@ -244,6 +255,7 @@ class MemoryAPI:
             "offset": offset,
             "limit": limit,
             "more": len(found) > limit,
+            "next": found[limit - 1].cursor if len(found) > limit else None,
         }
 
     async def memories(self, scope: MemoryScope, *, kind: str | None, limit: int) -> list[dict[str, Any]]:
@@ -304,10 +316,16 @@ class _Routes:
         return self.api.scope(named, user, agent)
 
     async def users(
-        self, request: Request, q: str = "", limit: int = 50, offset: int = 0, tenant: str | None = None
+        self,
+        request: Request,
+        q: str = "",
+        limit: int = 50,
+        offset: int = 0,
+        after: str | None = None,
+        tenant: str | None = None,
     ) -> Response:
         named = self.api.tenant(self.host.tenant_of(request), tenant)
-        return JSONResponse(await self.api.users(named, q=q, limit=limit, offset=offset))
+        return JSONResponse(await self.api.users(named, q=q, limit=limit, offset=offset, after=after))
 
     async def memories(
         self,

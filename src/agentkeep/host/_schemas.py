@@ -136,6 +136,7 @@ class MemoryUsers(BaseModel):
     offset: int
     limit: int
     more: bool
+    next: str | None = Field(description="The cursor of the next page (pass it as after), if there is one")
 
 
 class MemoryInfo(BaseModel):
