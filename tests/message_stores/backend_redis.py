@@ -111,11 +111,14 @@ async def corrupt_summaries(store: MessageStore, conversation_id: str) -> None:
         await client.aclose()
 
 
-async def mark_newer_version(store: MessageStore) -> None:
+async def mark_newer_version(store: MessageStore, *, layout: int = LAYOUT_VERSION + 1) -> None:
+    """What a newer agentkeep records: its layout in the prefix's marker and in every bucket's."""
     assert isinstance(store, RedisMessageStore)
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
-        await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
+        await client.hset(store.layout_key, "layout", layout)
+        async for key in client.scan_iter(match=f"{store.key_prefix}:*}}:__layout__", count=1000):
+            await client.hset(key, "layout", layout)
     finally:
         await client.aclose()
 

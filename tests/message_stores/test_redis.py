@@ -24,10 +24,10 @@ from agentkeep import (
     StorageError,
     StorageUnavailableError,
 )
+from agentkeep._db.redis import BUCKETS, bucket_of
 from agentkeep.message_stores import DEDUP_WINDOW, Summary
 from agentkeep.message_stores import redis as redis_module
 from agentkeep.message_stores.codec import FORMAT_VERSION
-from agentkeep._db.redis import BUCKETS, bucket_of
 from agentkeep.message_stores.redis import (
     LAYOUT_VERSION,
     RedisConnection,
@@ -62,10 +62,12 @@ def old_keys(store: RedisMessageStore, conversation_id: str) -> list[str]:
     return [base + kind for kind in "mlxsi"]
 
 
-async def as_layout_3(client: aioredis.Redis, store: RedisMessageStore, ids: list[str]) -> None:
+async def as_layout_3(
+    client: aioredis.Redis, store: RedisMessageStore, ids: list[str], *, everything: bool = True
+) -> None:
     """Rewrite what ``store`` keeps of ``ids`` as layout 3 kept it: each conversation's keys under
-    its own hash tag, the prefix's index and expiry set and the tenant indexes; no buckets, no
-    registries, the layout marker at 3."""
+    its own hash tag, the prefix's index and expiry set and the tenant indexes; with
+    ``everything`` (all the store's ids given), no buckets, no registries, the layout marker at 3."""
     prefix = store.key_prefix
     for conversation_id in ids:
         bucket = store.bucket_keys(conversation_id)
@@ -83,6 +85,10 @@ async def as_layout_3(client: aioredis.Redis, store: RedisMessageStore, ids: lis
                 await client.zadd(f"{prefix}:__index__:{escape_key_part(tenant)}", {conversation_id: score})
         if deadline is not None:
             await client.zadd(f"{prefix}:__expiry__", {conversation_id: deadline})
+        await client.zrem(bucket.listing, conversation_id)
+        await client.zrem(bucket.expiry, conversation_id)
+    if not everything:
+        return
     for key in await keys_under(client, prefix):
         if (
             key.endswith(("}:__index__", "}:__expiry__", "}:__layout__"))

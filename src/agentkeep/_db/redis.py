@@ -251,6 +251,17 @@ class RedisConnection:
         self.reply_timeout: float | None = float(reply_timeout) if reply_timeout else None
         self._clock_offset_ms: float | None = None
 
+    def check_prefix(self, key_prefix: str) -> None:
+        """Refuse, with a cluster client, a key prefix holding a brace: it would change the hash
+        tag of every key (a prefix with ``{...}`` puts all of them on one slot, one with ``{}``
+        spreads a script's keys over several).
+
+        Raises:
+            ValueError: The client is a cluster's and ``key_prefix`` holds ``{`` or ``}``.
+        """
+        if self.cluster and ("{" in key_prefix or "}" in key_prefix):
+            raise ValueError("with Redis Cluster the key prefix must not contain '{' or '}'")
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`aclose` was called."""

@@ -427,6 +427,7 @@ class RedisMessageStore:
             raise ValueError("key_prefix must not be empty")
         check_retention(max_messages, ttl)
         self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
+        self.connection.check_prefix(key_prefix)
         self.key_prefix = key_prefix
         self.max_messages = max_messages
         self.ttl = ttl
