@@ -87,6 +87,7 @@ class RedisClusterProcesses:
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", str(folder / "nodes.conf"),
                 "--cluster-node-timeout", str(self.node_timeout_ms),
+                "--cluster-replica-validity-factor", "0",  # a replica always takes over
                 "--dir", str(folder),
                 "--save", "",
                 "--appendonly", "no",
@@ -123,11 +124,17 @@ class RedisClusterProcesses:
         self.wait_until_ok()
 
     def wait_until_ok(self, *, seconds: float = _START_SECONDS) -> None:
-        """Wait until every running node reports ``cluster_state:ok`` and sees 3 masters."""
+        """Wait until every running node reports ``cluster_state:ok`` and sees 3 masters, and every
+        replica's link to its master is up (its first sync is done)."""
         deadline = time.monotonic() + seconds
         while True:
             states = [_ask(port, "CLUSTER", "INFO") for port in self.running()]
-            if states and all("cluster_state:ok" in s and "cluster_size:3" in s for s in states):
+            links = [_ask(port, "INFO", "replication", timeout=0.5) for port in self.running()]
+            if (
+                states
+                and all("cluster_state:ok" in s and "cluster_size:3" in s for s in states)
+                and all("role:master" in r or "master_link_status:up" in r for r in links)
+            ):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster did not reach cluster_state:ok")

@@ -250,6 +250,7 @@ class RedisConnection:
         reply_timeout = options.get("socket_timeout")
         self.reply_timeout: float | None = float(reply_timeout) if reply_timeout else None
         self._clock_offset_ms: float | None = None
+        self._stale_slots = False  # a cluster node failed: read the slot map again before the next call
 
     def check_prefix(self, key_prefix: str) -> None:
         """Refuse, with a cluster client, a key prefix holding a brace: it would change the hash
@@ -291,6 +292,7 @@ class RedisConnection:
                 (``OutcomeUnknownError`` for a script that ``writes``).
             StorageError: The server refused the script (e.g. a key of ours holds another type).
         """
+        await self._fresh_slots()
         with self._mapped_errors(writes=writes):
             try:
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
@@ -304,6 +306,7 @@ class RedisConnection:
         per node their keys live on); their replies in order. Errors as in :meth:`run`."""
         if not calls:
             return []
+        await self._fresh_slots()
         with self._mapped_errors():
             replies = await self._pipelined(calls, "evalsha")
             missing = [k for k, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
@@ -336,6 +339,7 @@ class RedisConnection:
         replies in order. Errors as in :meth:`run`."""
         if not commands:
             return []
+        await self._fresh_slots()
         with self._mapped_errors():
             replies = await self._send(commands)
             for reply in replies:
@@ -392,8 +396,20 @@ class RedisConnection:
 
     async def execute(self, *command: bytes | str | int) -> Any:
         """Run one Redis command; errors as in :meth:`run`."""
+        await self._fresh_slots()
         with self._mapped_errors():
             return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+    async def _fresh_slots(self) -> None:
+        """After a cluster node failed, read the slot map again (from a node that answers) before
+        the next command: redis-py keeps sending to a master that stopped answering (it only
+        refreshes after a refused connection or a redirection), so without this the store would
+        never find the replica that took over."""
+        if not self._stale_slots or not isinstance(self.client, RedisCluster):
+            return
+        self._stale_slots = False
+        with self._mapped_errors():
+            await self.client.nodes_manager.initialize()
 
     @contextmanager
     def _mapped_errors(self, *, writes: bool = False) -> Generator[None]:
@@ -401,6 +417,7 @@ class RedisConnection:
         try:
             yield
         except _UNAVAILABLE as exc:
+            self._stale_slots = self.cluster
             # A write's request may have reached the server before the connection failed (and
             # redis-py resends after a drop or, on a cluster, after a failed node, so the last
             # error may be a failed reconnect or a CLUSTERDOWN that followed a lost reply).
