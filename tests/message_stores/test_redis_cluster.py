@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio.cluster import RedisCluster
 
 from agentkeep import Message, OutcomeUnknownError, StorageUnavailableError
 from agentkeep.message_stores.redis import RedisMessageStore
@@ -43,12 +44,17 @@ async def test_a_master_failing_over_loses_no_acknowledged_append(cluster: Redis
     try:
         await store.setup()
         client = store.connection.client
-        assert not isinstance(client, type(None))
-        shard = {name: client.get_node_from_key(store.conversation_keys(name).meta).port for name in names}  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+        assert isinstance(client, RedisCluster)
+        shard: dict[str, int] = {}
+        for name in names:
+            node = client.get_node_from_key(store.conversation_keys(name).meta)
+            assert node is not None
+            shard[name] = int(node.port)
         victim = shard[names[0]]
         assert len(set(shard.values())) == 3  # the conversations span every master
 
         stopped = asyncio.Event()
+        two_turns_everywhere = asyncio.Event()
 
         async def writer(name: str) -> None:
             for turn in range(TURNS):
@@ -68,6 +74,8 @@ async def test_a_master_failing_over_loses_no_acknowledged_append(cluster: Redis
                         continue
                     acknowledged[name] += ids
                     successes.append((time.monotonic(), name))
+                    if len(successes) >= 2 * CONVERSATIONS:
+                        two_turns_everywhere.set()
                     break
                 else:
                     raise AssertionError(f"{name}: no append landed in 200 tries")
@@ -75,8 +83,7 @@ async def test_a_master_failing_over_loses_no_acknowledged_append(cluster: Redis
 
         async with asyncio.timeout(120):  # hang guard: the whole stream and the failover
             tasks = [asyncio.create_task(writer(name)) for name in names]
-            while len(successes) < 2 * CONVERSATIONS:
-                await asyncio.sleep(0.01)
+            await two_turns_everywhere.wait()
             stopped_at = time.monotonic()
             cluster.processes[victim].send_signal(signal.SIGSTOP)
             stopped.set()
