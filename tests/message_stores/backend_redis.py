@@ -60,8 +60,11 @@ async def admin(store: Any) -> AsyncIterator[Any]:
     if store.connection.cluster:
         yield store.connection.client
         return
-    async with admin(store) as client:
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
         yield client
+    finally:
+        await client.aclose()
 
 
 @asynccontextmanager

@@ -10,12 +10,15 @@ What lives here:
 * :class:`RedisHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider` on a
   :class:`RedisMessageStore` (the reference edition's constructor names).
 
-**Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
-hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
-and upgrades layouts 1 and 2, see below). A conversation id is percent-encoded (ids longer than
-100 characters once encoded are replaced by ``#`` + their SHA-256), so no id can collide with
-another or reach outside its keys. The five keys of a conversation share a hash tag,
-``{key_prefix}:{<id>}:<kind>``:
+**Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version and the
+bucket count in the hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a
+newer or unknown one and upgrades layouts 1 to 3, see below). A conversation id is
+percent-encoded (ids longer than 100 characters once encoded are replaced by ``#`` + their
+SHA-256), so no id can collide with another or reach outside its keys. A conversation lives in a
+**bucket** of its tenant (the tenant: what comes before the id's first ``"::"``; none without
+one): the hash tag ``{<tenant>:<b>}`` (the tenant escaped as ids are, empty for none; ``b`` the
+CRC-32 of the id modulo the bucket count, 16). Its five keys are
+``{key_prefix}:{<tenant>:<b>}:<id>:<kind>``:
 
 * ``m``: a hash with ``h`` (the seq of the log's first entry), ``l`` (the last assigned seq) and
   ``e`` (the compaction epoch). It exists exactly when the conversation does.
@@ -30,44 +33,56 @@ another or reach outside its keys. The five keys of a conversation share a hash 
   replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
   (MessagePack).
 
-Keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layouts 2 and 3):
+The bucket's own keys, ``{key_prefix}:{<tenant>:<b>}:<name>``, serve
+:meth:`RedisMessageStore.list_conversations` and retention:
 
-* ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
-  creation time of their newest message (microseconds since the epoch; the score orders, the
-  reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
-  expiry to 0 remove it.
-* ``{key_prefix}:__index__:<tenant>`` (layout 3): the same for one tenant, the tenant escaped as
-  ids are. A conversation whose id is ``f"{tenant}::{rest}"`` (the tenant: what comes before its
-  first ``"::"``) is in its tenant's index too, with the same score; an id without ``"::"`` is only
-  in the prefix's. The scripts that change the prefix's index change the tenant's in the same call.
-* ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
-  their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
+* ``__index__``: a sorted set of the bucket's conversation ids (unescaped) scored by the creation
+  time of their newest message (microseconds since the epoch; the score orders, the reported time
+  is read from the entry). Every append sets it (``ZADD``); ``delete`` and an expiry to 0 remove it.
+* ``__expiry__``: a sorted set of the ids of the bucket's conversations with a TTL, scored by their
+  deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
   conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
   ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
-  the expiry set and the indexes up to 16 conversations whose deadline passed more than a second
-  ago, so conversations that expire leave the indexes as fast as new ones come, without anyone
-  listing. (That purge is the one place a script names keys itself: the tenant indexes of the ids
-  it drops, escaped in Lua exactly as :func:`~agentkeep._db.redis.escape_key_part` escapes them.)
+  its bucket's sets up to 16 conversations whose deadline passed more than a second ago.
+* ``__layout__``: the layout and record format of the newest agentkeep that appended to the bucket;
+  appends and rewrites refuse a newer one (a newer agentkeep records its own in each bucket).
+
+So every script names only keys of one hash tag, declared in its ``KEYS``: one slot, as Redis
+Cluster requires. Two registries, outside the buckets, replace ``SCAN``:
+``{key_prefix}:__tenants__`` (a set of the escaped tenants, an empty member for ids without one)
+and ``{key_prefix}:__buckets__:<tenant>`` (a set of the tenant's bucket numbers). An append adds
+its tenant and bucket (``SADD``, idempotent, once per store and bucket) before its script runs: a
+crash in between leaves at most a registered bucket with no conversation, which listings read as
+empty, never a stored conversation that no listing finds. Nothing removes a registry entry.
 
 Scores are the scripts' doubles: exact microseconds within 2^53 of 1970 (years 1685 to 2254).
 Beyond that, neighbouring times (8 µs apart near year 1, 32 µs near 9999) share a score; a
-listing then reads such a group whole and orders it by the times in the entries, so the order is
-always the contract's: newest first, equal times by the greater id (Redis orders equal scores by
-member bytes, which for UTF-8 is Python's ``str`` order).
+listing then reads such a group whole (from every bucket) and orders it by the times in the
+entries, so the order is always the contract's: newest first, equal times by the greater id
+(Redis orders equal scores by member bytes, which for UTF-8 is Python's ``str`` order).
 
 A listing skips (and removes from the sets) ids whose meta key is gone, whatever the reason
 (expiry not yet purged, keys removed by hand or evicted). :meth:`RedisMessageStore.setup` upgrades
 an older prefix once, a version at a time, then records each version (which agentkeep versions
 that do not maintain what it adds refuse: their ``setup`` and their append and rewrite scripts
-check the recorded layout). Layout 1 had no index: its meta keys are found with ``SCAN`` and
-indexed; a conversation whose id was replaced by its hash in its keys cannot be named that way
-and is listed again from its next append. Layout 2 had no tenant indexes: they are filled from the
-prefix's index (``ZSCAN``, batches of 100 ids, each id given the score it has in the prefix's index
-when its batch runs). Appends by an older agentkeep while that runs update only the prefix's index,
-so a tenant listing may show such a conversation at its older place until its next append. The
-index keys are outside the conversations' hash tags, so the scripts that maintain them touch keys
-of several cluster slots: like its client (``redis.asyncio.Redis``), the store works with one
-server (or primary), not Redis Cluster.
+check the recorded layout). Layout 1 had no index: its meta keys (``{key_prefix}:{<id>}:m``) are
+found with ``SCAN`` and indexed; a conversation whose id was replaced by its hash in its keys
+cannot be named that way and is not carried over. Layout 2 had no tenant indexes: they are filled
+from the prefix's index. Layout 3 kept each conversation under its own hash tag
+(``{key_prefix}:{<id>}:<kind>``) with prefix-wide indexes (``__index__``, ``__index__:<tenant>``,
+``__expiry__``): the upgrade records layout 4 first (with ``migrating``; agentkeeps of layout 3
+then refuse the prefix, their appends included), then moves the conversations of the old index
+and expiry set, 100 per script (keys renamed, TTLs kept, score and deadline copied into the
+bucket), registering each bucket first, and finally drops the old tenant indexes and
+``migrating``. A store whose ``setup`` finds ``migrating`` finishes the move. The move needs one
+server (its scripts span slots); layout 3 never stored a conversation on a cluster.
+
+**Redis Cluster.** The client may be a ``redis.asyncio.RedisCluster`` (or the URL
+``redis+cluster://host:port[,host:port...]``). A listing reads each bucket's index with
+pipelines (one per node). Errors of a cluster that cannot serve a slot now (``CLUSTERDOWN``,
+``TRYAGAIN``, ``MOVED``/``ASK`` past redis-py's redirections, ``MasterDownError``, ``READONLY``)
+are handled as connection failures (below), and after one the slot map is read again before the
+next call, so the store finds a replica that took over.
 
 **Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
 server lost its script cache). Redis runs a script to completion before any other command, so
@@ -85,16 +100,19 @@ that takes the id of a stored message is refused when that message is one the co
 or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
 older message it does not name goes unnoticed (both are then kept).
 
-**Cost of listing.** A page costs what it holds, not what the prefix holds. One ``PAGE`` script
-finds the page in the tenant's index (or the prefix's): the position of the cursor ``after`` (its
-activity's score and conversation id) by ``ZCOUNT`` and a binary search by rank among the members of
-that score, then the ``limit`` members below it (``ZRANGE`` by rank), O(log C · log k + limit) for C
-indexed conversations and k of the cursor's score. A second script, ``LIST``, reads per
-conversation its meta hash, its newest log entry (``LINDEX``; walking back over trailing summary
-placeholders) and, only after a ``max_messages`` trim, its summary fields (to count the raw
-messages): O(limit), independent of the conversations' lengths. Ids that vanished make it read
-more, up to 200 at a time, until the page is full. Appends pay two ``ZADD`` (O(log C)) and a
-bounded purge of the expiry set.
+**Cost of listing.** A tenant's page costs what it holds and the number of its registered buckets,
+not what the prefix holds. Per bucket one ``PAGE`` script finds the next members of its index
+after the cursor ``after`` (its activity's score and conversation id): by ``ZCOUNT`` and a binary
+search by rank among the members of that score, then members below it (``ZRANGE`` by rank),
+O(log C · log k + n) for C conversations in the bucket, k of the cursor's score and n read. The
+buckets are merged newest first (a k-way merge by (score, id)); a bucket is read again only when
+the merge used up what it read, each time twice as many ids (up to 200), all buckets that ran dry
+in one pipeline. A second script per bucket, ``LIST``, reads per listed conversation its meta hash,
+its newest log entry (``LINDEX``; walking back over trailing summary placeholders) and, only after
+a ``max_messages`` trim, its summary fields (to count the raw messages): O(limit), independent of
+the conversations' lengths. Ids that vanished make it read more until the page is full. A
+whole-store page merges the buckets of every registered tenant: its cost grows with the number of
+tenants. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of their bucket's expiry set.
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
@@ -104,7 +122,7 @@ summaries hash; :meth:`RedisMessageStore.replace_records` is one script that rep
 **Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
 five keys in every append (and compactions give keys they create the conversation's deadline);
 ``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
-index entries (the prefix's and the tenant's). Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
+bucket's index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
 TYPE`` for the upgrade).
 
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
@@ -896,7 +914,7 @@ class RedisMessageStore:
             bound = [_score_arg(score), position[1], "at" if abs(score) < _EXACT_SCORE else "group"]
         buckets = await self._listed_buckets(tenant)
         first = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit)
-        chunk = min(first, max(8, 2 * -(-first // max(len(buckets), 1))))
+        chunk = min(first, max(2, 2 * -(-first // max(len(buckets), 1))))
         cursors = [_Cursor(bucket, bound, chunk) for bucket in buckets]
         infos: list[ConversationInfo] = []
         seen: set[str] = set()

@@ -27,6 +27,14 @@ them in place. Listing takes the agent and conversation id from the key, or from
 A session whose key holds a hashed part and that was last saved before those fields existed
 cannot be listed (so a rotation leaves it as it is) until its next save.
 
+**Redis Cluster.** With a ``redis.asyncio.RedisCluster`` client (or a ``redis+cluster://`` URL)
+the key carries the hash tag of the conversation's bucket, as the message store's keys do:
+``{key_prefix}:{<tenant>:<b>}:{agent}:{conversation}`` (see
+:func:`~agentkeep._db.redis.slot_tag`), so a conversation's session and history share a slot.
+On one server the key keeps its form without the tag (sessions saved before stay where they are;
+no session was ever stored on a cluster, whose clients agentkeep refused until then). Listing
+for key rotation scans every master and reads both forms.
+
 Connection handling, timeouts and error mapping are those of
 :class:`~agentkeep._db.redis.RedisConnection` (an unreachable server raises
 :class:`~agentkeep.errors.StorageUnavailableError` within ``timeout`` seconds).
