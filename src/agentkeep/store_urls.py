@@ -9,6 +9,8 @@ URL                                                       store
                                                           (:func:`~agentkeep._db.sqlite.default_database_path`)
 ``sqlite:///abs/path.db``, ``sqlite://rel/path.db``       SQLite file (``~`` is expanded)
 ``redis://[:password@]host:port/db?key_prefix=P``         Redis (``rediss://``, ``unix://`` too)
+``redis+cluster://host:port[,host:port...]?key_prefix=P``  Redis Cluster (``rediss+cluster://``
+                                                          with TLS): the nodes to start from
 ``postgresql://user@host:port/db?schema=S``               PostgreSQL (``postgres://`` too;
                                                           ``&pooler=transaction`` behind a
                                                           transaction pooler; ``&pool_size=N``
@@ -233,7 +235,8 @@ def parse_store_url(url: str | None) -> StoreLocation:
         return _parse_local(url, scheme.lower(), backend)
     try:
         parts = urlsplit(url)
-        _ = parts.port  # raises ValueError for a port that is not a number
+        if "," not in parts.netloc:  # a cluster's URL lists several nodes: its driver checks them
+            _ = parts.port  # raises ValueError for a port that is not a number
     except ValueError as exc:
         raise StoreURLError(f"invalid store URL {redact_url(url)!r}: {exc}") from exc
     options: dict[str, str] = {}
@@ -580,7 +583,7 @@ register_store_backend(
 )
 register_store_backend(
     "redis",
-    schemes=["redis", "rediss", "unix"],
+    schemes=["redis", "rediss", "unix", "redis+cluster", "rediss+cluster"],
     own_parameter="key_prefix",
     message_store=_redis_messages,
     session_store=_redis_sessions,

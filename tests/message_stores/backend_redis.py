@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from agentkeep.message_stores import MessageStore
 from agentkeep.message_stores.redis import LAYOUT_VERSION, RedisMessageStore
@@ -28,7 +29,14 @@ def unique_prefix(kind: str = "messages") -> str:
 
 
 async def delete_prefix(prefix: str, url: str = REDIS_URL) -> int:
-    """Delete every key under ``prefix:`` on the server at ``url``; returns how many."""
+    """Delete every key under ``prefix:`` on the server (or cluster) at ``url``; returns how many."""
+    if url.startswith("redis+cluster://"):
+        cluster = RedisCluster.from_url("redis://" + url.split("://", 1)[1].split(",")[0])
+        try:
+            keys = [key async for key in cluster.scan_iter(match=f"{prefix}:*", count=1000)]
+            return sum([await cluster.delete(key) for key in keys])
+        finally:
+            await cluster.aclose()
     client = aioredis.Redis.from_url(url)
     try:
         deleted = 0
@@ -41,6 +49,20 @@ async def delete_prefix(prefix: str, url: str = REDIS_URL) -> int:
         if batch:
             deleted += await client.delete(*batch)
         return deleted
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def admin(store: Any) -> AsyncIterator[Any]:
+    """A client for looking at (and damaging) the keys of ``store``: the store's own with a
+    cluster (left open), else a new one on the test server."""
+    if store.connection.cluster:
+        yield store.connection.client
+        return
+    client = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        yield client
     finally:
         await client.aclose()
 
@@ -76,12 +98,9 @@ def store_from_spec(spec: dict[str, Any]) -> RedisMessageStore:
 async def corrupt(store: MessageStore, conversation_id: str, seq: int) -> None:
     assert isinstance(store, RedisMessageStore)
     keys = store.conversation_keys(conversation_id)
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
+    async with admin(store) as client:
         head = int(await client.hget(keys.meta, "h") or 0)
         await client.lset(keys.log, seq - head, "\x10not a record")
-    finally:
-        await client.aclose()
 
 
 async def tamper(
@@ -89,43 +108,36 @@ async def tamper(
 ) -> None:
     assert isinstance(store, RedisMessageStore)
     keys = store.conversation_keys(conversation_id)
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
+    async with admin(store) as client:
         head = int(await client.hget(keys.meta, "h") or 0)
         record: Any = await client.lindex(keys.log, seq - head)
         assert isinstance(record, bytes)
         changed: Any = change(record)  # the client's stubs type values as str; bytes are stored as they are
         await client.lset(keys.log, seq - head, changed)
-    finally:
-        await client.aclose()
 
 
 async def corrupt_summaries(store: MessageStore, conversation_id: str) -> None:
     assert isinstance(store, RedisMessageStore)
     key = store.conversation_keys(conversation_id).summaries
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
+    async with admin(store) as client:
         for field in await client.hkeys(key):
             await client.hset(key, field, b"\x00\x00\x00\x02ab")
-    finally:
-        await client.aclose()
 
 
-async def mark_newer_version(store: MessageStore) -> None:
+async def mark_newer_version(store: MessageStore, *, layout: int = LAYOUT_VERSION + 1) -> None:
+    """What a newer agentkeep records: its layout in the prefix's marker and in every bucket's."""
     assert isinstance(store, RedisMessageStore)
-    client = aioredis.Redis.from_url(REDIS_URL)
-    try:
-        await client.hset(store.layout_key, "layout", LAYOUT_VERSION + 1)
-    finally:
-        await client.aclose()
+    async with admin(store) as client:
+        await client.hset(store.layout_key, "layout", layout)
+        async for key in client.scan_iter(match=f"{store.key_prefix}:*}}:__layout__", count=1000):
+            await client.hset(key, "layout", layout)
 
 
 async def stored_bytes(store: MessageStore) -> bytes:
     """Everything the store keeps at rest: the raw values (and names) of every key of its prefix."""
     assert isinstance(store, RedisMessageStore)
-    client = aioredis.Redis.from_url(REDIS_URL)
     parts: list[bytes] = []
-    try:
+    async with admin(store) as client:
         found: list[bytes] = [
             key async for key in client.scan_iter(match=f"{store.key_prefix}:*", count=1000)
         ]
@@ -142,8 +154,8 @@ async def stored_bytes(store: MessageStore) -> bytes:
             elif kind == "zset":
                 members = cast(list[tuple[bytes, float]], await client.zrange(key, 0, -1, withscores=True))
                 parts.extend(member for member, _ in members)
+            elif kind == "set":
+                parts.extend(sorted(cast(set[bytes], await client.smembers(key))))
             else:
                 raise AssertionError(f"unexpected key type {kind} of {key!r}")
-    finally:
-        await client.aclose()
     return b"\n".join(parts)

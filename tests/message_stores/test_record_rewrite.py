@@ -258,5 +258,5 @@ async def test_redis_refuses_to_rewrite_keys_a_newer_agentkeep_upgraded(backend:
         await backend.mark_newer_version(store)
         with pytest.raises(SchemaVersionError):
             await store.replace_records(CONVERSATION, [(records[0], records[0].body + b"\x00")])
-        await store.connection.execute("HSET", store.layout_key, "layout", LAYOUT_VERSION)  # back again
+        await backend.mark_newer_version(store, layout=LAYOUT_VERSION)  # back again
         assert await store.stored_records(CONVERSATION) == records  # nothing was replaced

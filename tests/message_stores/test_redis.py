@@ -24,6 +24,7 @@ from agentkeep import (
     StorageError,
     StorageUnavailableError,
 )
+from agentkeep._db.redis import BUCKETS, bucket_of
 from agentkeep.message_stores import DEDUP_WINDOW, Summary
 from agentkeep.message_stores import redis as redis_module
 from agentkeep.message_stores.codec import FORMAT_VERSION
@@ -55,6 +56,50 @@ async def keys_under(client: aioredis.Redis, prefix: str) -> set[str]:
     return {key.decode() async for key in client.scan_iter(match=f"{prefix}:*", count=1000)}
 
 
+def old_keys(store: RedisMessageStore, conversation_id: str) -> list[str]:
+    """The keys layout 3 (and 1 and 2) kept ``conversation_id`` under."""
+    base = f"{store.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
+    return [base + kind for kind in "mlxsi"]
+
+
+async def as_layout_3(
+    client: aioredis.Redis, store: RedisMessageStore, ids: list[str], *, everything: bool = True
+) -> None:
+    """Rewrite what ``store`` keeps of ``ids`` as layout 3 kept it: each conversation's keys under
+    its own hash tag, the prefix's index and expiry set and the tenant indexes; with
+    ``everything`` (all the store's ids given), no buckets, no registries, the layout marker at 3."""
+    prefix = store.key_prefix
+    for conversation_id in ids:
+        bucket = store.bucket_keys(conversation_id)
+        score = await client.zscore(bucket.listing, conversation_id)
+        deadline = await client.zscore(bucket.expiry, conversation_id)
+        for new, old in zip(
+            store.conversation_keys(conversation_id), old_keys(store, conversation_id), strict=True
+        ):
+            if await client.exists(new):
+                await client.rename(new, old)
+        if score is not None:
+            await client.zadd(f"{prefix}:__index__", {conversation_id: score})
+            tenant, separator, _ = conversation_id.partition("::")
+            if separator:
+                await client.zadd(f"{prefix}:__index__:{escape_key_part(tenant)}", {conversation_id: score})
+        if deadline is not None:
+            await client.zadd(f"{prefix}:__expiry__", {conversation_id: deadline})
+        await client.zrem(bucket.listing, conversation_id)
+        await client.zrem(bucket.expiry, conversation_id)
+    if not everything:
+        return
+    for key in await keys_under(client, prefix):
+        if (
+            key.endswith(("}:__index__", "}:__expiry__", "}:__layout__"))
+            or ":__tenants__" in key
+            or ":__buckets__:" in key
+        ):
+            await client.delete(key)
+    await client.hset(store.layout_key, "layout", 3)
+    await client.hdel(store.layout_key, "buckets")
+
+
 # -- key layout ---------------------------------------------------------------------------------
 
 
@@ -79,9 +124,13 @@ async def test_keys_are_namespaced_and_share_a_hash_tag(client: aioredis.Redis) 
             "a:b}{c", excluded=[first.message.message_id or ""], summaries=[summary]
         )
         keys = await keys_under(client, prefix)
-        expected = set(store.conversation_keys("a:b}{c")) | {store.layout_key, store.index_key}
-        assert keys == expected
-        assert store.conversation_keys("a:b}{c").log == f"{prefix}:{{a%3Ab%7D%7Bc}}:l"
+        bucket = store.bucket_keys("a:b}{c")
+        registries = {store.tenants_key, store.buckets_key(None)}
+        expected = set(store.conversation_keys("a:b}{c")) | {store.layout_key, bucket.listing, bucket.marker}
+        assert keys == expected | registries
+        tag = f"{{:{bucket_of('a:b}{c')}}}"  # no tenant: an empty tenant part
+        assert store.conversation_keys("a:b}{c").log == f"{prefix}:{tag}:a%3Ab%7D%7Bc:l"
+        assert all(key.startswith(f"{prefix}:{tag}:") for key in expected - {store.layout_key})
         assert await client.llen(store.conversation_keys("a:b}{c").log) == 3  # 2 messages, 1 summary
 
 
@@ -95,7 +144,13 @@ async def test_delete_leaves_no_key_of_the_conversation(client: aioredis.Redis) 
             summaries=[Summary(Message("assistant", ["s"]), [first.message.message_id or ""])],
         )
         assert await store.delete("d") is True
-        assert await keys_under(client, store.key_prefix) == {store.layout_key}
+        registered = {
+            store.layout_key,
+            store.tenants_key,
+            store.buckets_key(None),
+            store.bucket_keys("d").marker,
+        }
+        assert await keys_under(client, store.key_prefix) == registered
 
 
 # -- layout marker --------------------------------------------------------------------------------
@@ -106,6 +161,7 @@ async def test_setup_records_the_layout_and_refuses_newer_or_unknown_ones(client
         assert await client.hgetall(store.layout_key) == {
             b"layout": str(LAYOUT_VERSION).encode(),
             b"format": str(FORMAT_VERSION).encode(),
+            b"buckets": str(BUCKETS).encode(),
         }
         await client.hset(store.layout_key, "format", 7)
         fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
@@ -135,10 +191,13 @@ async def test_an_open_store_stops_appending_once_a_newer_agentkeep_upgrades_the
 ) -> None:
     async with open_store() as store:
         await store.append("c", turn(1))  # checked the layout
-        await client.hset(store.layout_key, "format", FORMAT_VERSION + 1)  # a newer process, meanwhile
+        marker = store.bucket_keys("c").marker  # a newer process appended to the bucket meanwhile
+        await client.hset(store.layout_key, "format", FORMAT_VERSION + 1)
+        await client.hset(marker, "format", FORMAT_VERSION + 1)
         with pytest.raises(SchemaVersionError, match="record format"):
             await store.append("c", turn(2))
         await client.hset(store.layout_key, "format", FORMAT_VERSION)
+        await client.hset(marker, "format", FORMAT_VERSION)
         assert [e.seq for e in (await store.read("c", raw=True)).entries] == [1, 2]  # nothing written
         assert await store.append("c", turn(2)) == [3, 4]
 
@@ -152,8 +211,9 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
         before_ms = time.time() * 1000
         await store.expire("plain", 100)
         after_ms = time.time() * 1000
-        # what layout 1 left: the same conversation keys, no index, the old marker
-        await client.delete(store.index_key, store.expiry_key)
+        # what layout 1 left: the conversation keys of layout 3, no index, the old marker
+        await as_layout_3(client, store, [*odd, long_id, "plain"])
+        await client.delete(f"{store.key_prefix}:__index__", f"{store.key_prefix}:__expiry__")
         await client.hset(store.layout_key, "layout", 1)
         fresh = RedisMessageStore.from_url(REDIS_URL, key_prefix=store.key_prefix)
         try:
@@ -161,8 +221,9 @@ async def test_upgrading_from_layout_1_indexes_the_stored_conversations(client: 
             assert [info.conversation_id for info in listed] == ["plain", *reversed(odd)]
             assert [info.updated_at for info in listed] == [day(4), day(2), day(1), day(0)]
             assert await client.hget(store.layout_key, "layout") == str(LAYOUT_VERSION).encode()
-            deadline = await client.zscore(store.expiry_key, "plain") or 0
+            deadline = await client.zscore(store.bucket_keys("plain").expiry, "plain") or 0
             assert before_ms + 100_000 - 5 <= deadline <= after_ms + 100_000 + 5  # set by expire(): kept
+            # not indexed by layout 1's upgrade, so not moved to its bucket: it starts over
             await fresh.append(long_id, [Message("user", ["again"], created_at=day(9))])
             assert (await fresh.list_conversations(limit=1))[0].conversation_id == long_id
         finally:
@@ -190,23 +251,27 @@ async def test_listing_skips_and_forgets_expired_conversations(client: aioredis.
             await store.append("short", [Message("user", ["a"], created_at=day(2))])
             await forever.append("kept", [Message("user", ["b"], created_at=day(1))])
             assert [i.conversation_id for i in await store.list_conversations()] == ["short", "kept"]
-            assert await client.zrange(store.expiry_key, 0, -1) == [b"short"]
+            short = store.bucket_keys("short")
+            assert await client.zrange(short.expiry, 0, -1) == [b"short"]
             await listed_once_expired(store, ["kept"])
-            assert await client.zrange(store.index_key, 0, -1) == [b"kept"]  # the listing forgot it
-            assert await client.exists(store.expiry_key) == 0
-            # an append purges the index of conversations whose deadline passed over a second ago
+            assert await client.zscore(short.listing, "short") is None  # the listing forgot it
+            assert await client.exists(short.expiry) == 0
+            # an append purges its bucket of conversations whose deadline passed over a second ago
             await store.append("gone", [Message("user", ["c"])])
-            await client.zadd(store.expiry_key, {"gone": time.time() * 1000 - 1500})
-            await forever.append("kept", [Message("user", ["d"], created_at=day(3))])
-            assert await client.zrange(store.index_key, 0, -1) == [b"kept"]
+            gone = store.bucket_keys("gone")
+            await client.zadd(gone.expiry, {"gone": time.time() * 1000 - 1500})
+            neighbour = next(f"n{k}" for k in range(1000) if store.bucket_keys(f"n{k}") == gone)
+            await forever.append(neighbour, [Message("user", ["d"], created_at=day(3))])
+            assert await client.zscore(gone.listing, "gone") is None
+            assert await store.delete(neighbour) is True
             # expire(None) keeps a conversation for good: it leaves the expiry set
             await store.append("s", [Message("user", ["e"], created_at=day(0))])
             assert await store.expire("s", None) is True
-            assert await client.zscore(store.expiry_key, "s") is None
+            assert await client.zscore(store.bucket_keys("s").expiry, "s") is None
             await store.append("t", [Message("user", ["f"], created_at=day(-1))])  # expires as s would
             await listed_once_expired(store, ["kept", "s"])
             assert await store.expire("s", 0) is True
-            assert await client.zscore(store.index_key, "s") is None
+            assert await client.zscore(store.bucket_keys("s").listing, "s") is None
         finally:
             await forever.aclose()
 

@@ -14,19 +14,29 @@ from __future__ import annotations
 
 import hashlib
 import time
+import zlib
 from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, cast
+from typing import Any, Final, TypeAlias, cast
 from urllib.parse import quote
 
 try:
     import redis
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
     from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
     from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
+    from redis.backoff import ExponentialBackoff, NoBackoff
+    from redis.exceptions import (
+        AskError,
+        ClusterError,
+        NoScriptError,
+        ReadOnlyError,
+        RedisClusterException,
+        RedisError,
+        TryAgainError,
+    )
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import NoScriptError, RedisError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the Redis backend needs the redis package: pip install 'agentkeep[redis]'") from exc
@@ -39,9 +49,39 @@ from ..errors import (
     StorageUnavailableError,
 )
 
-__all__ = ["RedisConnection", "RedisScript", "escape_key_part", "glob_escape"]
+__all__ = [
+    "BUCKETS",
+    "CLUSTER_SCHEMES",
+    "RedisClient",
+    "RedisConnection",
+    "RedisScript",
+    "bucket_of",
+    "escape_key_part",
+    "glob_escape",
+    "slot_tag",
+]
 
 _MAX_KEY_PART: Final = 100
+
+RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
+"""A redis-py asyncio client: one server's (``Redis``) or a Redis Cluster's (``RedisCluster``)."""
+
+CLUSTER_SCHEMES: Final = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""The URL schemes of a Redis Cluster (``redis+cluster://host:port[,host:port...]``), each with
+the scheme of one of its nodes."""
+
+# Errors of a cluster that is failing over, resharding or has lost a slot's master: like a
+# dropped connection, the cluster cannot serve the key now (and a write's outcome is unknown).
+_UNAVAILABLE: Final = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    OSError,
+    ClusterError,  # CLUSTERDOWN, MasterDownError
+    TryAgainError,
+    AskError,  # MOVED / ASK left after redis-py's redirections
+    ReadOnlyError,  # a master just demoted to replica
+    RedisClusterException,  # SlotNotCoveredError and the like
+)
 
 
 def _driver_info() -> dict[str, Any]:
@@ -92,14 +132,74 @@ def escape_key_part(value: str) -> str:
     return escaped
 
 
+def _cluster_client(url: str, timeout: float) -> RedisCluster:
+    """A cluster client for ``redis+cluster://[user:password@]host:port[,host:port...][?options]``:
+    the nodes listed are where it starts looking for the cluster's slots."""
+    scheme, _, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    if not slash:
+        netloc, query, tail = rest.partition("?")
+        tail = query + tail
+    credentials, at, hosts = netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for part in hosts.split(","):
+        host, colon, port = part.rpartition(":")
+        if not colon or not port.isdigit() or not host:
+            raise ValueError(f"a Redis Cluster URL names its nodes as host:port, not {part!r}")
+        nodes.append((host.strip("[]"), int(port)))
+    path, _, query = tail.partition("?")
+    if path.strip("/") not in ("", "0"):
+        raise ValueError("a Redis Cluster has database 0 only")
+    first = f"{CLUSTER_SCHEMES[scheme]}://{credentials}{at}{nodes[0][0]}:{nodes[0][1]}/0"
+    return RedisCluster.from_url(  # pyright: ignore[reportUnknownMemberType]
+        first + (f"?{query}" if query else ""),
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes[1:]],
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        # a few quick retries with a fresh slot map ride out a redirection or a moved slot; a
+        # failover takes longer and surfaces as StorageUnavailableError
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+        **_DRIVER_INFO,
+    )
+
+
+def _connection_options(client: RedisClient) -> dict[str, Any]:
+    if isinstance(client, RedisCluster):
+        return client.get_connection_kwargs()
+    return client.connection_pool.connection_kwargs
+
+
+BUCKETS: Final = 16
+"""How many buckets (hash tags, so cluster slots) a tenant's conversations are spread over."""
+
+
+def slot_tag(conversation_id: str, tenant: str | None, buckets: int = BUCKETS) -> str:
+    """The hash tag of the keys of ``conversation_id`` (whose tenant is ``tenant``):
+    ``{<tenant, escaped>:<bucket>}``, the bucket the CRC-32 of the id modulo ``buckets`` (an
+    empty tenant part for an id without a tenant). The message store's and the session store's
+    keys of a conversation carry the same tag, so a cluster keeps them on one slot."""
+    return (
+        "{"
+        + ("" if tenant is None else escape_key_part(tenant))
+        + f":{bucket_of(conversation_id, buckets)}}}"
+    )
+
+
+def bucket_of(conversation_id: str, buckets: int = BUCKETS) -> int:
+    """The bucket of ``conversation_id``: the CRC-32 of its UTF-8 bytes modulo ``buckets``."""
+    return zlib.crc32(conversation_id.encode()) % buckets
+
+
 class RedisConnection:
     """A redis-py asyncio client with agentkeep's timeouts, ownership and error mapping.
 
     Args:
-        redis_client: A client to use (not closed by :meth:`aclose`). It must not decode
-            responses; its own timeouts apply.
+        redis_client: A client to use (not closed by :meth:`aclose`): ``redis.asyncio.Redis``
+            or ``redis.asyncio.RedisCluster``. It must not decode responses; its own timeouts
+            apply.
         redis_url: Create a client for this URL (closed by :meth:`aclose`), e.g.
-            ``"redis://localhost:6379/0"``.
+            ``"redis://localhost:6379/0"``, or a cluster's:
+            ``"redis+cluster://host:7000,host:7001"`` (see :data:`CLUSTER_SCHEMES`).
         timeout: Seconds to wait for a connection and for each reply of a client created here.
 
     Raises:
@@ -111,7 +211,7 @@ class RedisConnection:
 
     def __init__(
         self,
-        redis_client: aioredis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         *,
         redis_url: str | None = None,
         timeout: float = 5.0,
@@ -121,7 +221,10 @@ class RedisConnection:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.timeout = timeout
-        if redis_client is None:
+        if redis_url is not None and redis_url.partition("://")[0] in CLUSTER_SCHEMES:
+            redis_client = _cluster_client(redis_url, timeout)
+            self.owns_client = True
+        elif redis_client is None:
             redis_client = aioredis.Redis.from_url(  # pyright: ignore[reportUnknownMemberType]
                 cast(str, redis_url),
                 socket_connect_timeout=timeout,
@@ -133,11 +236,13 @@ class RedisConnection:
             self.owns_client = True
         else:
             self.owns_client = False
-            options = redis_client.connection_pool.connection_kwargs
+            options = _connection_options(redis_client)
             if not {"driver_info", "lib_name", "lib_version"} & options.keys():
                 options.update(_DRIVER_INFO)  # what redis-py would read from disk per connection
-        self.client = redis_client
-        options = redis_client.connection_pool.connection_kwargs
+        self.client: RedisClient = redis_client
+        self.cluster = isinstance(redis_client, RedisCluster)
+        """Whether the client is a Redis Cluster's (every script's keys then share one slot)."""
+        options = _connection_options(redis_client)
         if options.get("decode_responses"):
             raise ValueError("the Redis client must not decode responses (decode_responses=False)")
         self.address = _address(redis_client)
@@ -145,6 +250,18 @@ class RedisConnection:
         reply_timeout = options.get("socket_timeout")
         self.reply_timeout: float | None = float(reply_timeout) if reply_timeout else None
         self._clock_offset_ms: float | None = None
+        self._stale_slots = False  # a cluster node failed: read the slot map again before the next call
+
+    def check_prefix(self, key_prefix: str) -> None:
+        """Refuse, with a cluster client, a key prefix holding a brace: it would change the hash
+        tag of every key (a prefix with ``{...}`` puts all of them on one slot, one with ``{}``
+        spreads a script's keys over several).
+
+        Raises:
+            ValueError: The client is a cluster's and ``key_prefix`` holds ``{`` or ``}``.
+        """
+        if self.cluster and ("{" in key_prefix or "}" in key_prefix):
+            raise ValueError("with Redis Cluster the key prefix must not contain '{' or '}'")
 
     @property
     def closed(self) -> bool:
@@ -175,11 +292,60 @@ class RedisConnection:
                 (``OutcomeUnknownError`` for a script that ``writes``).
             StorageError: The server refused the script (e.g. a key of ours holds another type).
         """
+        await self._fresh_slots()
         with self._mapped_errors(writes=writes):
             try:
                 return await self.client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:
                 return await self.client.eval(script.source, len(keys), *keys, *args)
+
+    async def run_many(
+        self, calls: Sequence[tuple[RedisScript, Sequence[str], Sequence[bytes | str | int]]]
+    ) -> list[Any]:
+        """Run read-only scripts (script, keys, args) in one pipeline (with a cluster client, one
+        per node their keys live on); their replies in order. Errors as in :meth:`run`."""
+        if not calls:
+            return []
+        await self._fresh_slots()
+        with self._mapped_errors():
+            replies = await self._pipelined(calls, "evalsha")
+            missing = [k for k, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                again = await self._pipelined([calls[k] for k in missing], "eval")
+                for k, reply in zip(missing, again, strict=True):
+                    replies[k] = reply
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+            return replies
+
+    async def _pipelined(
+        self, calls: Sequence[tuple[RedisScript, Sequence[str], Sequence[bytes | str | int]]], command: str
+    ) -> list[Any]:
+        commands: list[tuple[bytes | str | int, ...]] = []
+        for script, keys, args in calls:
+            body = script.sha if command == "evalsha" else script.source
+            commands.append((command.upper(), body, len(keys), *keys, *args))
+        return await self._send(commands)
+
+    async def _send(self, commands: Sequence[tuple[bytes | str | int, ...]]) -> list[Any]:
+        pipe: Any = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+    async def execute_many(self, commands: Sequence[tuple[bytes | str | int, ...]]) -> list[Any]:
+        """Run read-only commands in one pipeline (one per node with a cluster client); their
+        replies in order. Errors as in :meth:`run`."""
+        if not commands:
+            return []
+        await self._fresh_slots()
+        with self._mapped_errors():
+            replies = await self._send(commands)
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+            return replies
 
     async def start_by(self) -> int:
         """A time on the server's clock (ms since the epoch) by which a script sent now must start
@@ -206,7 +372,22 @@ class RedisConnection:
         """The keys matching ``pattern`` (see :func:`glob_escape`), one ``SCAN`` reply at a time
         (as ``SCAN`` does, a key may come twice); only keys of ``key_type`` when given."""
         typed: tuple[str, ...] = ("TYPE", key_type) if key_type else ()
-        cursor: bytes | int = 0
+        if isinstance(self.client, RedisCluster):  # every master's keys, one master after another
+            with self._mapped_errors():
+                masters = self.client.get_primaries() or [None]
+            for node in masters:
+                cursor: bytes | int = 0
+                while True:
+                    with self._mapped_errors():
+                        reply: Any = await self.client.execute_command(  # pyright: ignore[reportUnknownMemberType]
+                            "SCAN", cursor, "MATCH", pattern, "COUNT", count, *typed, target_nodes=node
+                        )
+                    cursor, keys = reply
+                    yield cast("list[bytes]", keys)
+                    if int(cursor) == 0:
+                        break
+            return
+        cursor = 0
         while True:
             cursor, keys = await self.execute("SCAN", cursor, "MATCH", pattern, "COUNT", count, *typed)
             yield cast("list[bytes]", keys)
@@ -215,17 +396,31 @@ class RedisConnection:
 
     async def execute(self, *command: bytes | str | int) -> Any:
         """Run one Redis command; errors as in :meth:`run`."""
+        await self._fresh_slots()
         with self._mapped_errors():
             return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+    async def _fresh_slots(self) -> None:
+        """After a cluster node failed, read the slot map again (from a node that answers) before
+        the next command: redis-py keeps sending to a master that stopped answering (it only
+        refreshes after a refused connection or a redirection), so without this the store would
+        never find the replica that took over."""
+        if not self._stale_slots or not isinstance(self.client, RedisCluster):
+            return
+        self._stale_slots = False
+        with self._mapped_errors():
+            await self.client.nodes_manager.initialize()
 
     @contextmanager
     def _mapped_errors(self, *, writes: bool = False) -> Generator[None]:
         """redis-py's errors as agentkeep's (see :meth:`run`)."""
         try:
             yield
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except _UNAVAILABLE as exc:
+            self._stale_slots = self.cluster
             # A write's request may have reached the server before the connection failed (and
-            # redis-py resends once after a drop, so the last error may be a failed reconnect).
+            # redis-py resends after a drop or, on a cluster, after a failed node, so the last
+            # error may be a failed reconnect or a CLUSTERDOWN that followed a lost reply).
             raise self.unavailable(exc, outcome_unknown=writes) from exc
         except RedisError as exc:
             text = str(exc)
@@ -255,7 +450,11 @@ class RedisConnection:
         return f"RedisConnection({self.address!r}, owns_client={self.owns_client})"
 
 
-def _address(client: aioredis.Redis) -> str:
+def _address(client: RedisClient) -> str:
+    if isinstance(client, RedisCluster):
+        nodes = ",".join(client.nodes_manager.startup_nodes)
+        ssl = issubclass(client.get_connection_kwargs().get("connection_class") or object, SSLConnection)
+        return f"{'rediss' if ssl else 'redis'}+cluster://{nodes}"
     pool = client.connection_pool
     options = pool.connection_kwargs
     db = options.get("db", 0)

@@ -17,12 +17,14 @@ __all__ = [
     "EXPIRE",
     "INDEX_TENANTS",
     "LIST",
+    "MIGRATE",
     "PAGE",
     "READ",
     "RECORDS",
     "REINDEX",
     "REWRITE",
     "SETUP",
+    "START_LAYOUT_4",
     "UPGRADE",
 ]
 
@@ -30,9 +32,10 @@ __all__ = [
 # -- Lua ------------------------------------------------------------------------------------------
 # KEYS of every conversation script: meta hash, log list, exclusion ranges, summaries hash, the
 # ids of the newest DEDUP_WINDOW seqs; the scripts that keep the listing up to date add the
-# prefix's index (conversation ids by their newest message's time) and expiry (conversation ids by
-# deadline) sorted sets as KEYS[6] and KEYS[7], the conversation's tenant index as KEYS[8] (the
-# prefix's index again for an id without a tenant), and take the conversation id as an argument.
+# bucket's index (conversation ids by their newest message's time) and expiry (conversation ids by
+# deadline) sorted sets as KEYS[6] and KEYS[7], the bucket's layout marker as KEYS[8], and take the
+# conversation id as an argument. All of them share the bucket's hash tag: one slot per script,
+# which Redis Cluster requires (no script names a key it is not given).
 
 _COUNTERS = """
 -- A conversation's counters from its meta hash (head, last seq, epoch), checked: a damaged
@@ -108,68 +111,8 @@ end
 """
 )
 
-# A key part as agentkeep._db.redis.escape_key_part makes it (percent-encoding; SHA-256 past 100
-# characters), for the one place a script names a key itself: the tenant index of an id it purges.
-_KEY_PART = """
-local SHA_K = {
-  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-  0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-  0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-  0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-  0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-  0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-  0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-  0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-}
-
--- the SHA-256 of a string as 64 hex digits (Redis's Lua has bit operations but no SHA-256)
-local function sha256_hex(text)
-  local band, bxor, bnot, ror, rshift, tobit = bit.band, bit.bxor, bit.bnot, bit.ror, bit.rshift, bit.tobit
-  local bits = #text * 8
-  text = text .. '\\128' .. string.rep('\\0', (55 - #text) % 64)
-  local high = math.floor(bits / 4294967296)
-  for shift = 24, 0, -8 do text = text .. string.char(math.floor(high / 2 ^ shift) % 256) end
-  for shift = 24, 0, -8 do text = text .. string.char(math.floor(bits / 2 ^ shift) % 256) end
-  local h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19}
-  for chunk = 1, #text, 64 do
-    local w = {}
-    for i = 0, 15 do
-      local b1, b2, b3, b4 = string.byte(text, chunk + 4 * i, chunk + 4 * i + 3)
-      w[i] = tobit(((b1 * 256 + b2) * 256 + b3) * 256 + b4)
-    end
-    for i = 16, 63 do
-      local s0 = bxor(ror(w[i - 15], 7), ror(w[i - 15], 18), rshift(w[i - 15], 3))
-      local s1 = bxor(ror(w[i - 2], 17), ror(w[i - 2], 19), rshift(w[i - 2], 10))
-      w[i] = tobit(w[i - 16] + s0 + w[i - 7] + s1)
-    end
-    local a, b, c, d, e, f, g, hh = h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8]
-    for i = 0, 63 do
-      local t1 = tobit(hh + bxor(ror(e, 6), ror(e, 11), ror(e, 25)) + bxor(band(e, f), band(bnot(e), g))
-        + SHA_K[i + 1] + w[i])
-      local t2 = tobit(bxor(ror(a, 2), ror(a, 13), ror(a, 22)) + bxor(band(a, b), band(a, c), band(b, c)))
-      hh, g, f, e, d, c, b, a = g, f, e, tobit(d + t1), c, b, a, tobit(t1 + t2)
-    end
-    h = {tobit(h[1] + a), tobit(h[2] + b), tobit(h[3] + c), tobit(h[4] + d), tobit(h[5] + e),
-      tobit(h[6] + f), tobit(h[7] + g), tobit(h[8] + hh)}
-  end
-  local out = {}
-  for i = 1, 8 do out[i] = bit.tohex(h[i], 8) end
-  return table.concat(out)
-end
-
-local function key_part(value)
-  local escaped = string.gsub(value, '[^A-Za-z0-9_.~-]', function(char)
-    return string.format('%%%02X', string.byte(char))
-  end)
-  if #escaped > 100 then return '#' .. sha256_hex(value) end
-  return escaped
-end
-"""
-
 # Helpers of the listing index (used by the scripts that maintain or read it).
-_INDEX = (
-    _KEY_PART
-    + """
+_INDEX = """
 local CONVERSATION_KEYS = 5
 local PURGE_BATCH, PURGE_GRACE = 16, 1000
 
@@ -223,8 +166,7 @@ local function newest(log, head, last)
   return nil
 end
 
--- drop from the indexes (and expiry set) a few conversations whose deadline passed; their tenant
--- indexes are named from their ids, as the client names them (the only keys a script names itself)
+-- drop from the bucket's index and expiry set a few conversations whose deadline passed
 local function purge_expired(index, expiry, now)
   local gone = redis.call(
     'ZRANGEBYSCORE', expiry, '-inf', '(' .. int(now - PURGE_GRACE), 'LIMIT', 0, PURGE_BATCH
@@ -232,20 +174,30 @@ local function purge_expired(index, expiry, now)
   if #gone > 0 then
     redis.call('ZREM', index, unpack(gone))
     redis.call('ZREM', expiry, unpack(gone))
-    for _, member in ipairs(gone) do
-      local at = string.find(member, '::', 1, true)
-      if at then redis.call('ZREM', index .. ':' .. key_part(string.sub(member, 1, at - 1)), member) end
-    end
   end
 end
-"""
-)
 
+-- refuse (returning what is recorded) when the bucket's marker records a newer layout or record
+-- format than the caller's; else record the caller's where the marker is missing or older
+local function check_marker(marker, layout, format)
+  local recorded = redis.call('HMGET', marker, 'layout', 'format')
+  local l, f = tonumber(recorded[1]) or 0, tonumber(recorded[2]) or 0
+  if l > tonumber(layout) or f > tonumber(format) then return recorded end
+  if l < tonumber(layout) or f < tonumber(format) then
+    redis.call('HSET', marker, 'layout', layout, 'format', format)
+  end
+  return nil
+end
+"""
+
+# KEYS: the layout hash. ARGV: the layout, record format and bucket count of this agentkeep.
+# Records them for a new prefix; returns the recorded layout, format, bucket count and whether
+# the move to layout 4 is under way (each nil when not recorded).
 SETUP = RedisScript("""
-local found = redis.call('HMGET', KEYS[1], 'layout', 'format')
+local found = redis.call('HMGET', KEYS[1], 'layout', 'format', 'buckets', 'migrating')
 if not found[1] then
-  redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'format', ARGV[2])
-  return {ARGV[1], ARGV[2]}
+  redis.call('HSET', KEYS[1], 'layout', ARGV[1], 'format', ARGV[2], 'buckets', ARGV[3])
+  return {ARGV[1], ARGV[2], ARGV[3], false}
 end
 -- an older record format is raised to this one (what is written from now on), so an older
 -- agentkeep refuses the keys instead of misreading new records
@@ -256,13 +208,52 @@ end
 return found
 """)
 
+# The upgrade from layout 3. KEYS: the layout hash; ARGV: the bucket count. Only from layout 3:
+# records layout 4 (from then on an agentkeep of layout 3 refuses the keys, its appends too),
+# the bucket count and that conversations are being moved ("migrating"). Returns the layout and
+# bucket count recorded.
+START_LAYOUT_4 = RedisScript("""
+if redis.call('HGET', KEYS[1], 'layout') == '3' then
+  redis.call('HSET', KEYS[1], 'layout', '4', 'buckets', ARGV[1], 'migrating', '1')
+end
+return redis.call('HMGET', KEYS[1], 'layout', 'buckets')
+""")
+
+# Moves conversations from layout 3 to layout 4 (one server only: the keys span slots). KEYS: the
+# layout-3 index and expiry set, then per conversation its five layout-3 keys, its five layout-4
+# keys, its bucket's index and expiry set and its layout-3 tenant index (13 each); ARGV: the ids.
+# A conversation whose layout-3 meta key exists (and that has no layout-4 one) has its keys
+# renamed (TTLs kept) and its score and deadline copied into its bucket; every id leaves the
+# layout-3 sets (which Redis deletes once empty). Returns how many were moved.
+MIGRATE = RedisScript("""
+local moved = 0
+for k = 1, #ARGV do
+  local base, member = 2 + 13 * (k - 1), ARGV[k]
+  local score = redis.call('ZSCORE', KEYS[1], member)
+  local deadline = redis.call('ZSCORE', KEYS[2], member)
+  if redis.call('EXISTS', KEYS[base + 1]) == 1 and redis.call('EXISTS', KEYS[base + 6]) == 0 then
+    for j = 1, 5 do
+      if redis.call('EXISTS', KEYS[base + j]) == 1 then
+        redis.call('RENAME', KEYS[base + j], KEYS[base + 5 + j])
+      end
+    end
+    if score then redis.call('ZADD', KEYS[base + 11], score, member) end
+    if deadline then redis.call('ZADD', KEYS[base + 12], deadline, member) end
+    moved = moved + 1
+  end
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('ZREM', KEYS[2], member)
+  redis.call('ZREM', KEYS[base + 13], member)
+end
+return moved
+""")
+
 APPEND = RedisScript(
     _PRELUDE
     + _INDEX
     + """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local index, expiry, tenant_index = KEYS[6], KEYS[7], KEYS[8]
--- KEYS[9]: the prefix's layout hash.
+local index, expiry, marker = KEYS[6], KEYS[7], KEYS[8]
 -- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
 -- newest (the caller gave some) or '2' to look for its first id only (new ids: only a resend of
 -- this very script after a dropped connection can have stored them), the conversation id, the
@@ -275,10 +266,8 @@ local max_messages, ttl, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local check, conflicts = ARGV[3] ~= '0', ARGV[3] == '1'
 local start_by = tonumber(ARGV[5])
 local FIRST = 8
-local recorded = redis.call('HMGET', KEYS[9], 'layout', 'format')
-if (tonumber(recorded[1]) or 0) > tonumber(ARGV[6]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[7]) then
-  return recorded
-end
+local newer = check_marker(marker, ARGV[6], ARGV[7])
+if newer then return newer end
 local state = redis.call('HMGET', meta, 'h', 'l')
 local head, last
 if state[1] then
@@ -343,7 +332,6 @@ local now = clock_ms()
 purge_expired(index, expiry, now)
 local score = int(time_value(time_bytes(ARGV[#ARGV])))
 redis.call('ZADD', index, score, member)
-if tenant_index ~= index then redis.call('ZADD', tenant_index, score, member) end
 if ttl > 0 then
   local deadline = int(now + ttl)
   for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
@@ -609,9 +597,10 @@ return out
 )
 
 # Replaces records' bodies if they are still stored as read (key rotation). KEYS: the
-# conversation's five keys, then the prefix's layout hash. ARGV: the server time (ms) by which
-# this must start (0: any time), the layout and record format the caller writes, then per record
-# its seq, its entry as read and its new entry (both built as APPEND's entries are). A log entry
+# conversation's five keys, then the bucket's index, expiry set and layout marker. ARGV: the
+# server time (ms) by which this must start (0: any time), the layout and record format the
+# caller writes, then per record its seq, its entry as read and its new entry (both built as
+# APPEND's entries are). A log entry
 # is replaced in place (LSET), a summary's hash value keeps its replaced ids (HSET); both keep
 # the key's TTL, and nothing else changes. A record that already holds the new entry counts as
 # replaced (the client may resend a script after a dropped connection). Returns how many were
@@ -625,10 +614,8 @@ local meta, log, sums = KEYS[1], KEYS[2], KEYS[4]
 local start_by = tonumber(ARGV[1])
 local FIRST = 4
 if start_by > 0 and clock_ms() > start_by then return -1 end
-local recorded = redis.call('HMGET', KEYS[6], 'layout', 'format')
-if (tonumber(recorded[1]) or 0) > tonumber(ARGV[2]) or (tonumber(recorded[2]) or 0) > tonumber(ARGV[3]) then
-  return recorded
-end
+local newer = check_marker(KEYS[8], ARGV[2], ARGV[3])
+if newer then return newer end
 local state = redis.call('HMGET', meta, 'h', 'l')
 if not state[1] then return 0 end
 local head, last = counters(meta, state)
@@ -684,7 +671,6 @@ local found = redis.call('EXISTS', KEYS[1])
 redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
-redis.call('ZREM', KEYS[8], ARGV[1])
 return found
 """
 )
@@ -702,7 +688,6 @@ elseif ttl == 0 then
   redis.call('DEL', unpack(KEYS, 1, CONVERSATION_KEYS))
   redis.call('ZREM', KEYS[6], member)
   redis.call('ZREM', KEYS[7], member)
-  redis.call('ZREM', KEYS[8], member)
 else
   local deadline = int(clock_ms() + ttl)
   for k = 1, CONVERSATION_KEYS do redis.call('PEXPIREAT', KEYS[k], deadline) end
@@ -712,8 +697,8 @@ return 1
 """
 )
 
-# KEYS: index, expiry, then meta, log, summaries and tenant index (the index again for an id
-# without a tenant) of each conversation; ARGV: their ids.
+# KEYS: a bucket's index and expiry set, then meta, log and summaries of each conversation (of
+# that bucket); ARGV: their ids.
 # Per conversation: 0 if it is gone (expired or deleted: then it leaves the indexes), else one string
 # (fewer reply elements to parse): "<last seq> <raw messages stored> <seq of the newest message, 0
 # if none> " and that message's 8 time bytes.
@@ -723,12 +708,11 @@ LIST = RedisScript(
     + """
 local out = {}
 for k = 1, #ARGV do
-  local meta, log, sums = KEYS[4 * k - 1], KEYS[4 * k], KEYS[4 * k + 1]
+  local meta, log, sums = KEYS[3 * k], KEYS[3 * k + 1], KEYS[3 * k + 2]
   local state = redis.call('HMGET', meta, 'h', 'l')
   if not state[1] then
     redis.call('ZREM', KEYS[1], ARGV[k])
     redis.call('ZREM', KEYS[2], ARGV[k])
-    redis.call('ZREM', KEYS[4 * k + 2], ARGV[k])
     out[k] = 0
   else
     local head, last = counters(meta, state)

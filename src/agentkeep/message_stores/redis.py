@@ -10,12 +10,15 @@ What lives here:
 * :class:`RedisHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider` on a
   :class:`RedisMessageStore` (the reference edition's constructor names).
 
-**Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version in the
-hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a newer or unknown one
-and upgrades layouts 1 and 2, see below). A conversation id is percent-encoded (ids longer than
-100 characters once encoded are replaced by ``#`` + their SHA-256), so no id can collide with
-another or reach outside its keys. The five keys of a conversation share a hash tag,
-``{key_prefix}:{<id>}:<kind>``:
+**Key layout** (version :data:`LAYOUT_VERSION`, recorded with the record format version and the
+bucket count in the hash ``{key_prefix}:__layout__``; :meth:`RedisMessageStore.setup` refuses a
+newer or unknown one and upgrades layouts 1 to 3, see below). A conversation id is
+percent-encoded (ids longer than 100 characters once encoded are replaced by ``#`` + their
+SHA-256), so no id can collide with another or reach outside its keys. A conversation lives in a
+**bucket** of its tenant (the tenant: what comes before the id's first ``"::"``; none without
+one): the hash tag ``{<tenant>:<b>}`` (the tenant escaped as ids are, empty for none; ``b`` the
+CRC-32 of the id modulo the bucket count, 16). Its five keys are
+``{key_prefix}:{<tenant>:<b>}:<id>:<kind>``:
 
 * ``m``: a hash with ``h`` (the seq of the log's first entry), ``l`` (the last assigned seq) and
   ``e`` (the compaction epoch). It exists exactly when the conversation does.
@@ -30,44 +33,56 @@ another or reach outside its keys. The five keys of a conversation share a hash 
   replaces, where the view shows it) to a 4-byte entry length, the entry, and the replaced ids
   (MessagePack).
 
-Keys per prefix serve :meth:`RedisMessageStore.list_conversations` (new in layouts 2 and 3):
+The bucket's own keys, ``{key_prefix}:{<tenant>:<b>}:<name>``, serve
+:meth:`RedisMessageStore.list_conversations` and retention:
 
-* ``{key_prefix}:__index__``: a sorted set of the conversation ids (unescaped) scored by the
-  creation time of their newest message (microseconds since the epoch; the score orders, the
-  reported time is read from the entry). Every append sets it (``ZADD``); ``delete`` and an
-  expiry to 0 remove it.
-* ``{key_prefix}:__index__:<tenant>`` (layout 3): the same for one tenant, the tenant escaped as
-  ids are. A conversation whose id is ``f"{tenant}::{rest}"`` (the tenant: what comes before its
-  first ``"::"``) is in its tenant's index too, with the same score; an id without ``"::"`` is only
-  in the prefix's. The scripts that change the prefix's index change the tenant's in the same call.
-* ``{key_prefix}:__expiry__``: a sorted set of the ids of conversations with a TTL, scored by
-  their deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
+* ``__index__``: a sorted set of the bucket's conversation ids (unescaped) scored by the creation
+  time of their newest message (microseconds since the epoch; the score orders, the reported time
+  is read from the entry). Every append sets it (``ZADD``); ``delete`` and an expiry to 0 remove it.
+* ``__expiry__``: a sorted set of the ids of the bucket's conversations with a TTL, scored by their
+  deadline (milliseconds, the server's clock). Appends with ``ttl`` and ``expire`` set the
   conversation's keys to expire at exactly that deadline (``PEXPIREAT``) and record it;
   ``expire(None)`` and a new conversation without ``ttl`` remove it. Every append also drops from
-  the expiry set and the indexes up to 16 conversations whose deadline passed more than a second
-  ago, so conversations that expire leave the indexes as fast as new ones come, without anyone
-  listing. (That purge is the one place a script names keys itself: the tenant indexes of the ids
-  it drops, escaped in Lua exactly as :func:`~agentkeep._db.redis.escape_key_part` escapes them.)
+  its bucket's sets up to 16 conversations whose deadline passed more than a second ago.
+* ``__layout__``: the layout and record format of the newest agentkeep that appended to the bucket;
+  appends and rewrites refuse a newer one (a newer agentkeep records its own in each bucket).
+
+So every script names only keys of one hash tag, declared in its ``KEYS``: one slot, as Redis
+Cluster requires. Two registries, outside the buckets, replace ``SCAN``:
+``{key_prefix}:__tenants__`` (a set of the escaped tenants, an empty member for ids without one)
+and ``{key_prefix}:__buckets__:<tenant>`` (a set of the tenant's bucket numbers). An append adds
+its tenant and bucket (``SADD``, idempotent, once per store and bucket) before its script runs: a
+crash in between leaves at most a registered bucket with no conversation, which listings read as
+empty, never a stored conversation that no listing finds. Nothing removes a registry entry.
 
 Scores are the scripts' doubles: exact microseconds within 2^53 of 1970 (years 1685 to 2254).
 Beyond that, neighbouring times (8 µs apart near year 1, 32 µs near 9999) share a score; a
-listing then reads such a group whole and orders it by the times in the entries, so the order is
-always the contract's: newest first, equal times by the greater id (Redis orders equal scores by
-member bytes, which for UTF-8 is Python's ``str`` order).
+listing then reads such a group whole (from every bucket) and orders it by the times in the
+entries, so the order is always the contract's: newest first, equal times by the greater id
+(Redis orders equal scores by member bytes, which for UTF-8 is Python's ``str`` order).
 
 A listing skips (and removes from the sets) ids whose meta key is gone, whatever the reason
 (expiry not yet purged, keys removed by hand or evicted). :meth:`RedisMessageStore.setup` upgrades
 an older prefix once, a version at a time, then records each version (which agentkeep versions
 that do not maintain what it adds refuse: their ``setup`` and their append and rewrite scripts
-check the recorded layout). Layout 1 had no index: its meta keys are found with ``SCAN`` and
-indexed; a conversation whose id was replaced by its hash in its keys cannot be named that way
-and is listed again from its next append. Layout 2 had no tenant indexes: they are filled from the
-prefix's index (``ZSCAN``, batches of 100 ids, each id given the score it has in the prefix's index
-when its batch runs). Appends by an older agentkeep while that runs update only the prefix's index,
-so a tenant listing may show such a conversation at its older place until its next append. The
-index keys are outside the conversations' hash tags, so the scripts that maintain them touch keys
-of several cluster slots: like its client (``redis.asyncio.Redis``), the store works with one
-server (or primary), not Redis Cluster.
+check the recorded layout). Layout 1 had no index: its meta keys (``{key_prefix}:{<id>}:m``) are
+found with ``SCAN`` and indexed; a conversation whose id was replaced by its hash in its keys
+cannot be named that way and is not carried over. Layout 2 had no tenant indexes: they are filled
+from the prefix's index. Layout 3 kept each conversation under its own hash tag
+(``{key_prefix}:{<id>}:<kind>``) with prefix-wide indexes (``__index__``, ``__index__:<tenant>``,
+``__expiry__``): the upgrade records layout 4 first (with ``migrating``; agentkeeps of layout 3
+then refuse the prefix, their appends included), then moves the conversations of the old index
+and expiry set, 100 per script (keys renamed, TTLs kept, score and deadline copied into the
+bucket), registering each bucket first, and finally drops the old tenant indexes and
+``migrating``. A store whose ``setup`` finds ``migrating`` finishes the move. The move needs one
+server (its scripts span slots); layout 3 never stored a conversation on a cluster.
+
+**Redis Cluster.** The client may be a ``redis.asyncio.RedisCluster`` (or the URL
+``redis+cluster://host:port[,host:port...]``). A listing reads each bucket's index with
+pipelines (one per node). Errors of a cluster that cannot serve a slot now (``CLUSTERDOWN``,
+``TRYAGAIN``, ``MOVED``/``ASK`` past redis-py's redirections, ``MasterDownError``, ``READONLY``)
+are handled as connection failures (below), and after one the slot map is read again before the
+next call, so the store finds a replica that took over.
 
 **Concurrency.** Every operation is one Lua script (``EVALSHA``, falling back to ``EVAL`` when the
 server lost its script cache). Redis runs a script to completion before any other command, so
@@ -85,16 +100,19 @@ that takes the id of a stored message is refused when that message is one the co
 or among the newest ``DEDUP_WINDOW`` entries; the log has no index of older ids, so a clash with an
 older message it does not name goes unnoticed (both are then kept).
 
-**Cost of listing.** A page costs what it holds, not what the prefix holds. One ``PAGE`` script
-finds the page in the tenant's index (or the prefix's): the position of the cursor ``after`` (its
-activity's score and conversation id) by ``ZCOUNT`` and a binary search by rank among the members of
-that score, then the ``limit`` members below it (``ZRANGE`` by rank), O(log C · log k + limit) for C
-indexed conversations and k of the cursor's score. A second script, ``LIST``, reads per
-conversation its meta hash, its newest log entry (``LINDEX``; walking back over trailing summary
-placeholders) and, only after a ``max_messages`` trim, its summary fields (to count the raw
-messages): O(limit), independent of the conversations' lengths. Ids that vanished make it read
-more, up to 200 at a time, until the page is full. Appends pay two ``ZADD`` (O(log C)) and a
-bounded purge of the expiry set.
+**Cost of listing.** A tenant's page costs what it holds and the number of its registered buckets,
+not what the prefix holds. Per bucket one ``PAGE`` script finds the next members of its index
+after the cursor ``after`` (its activity's score and conversation id): by ``ZCOUNT`` and a binary
+search by rank among the members of that score, then members below it (``ZRANGE`` by rank),
+O(log C · log k + n) for C conversations in the bucket, k of the cursor's score and n read. The
+buckets are merged newest first (a k-way merge by (score, id)); a bucket is read again only when
+the merge used up what it read, each time twice as many ids (up to 200), all buckets that ran dry
+in one pipeline. A second script per bucket, ``LIST``, reads per listed conversation its meta hash,
+its newest log entry (``LINDEX``; walking back over trailing summary placeholders) and, only after
+a ``max_messages`` trim, its summary fields (to count the raw messages): O(limit), independent of
+the conversations' lengths. Ids that vanished make it read more until the page is full. A
+whole-store page merges the buckets of every registered tenant: its cost grows with the number of
+tenants. Appends pay one ``ZADD`` (O(log C)) and a bounded purge of their bucket's expiry set.
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`RedisMessageStore.stored_records` reads one window of the log (``LRANGE``) and the
@@ -104,7 +122,7 @@ summaries hash; :meth:`RedisMessageStore.replace_records` is one script that rep
 **Retention.** ``ttl`` becomes a ``PEXPIREAT`` (now + ``ttl``, recorded in the expiry set) of all
 five keys in every append (and compactions give keys they create the conversation's deadline);
 ``max_messages`` is an ``LTRIM`` in the append script. ``delete`` removes the five keys and the
-index entries (the prefix's and the tenant's). Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
+bucket's index entries. Needs Redis 6.0.6 or later (``LPOS``; ``SCAN ...
 TYPE`` for the upgrade).
 
 **Errors.** Connection failures and timeouts (``socket_connect_timeout`` / ``socket_timeout`` =
@@ -120,6 +138,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Unpack, cast
@@ -127,9 +146,9 @@ from urllib.parse import unquote
 
 import msgspec
 
-from .._db.redis import RedisConnection, escape_key_part, glob_escape
+from .._db.redis import BUCKETS, RedisClient, RedisConnection, bucket_of, escape_key_part, glob_escape
 from ..encryption import KeyMismatch
-from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError
+from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError, StorageError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
@@ -172,6 +191,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_KEY_PREFIX",
     "LAYOUT_VERSION",
+    "BucketKeys",
     "ConversationKeys",
     "RedisHistoryProvider",
     "RedisMessageStore",
@@ -180,9 +200,9 @@ __all__ = [
 DEFAULT_KEY_PREFIX: Final = "chat_messages"
 """The key prefix of a message store (and history provider) when none is given."""
 
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 4
 """Version of the key layout described in the module docs (2: with the listing index; 3: with an
-index per tenant)."""
+index per tenant; 4: buckets, every script on one hash tag)."""
 
 _ESCAPED_PART: Final = re.compile(r"[A-Za-z0-9_.~%-]*")
 _LIST_BATCH: Final = 200  # conversations looked at per listing script
@@ -295,6 +315,11 @@ def _tenant_of(conversation_id: str) -> str | None:
     return tenant if separator else None
 
 
+def _tenant_part(tenant: str | None) -> str:
+    """A tenant as its keys name it: escaped (empty for ids without a tenant)."""
+    return "" if tenant is None else escape_key_part(tenant)
+
+
 def _score(activity: int) -> float:
     """The index score the scripts give a message time of ``activity`` microseconds.
 
@@ -355,13 +380,37 @@ class ConversationKeys(NamedTuple):
     recent: str
 
 
+class BucketKeys(NamedTuple):
+    """The Redis keys of one bucket (see the module docs), beside its conversations' keys."""
+
+    listing: str
+    expiry: str
+    marker: str
+
+
+class _Cursor:
+    """A listing's place in one bucket's index: members read and not yet merged (greatest
+    first), the position to read on from, and whether the index has no more."""
+
+    __slots__ = ("bound", "bucket", "buffer", "chunk", "done")
+
+    def __init__(self, bucket: BucketKeys, bound: list[bytes | str | int], chunk: int) -> None:
+        self.bucket = bucket
+        self.bound = bound
+        self.chunk = chunk
+        self.buffer: deque[tuple[float, bytes]] = deque()
+        self.done = False
+
+
 class RedisMessageStore:
     """The storage contract on Redis (see the module docs for the layout and the scripts).
 
     Args:
-        redis_client: A redis-py asyncio client to use; the store never closes it. It must not
-            decode responses, and its own timeouts apply.
-        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``.
+        redis_client: A redis-py asyncio client to use (``redis.asyncio.Redis``, or
+            ``redis.asyncio.RedisCluster`` for Redis Cluster); the store never closes it. It must
+            not decode responses, and its own timeouts apply.
+        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``,
+            or a cluster's, ``"redis+cluster://host:7000,host:7001"``.
         key_prefix: Namespace of every key the store writes.
         max_messages: Keep only the newest ``max_messages`` raw messages per conversation.
         ttl: Seconds of inactivity after which a conversation expires (refreshed by appends).
@@ -383,7 +432,7 @@ class RedisMessageStore:
 
     def __init__(
         self,
-        redis_client: aioredis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         *,
         redis_url: str | None = None,
         key_prefix: str = DEFAULT_KEY_PREFIX,
@@ -396,11 +445,15 @@ class RedisMessageStore:
             raise ValueError("key_prefix must not be empty")
         check_retention(max_messages, ttl)
         self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
+        self.connection.check_prefix(key_prefix)
         self.key_prefix = key_prefix
         self.max_messages = max_messages
         self.ttl = ttl
         self.key_ring = key_ring
+        self.buckets: int = BUCKETS
+        """The prefix's bucket count (the recorded one once :meth:`setup` ran)."""
         self._checked = False
+        self._registered: set[tuple[str, int]] = set()  # (tenant part, bucket) in the registry
 
     @classmethod
     def from_url(
@@ -429,39 +482,72 @@ class RedisMessageStore:
         return f"{self.key_prefix}:__layout__"
 
     @property
-    def index_key(self) -> str:
-        """The sorted set of conversation ids by their newest message's time (the listing)."""
-        return f"{self.key_prefix}:__index__"
+    def tenants_key(self) -> str:
+        """The registry of tenants: a set of their escaped names (an empty member for ids without
+        a tenant) whose conversations were stored, which whole-store listings start from."""
+        return f"{self.key_prefix}:__tenants__"
 
-    @property
-    def expiry_key(self) -> str:
-        """The sorted set of the ids of conversations with a TTL, by deadline (ms)."""
-        return f"{self.key_prefix}:__expiry__"
+    def buckets_key(self, tenant: str | None) -> str:
+        """The registry of ``tenant``'s buckets: a set of the numbers of those that hold (or
+        held) its conversations."""
+        return self._buckets_key(_tenant_part(tenant))
 
-    def tenant_index_key(self, tenant: str) -> str:
-        """The sorted set of ``tenant``'s conversation ids by their newest message's time."""
-        return f"{self.index_key}:{escape_key_part(tenant)}"
+    def _buckets_key(self, part: str) -> str:
+        return f"{self.key_prefix}:__buckets__:{part}"
 
-    def _index_of(self, conversation_id: str) -> str:
-        """The tenant index that lists ``conversation_id`` (the prefix's index for an id without
-        a tenant, which only that one lists)."""
-        tenant = _tenant_of(conversation_id)
-        return self.index_key if tenant is None else self.tenant_index_key(tenant)
+    def _place(self, conversation_id: str) -> tuple[str, int]:
+        """The tenant part and bucket of ``conversation_id``."""
+        return _tenant_part(_tenant_of(conversation_id)), bucket_of(conversation_id, self.buckets)
+
+    def _bucket(self, part: str, bucket: int) -> BucketKeys:
+        base = f"{self.key_prefix}:{{{part}:{bucket}}}:"
+        return BucketKeys(base + "__index__", base + "__expiry__", base + "__layout__")
+
+    def bucket_keys(self, conversation_id: str) -> BucketKeys:
+        """The keys of the bucket of ``conversation_id``: its index, expiry set and layout marker."""
+        return self._bucket(*self._place(conversation_id))
 
     def conversation_keys(self, conversation_id: str) -> ConversationKeys:
         """The keys of ``conversation_id``."""
-        base = f"{self.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
+        part, bucket = self._place(conversation_id)
+        base = f"{self.key_prefix}:{{{part}:{bucket}}}:{escape_key_part(conversation_id)}:"
         return ConversationKeys(base + "m", base + "l", base + "x", base + "s", base + "i")
 
     def _indexed_keys(self, conversation_id: str) -> list[str]:
-        """The keys of a script that also keeps the listing indexes: the conversation's, then the
-        index, the expiry set and the conversation's tenant index."""
-        return [
-            *self.conversation_keys(conversation_id),
-            self.index_key,
-            self.expiry_key,
-            self._index_of(conversation_id),
-        ]
+        """The keys of a script that also keeps the listing up to date: the conversation's, then
+        its bucket's index, expiry set and layout marker (one hash tag)."""
+        return [*self.conversation_keys(conversation_id), *self.bucket_keys(conversation_id)]
+
+    async def _register(self, conversation_id: str) -> None:
+        """Put the conversation's tenant and bucket in the registries (once per store and bucket).
+
+        Runs before the append that may create the conversation, tenant first: a crash in
+        between leaves at most a registered bucket without a conversation, which listings read
+        as empty, never a stored conversation no listing finds."""
+        place = self._place(conversation_id)
+        if place in self._registered:
+            return
+        part, bucket = place
+        await self.connection.execute("SADD", self.tenants_key, part)
+        await self.connection.execute("SADD", self._buckets_key(part), bucket)
+        self._registered.add(place)
+
+    # -- the keys of layout 3 and older, read by the upgrades ------------------------------------
+    @property
+    def _old_index(self) -> str:
+        return f"{self.key_prefix}:__index__"
+
+    @property
+    def _old_expiry(self) -> str:
+        return f"{self.key_prefix}:__expiry__"
+
+    def _old_tenant_index(self, conversation_id: str) -> str:
+        tenant = _tenant_of(conversation_id)
+        return self._old_index if tenant is None else f"{self._old_index}:{escape_key_part(tenant)}"
+
+    def _old_keys(self, conversation_id: str) -> ConversationKeys:
+        base = f"{self.key_prefix}:{{{escape_key_part(conversation_id)}}}:"
+        return ConversationKeys(base + "m", base + "l", base + "x", base + "s", base + "i")
 
     async def setup(self) -> None:
         """Record the layout version, or check the recorded one; idempotent.
@@ -470,10 +556,12 @@ class RedisMessageStore:
             SchemaVersionError: The keys were written with a newer layout or record format.
         """
         self.connection.check_open()
-        found = await self.connection.run(_lua.SETUP, [self.layout_key], [LAYOUT_VERSION, FORMAT_VERSION])
+        found = await self.connection.run(
+            _lua.SETUP, [self.layout_key], [LAYOUT_VERSION, FORMAT_VERSION, BUCKETS]
+        )
         versions: list[int] = []
         for name, value, known in zip(
-            ("key layout", "record format"), found, (LAYOUT_VERSION, FORMAT_VERSION), strict=True
+            ("key layout", "record format"), found[:2], (LAYOUT_VERSION, FORMAT_VERSION), strict=True
         ):
             try:
                 version = int(value)
@@ -489,7 +577,23 @@ class RedisMessageStore:
             versions.append(version)
         if versions[0] < LAYOUT_VERSION:
             await self._upgrade(versions[0])
+        else:
+            self.buckets = self._bucket_count(found[2])
+            if found[3]:  # another store began moving layout 3's conversations: finish it
+                await self._move_conversations()
         self._checked = True
+
+    def _bucket_count(self, value: Any) -> int:
+        try:
+            count = int(value)
+        except (TypeError, ValueError):
+            count = 0
+        if count < 1:
+            shown = value.decode(errors="replace") if isinstance(value, bytes) else value
+            raise SchemaVersionError(
+                f"redis keys under {self.key_prefix!r} record {shown!r} buckets", backend=self.backend
+            )
+        return count
 
     async def _upgrade(self, layout: int) -> None:
         """Bring keys written with an older key layout to this one, one version at a time: each
@@ -497,8 +601,58 @@ class RedisMessageStore:
         simply run again by the next ``setup``)."""
         steps = {2: self._index_conversations, 3: self._index_tenants}
         for version in range(layout + 1, LAYOUT_VERSION + 1):
+            if version == 4:
+                await self._start_layout_4()
+                continue
             await steps[version]()
             await self.connection.run(_lua.UPGRADE, [self.layout_key], [version - 1, version])
+
+    async def _start_layout_4(self) -> None:
+        """Layout 3 → 4: record layout 4 first (layout-3 agentkeeps then refuse the prefix, their
+        appends too), then move every conversation into its bucket."""
+        layout, buckets = await self.connection.run(_lua.START_LAYOUT_4, [self.layout_key], [BUCKETS])
+        if layout != str(LAYOUT_VERSION).encode():  # a newer agentkeep won the race: say which
+            self._checked = False
+            await self.setup()
+            return
+        self.buckets = self._bucket_count(buckets)
+        await self._move_conversations()
+
+    async def _move_conversations(self) -> None:
+        """Move the conversations of layout 3 (the ids in its prefix-wide index and expiry set,
+        100 per script) to their buckets, registering each bucket before its conversations move;
+        then forget the layout-3 tenant indexes and record that the move is over. Any number of
+        stores may run this at once: a conversation moves once."""
+        while True:
+            names = cast(
+                list[bytes], await self.connection.execute("ZRANGE", self._old_index, 0, _REINDEX_BATCH - 1)
+            )
+            if not names:
+                names = await self.connection.execute("ZRANGE", self._old_expiry, 0, _REINDEX_BATCH - 1)
+            if not names:
+                break
+            if self.connection.cluster:  # layout 3 never stored a conversation on a cluster
+                raise StorageError(
+                    f"redis keys under {self.key_prefix!r}: conversations of key layout 3 can be moved "
+                    "to layout 4 on a single server only",
+                    backend=self.backend,
+                )
+            batch = [name.decode() for name in names]
+            keys = [self._old_index, self._old_expiry]
+            for conversation_id in batch:
+                await self._register(conversation_id)
+                keys += [
+                    *self._old_keys(conversation_id),
+                    *self.conversation_keys(conversation_id),
+                    *self.bucket_keys(conversation_id)[:2],
+                    self._old_tenant_index(conversation_id),
+                ]
+            await self.connection.run(_lua.MIGRATE, keys, batch, writes=True)
+        parts = cast(list[bytes], await self.connection.execute("SMEMBERS", self.tenants_key))
+        for part in parts:
+            if part:
+                await self.connection.execute("DEL", f"{self._old_index}:{part.decode()}")
+        await self.connection.execute("HDEL", self.layout_key, "migrating")
 
     async def _index_conversations(self) -> None:
         """Layout 1 → 2. Layout 1 had no listing index: every conversation's meta key is found with
@@ -510,9 +664,9 @@ class RedisMessageStore:
             names = [name for name in map(self._conversation_of_meta_key, keys) if name is not None]
             for start in range(0, len(names), _REINDEX_BATCH):
                 batch = names[start : start + _REINDEX_BATCH]
-                keys = [self.index_key, self.expiry_key]
+                keys = [self._old_index, self._old_expiry]
                 for conversation_id in batch:
-                    conversation = self.conversation_keys(conversation_id)
+                    conversation = self._old_keys(conversation_id)
                     keys += [conversation.meta, conversation.log]
                 await self.connection.run(_lua.REINDEX, keys, batch)
 
@@ -522,14 +676,14 @@ class RedisMessageStore:
         batch runs."""
         cursor: bytes | int = 0
         while True:
-            cursor, pairs = await self.connection.execute("ZSCAN", self.index_key, cursor, "COUNT", 1000)
+            cursor, pairs = await self.connection.execute("ZSCAN", self._old_index, cursor, "COUNT", 1000)
             names = [
                 member.decode() for member, _ in cast(list[tuple[bytes, float]], pairs)
             ]  # redis-py pairs them
             tenanted = [name for name in names if _tenant_of(name) is not None]
             for start in range(0, len(tenanted), _REINDEX_BATCH):
                 batch = tenanted[start : start + _REINDEX_BATCH]
-                keys = [self.index_key, *map(self._index_of, batch)]
+                keys = [self._old_index, *map(self._old_tenant_index, batch)]
                 await self.connection.run(_lua.INDEX_TENANTS, keys, batch)
             if int(cursor) == 0:
                 return
@@ -561,9 +715,10 @@ class RedisMessageStore:
         check = check_batch_ids(self.backend, conversation_id, messages)
         entries = _entries(conversation_id, messages, self.key_ring)  # refuse what cannot be stored
         await self._ready()
+        await self._register(conversation_id)
         reply = await self.connection.run(
             _lua.APPEND,
-            [*self._indexed_keys(conversation_id), self.layout_key],
+            self._indexed_keys(conversation_id),
             [
                 self.max_messages or 0,
                 _ms(self.ttl) if self.ttl is not None else 0,
@@ -699,7 +854,7 @@ class RedisMessageStore:
         await self._ready()
         reply = await self.connection.run(
             _lua.REWRITE,
-            [*self.conversation_keys(conversation_id), self.layout_key],
+            self._indexed_keys(conversation_id),
             [await self.connection.start_by(), LAYOUT_VERSION, FORMAT_VERSION, *args],
         )
         if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
@@ -752,52 +907,108 @@ class RedisMessageStore:
         if limit == 0:
             return []
         prefix = tenant_prefix(tenant)
-        index = self.index_key if tenant is None else self._index_of(prefix)
         bound: list[bytes | str | int] = []
         if position is not None:
             score = _score(position[0])
             # past 2^53 the score is shared by neighbouring times: read its whole group
             bound = [_score_arg(score), position[1], "at" if abs(score) < _EXACT_SCORE else "group"]
+        buckets = await self._listed_buckets(tenant)
+        first = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit)
+        chunk = min(first, max(2, 2 * -(-first // max(len(buckets), 1))))
+        cursors = [_Cursor(bucket, bound, chunk) for bucket in buckets]
         infos: list[ConversationInfo] = []
         seen: set[str] = set()
         while limit is None or len(infos) < limit:
             size = _LIST_BATCH if limit is None else min(_LIST_BATCH, limit - len(infos))
-            flat = cast(list[bytes], await self.connection.run(_lua.PAGE, [index], [size, *bound]))
-            if not flat:
+            picked = await self._merged(cursors, size)
+            if not picked:
                 break
-            bound = [flat[1], flat[0], "at"]  # on from the lowest member read
-            names = [member.decode() for member in reversed(flat[0::2])]
-            fresh = [name for name in names if name.startswith(prefix) and name not in seen]
-            seen.update(fresh)
-            for start in range(0, len(fresh), _LIST_BATCH):
-                for info in await self._listed(fresh[start : start + _LIST_BATCH]):
-                    # a conversation active again since the index was read belongs before `after`
-                    if position is None or listing_order(info) < position:
-                        infos.append(info)
-            if len(flat) < 2 * size:
-                break  # the index's last members
-        # conversations appended to while the index was read keep the order of what is returned
+            fresh: list[tuple[BucketKeys, str]] = []
+            for bucket, member in picked:
+                name = member.decode()
+                if name.startswith(prefix) and name not in seen:
+                    seen.add(name)
+                    fresh.append((bucket, name))
+            for info in await self._listed(fresh):
+                # a conversation active again since the index was read belongs before `after`
+                if position is None or listing_order(info) < position:
+                    infos.append(info)
+        # conversations appended to while the indexes were read keep the order of what is returned
         newest_first(infos)
         return infos if limit is None else infos[:limit]
 
-    async def _listed(self, names: list[str]) -> list[ConversationInfo]:
-        """What the ``LIST`` script reads of each conversation in ``names`` that still exists."""
-        keys = [self.index_key, self.expiry_key]
-        for conversation_id in names:
-            conversation = self.conversation_keys(conversation_id)
-            keys += [
-                conversation.meta,
-                conversation.log,
-                conversation.summaries,
-                self._index_of(conversation_id),
-            ]
-        replies = cast(list[Any], await self.connection.run(_lua.LIST, keys, names))
+    async def _listed_buckets(self, tenant: str | None) -> list[BucketKeys]:
+        """The registered buckets of ``tenant`` (``None``: of every registered tenant)."""
+        if tenant is not None:
+            parts = [_tenant_part(tenant)]
+        else:
+            members = cast(list[bytes], await self.connection.execute("SMEMBERS", self.tenants_key))
+            parts = sorted(member.decode() for member in members)
+        replies = await self.connection.execute_many(
+            [("SMEMBERS", self._buckets_key(part)) for part in parts]
+        )
+        return [
+            self._bucket(part, int(number))
+            for part, numbers in zip(parts, cast(list[list[bytes]], replies), strict=True)
+            for number in sorted(numbers)
+        ]
+
+    async def _merged(self, cursors: list[_Cursor], size: int) -> list[tuple[BucketKeys, bytes]]:
+        """The next ``size`` members of the buckets' indexes merged (greatest (score, member)
+        first), more where a score beyond 2^53 is shared: every member of that score, from every
+        bucket. Reads each bucket on from its position when it has none left, all such buckets in
+        one pipeline, each time twice as many (up to 200)."""
+        out: list[tuple[BucketKeys, bytes]] = []
+        while len(out) < size:
+            empty = [cursor for cursor in cursors if not cursor.buffer and not cursor.done]
+            if empty:
+                await self._refilled(empty)
+            live = [cursor for cursor in cursors if cursor.buffer]
+            if not live:
+                break
+            best = max(live, key=lambda cursor: cursor.buffer[0])
+            score, member = best.buffer.popleft()
+            out.append((best.bucket, member))
+            if abs(score) >= _EXACT_SCORE:  # each buffer holds such a score's group whole
+                for cursor in live:
+                    while cursor.buffer and cursor.buffer[0][0] == score:
+                        out.append((cursor.bucket, cursor.buffer.popleft()[1]))
+        return out
+
+    async def _refilled(self, cursors: list[_Cursor]) -> None:
+        replies = await self.connection.run_many(
+            [(_lua.PAGE, [cursor.bucket.listing], [cursor.chunk, *cursor.bound]) for cursor in cursors]
+        )
+        for cursor, reply in zip(cursors, replies, strict=True):
+            flat = cast(list[bytes], reply)
+            cursor.buffer.extend((float(flat[k + 1]), flat[k]) for k in range(len(flat) - 2, -1, -2))
+            if flat:
+                low: list[bytes | str | int] = [flat[1], flat[0], "at"]
+                cursor.bound = low  # on from the lowest member read
+            if len(flat) < 2 * cursor.chunk:
+                cursor.done = True  # the index's last members
+            cursor.chunk = min(_LIST_BATCH, cursor.chunk * 2)
+
+    async def _listed(self, picked: list[tuple[BucketKeys, str]]) -> list[ConversationInfo]:
+        """What the ``LIST`` script reads of each conversation in ``picked`` that still exists,
+        one script per bucket, all in one pipeline."""
+        groups: dict[BucketKeys, list[str]] = {}
+        for bucket, name in picked:
+            groups.setdefault(bucket, []).append(name)
+        calls: list[tuple[Any, list[str], list[str]]] = []
+        for bucket, names in groups.items():
+            keys = [bucket.listing, bucket.expiry]
+            for conversation_id in names:
+                conversation = self.conversation_keys(conversation_id)
+                keys += [conversation.meta, conversation.log, conversation.summaries]
+            calls.append((_lua.LIST, keys, names))
         infos: list[ConversationInfo] = []
-        for conversation_id, reply in zip(names, replies, strict=True):
-            if isinstance(reply, bytes):  # else expired or deleted since: no longer indexed
-                last_seq, count, seq, stamp = reply.split(b" ", 3)
-                updated_at = _stamp(conversation_id, int(seq), stamp)
-                infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
+        for names, replies in zip(groups.values(), await self.connection.run_many(calls), strict=True):
+            for conversation_id, reply in zip(names, cast(list[Any], replies), strict=True):
+                if isinstance(reply, bytes):  # else expired or deleted since: no longer indexed
+                    last_seq, count, seq, stamp = reply.split(b" ", 3)
+                    updated_at = _stamp(conversation_id, int(seq), stamp)
+                    infos.append(ConversationInfo(conversation_id, int(count), int(last_seq), updated_at))
         return infos
 
     async def aclose(self) -> None:

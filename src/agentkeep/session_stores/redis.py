@@ -27,6 +27,14 @@ them in place. Listing takes the agent and conversation id from the key, or from
 A session whose key holds a hashed part and that was last saved before those fields existed
 cannot be listed (so a rotation leaves it as it is) until its next save.
 
+**Redis Cluster.** With a ``redis.asyncio.RedisCluster`` client (or a ``redis+cluster://`` URL)
+the key carries the hash tag of the conversation's bucket, as the message store's keys do:
+``{key_prefix}:{<tenant>:<b>}:{agent}:{conversation}`` (see
+:func:`~agentkeep._db.redis.slot_tag`), so a conversation's session and history share a slot.
+On one server the key keeps its form without the tag (sessions saved before stay where they are;
+no session was ever stored on a cluster, whose clients agentkeep refused until then). Listing
+for key rotation scans every master and reads both forms.
+
 Connection handling, timeouts and error mapping are those of
 :class:`~agentkeep._db.redis.RedisConnection` (an unreachable server raises
 :class:`~agentkeep.errors.StorageUnavailableError` within ``timeout`` seconds).
@@ -38,9 +46,9 @@ import re
 from typing import TYPE_CHECKING, Any, Final, TypeGuard
 from urllib.parse import unquote
 
-from .._db.redis import RedisConnection, RedisScript, escape_key_part, glob_escape
+from .._db.redis import RedisClient, RedisConnection, RedisScript, escape_key_part, glob_escape, slot_tag
 from ..errors import SchemaVersionError, SessionFormatError
-from ..sessions import AgentSession
+from ..sessions import ISOLATION_SEPARATOR, AgentSession
 from .base import (
     AgentSessionStore,
     StoredPayload,
@@ -55,8 +63,6 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
     from ..agent import Agent
     from ..encryption import KeyRing
 
@@ -127,9 +133,11 @@ class RedisSessionStore(AgentSessionStore):
     """Sessions in Redis, keyed by (agent name, conversation id), with optimistic versions.
 
     Args:
-        redis_client: A redis-py asyncio client to use; the store never closes it. It must not
-            decode responses, and its own timeouts apply.
-        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``.
+        redis_client: A redis-py asyncio client to use (``redis.asyncio.Redis``, or
+            ``redis.asyncio.RedisCluster`` for Redis Cluster); the store never closes it. It must
+            not decode responses, and its own timeouts apply.
+        redis_url: Create (and own) a client for this URL instead, e.g. ``"redis://host:6379/0"``,
+            or a cluster's, ``"redis+cluster://host:7000,host:7001"``.
         key_prefix: Namespace of every key the store writes.
         ttl: Seconds after its last save at which a session expires (``None``: never).
         timeout: Connect and reply timeout in seconds for a client created from ``redis_url``.
@@ -151,7 +159,7 @@ class RedisSessionStore(AgentSessionStore):
 
     def __init__(
         self,
-        redis_client: aioredis.Redis | None = None,
+        redis_client: RedisClient | None = None,
         *,
         redis_url: str | None = None,
         key_prefix: str = DEFAULT_KEY_PREFIX,
@@ -164,6 +172,7 @@ class RedisSessionStore(AgentSessionStore):
         if ttl is not None and ttl <= 0:
             raise ValueError("ttl must be positive")
         self.connection = RedisConnection(redis_client, redis_url=redis_url, timeout=timeout)
+        self.connection.check_prefix(key_prefix)
         self.key_prefix = key_prefix
         self.ttl = ttl
         self.key_ring = key_ring
@@ -181,9 +190,18 @@ class RedisSessionStore(AgentSessionStore):
         """A store with its own client for ``url`` (closed by :meth:`aclose`)."""
         return cls(redis_url=url, key_prefix=key_prefix, ttl=ttl, timeout=timeout, key_ring=key_ring)
 
-    def session_key(self, agent: Agent, conversation_id: str) -> str:
-        """The Redis key of the session of ``agent`` stored under ``conversation_id``."""
-        return f"{self.key_prefix}:{escape_key_part(agent_key(agent))}:{escape_key_part(conversation_id)}"
+    def session_key(self, agent: Agent, conversation_id: str, *, tagged: bool | None = None) -> str:
+        """The Redis key of the session of ``agent`` stored under ``conversation_id``; ``tagged``
+        (default: with a cluster client) gives the key the hash tag of the conversation's bucket
+        (see the module docs)."""
+        return self._named(agent_key(agent), conversation_id, tagged=tagged)
+
+    def _named(self, agent: str, conversation_id: str, *, tagged: bool | None = None) -> str:
+        parts = f"{escape_key_part(agent)}:{escape_key_part(conversation_id)}"
+        if not (self.connection.cluster if tagged is None else tagged):
+            return f"{self.key_prefix}:{parts}"
+        tenant, separator, _ = conversation_id.partition(ISOLATION_SEPARATOR)
+        return f"{self.key_prefix}:{slot_tag(conversation_id, tenant if separator else None)}:{parts}"
 
     def _key(self, agent: Agent, conversation_id: str) -> str:
         check_conversation_id(conversation_id)
@@ -348,7 +366,7 @@ class RedisSessionStore(AgentSessionStore):
         hashed: set[tuple[str, str, str]] = set()
         async for batch in self.connection.scan(pattern, count=_SCAN_BATCH):
             for raw in batch:
-                parts = _key_parts(raw[len(start) :]) if raw.startswith(start) else None
+                parts = _key_parts(_untagged(raw[len(start) :])) if raw.startswith(start) else None
                 if parts is None:
                     continue
                 agent, conversation_id = _unescaped(parts[0]), _unescaped(parts[1])
@@ -403,7 +421,7 @@ class RedisSessionStore(AgentSessionStore):
             StorageUnavailableError: The server cannot be reached.
         """
         self.connection.check_open("session store")
-        key = f"{self.key_prefix}:{escape_key_part(stored.agent)}:{escape_key_part(stored.conversation_id)}"
+        key = self._named(stored.agent, stored.conversation_id)
         args = [
             str(stored.version),
             stored.payload,
@@ -425,6 +443,15 @@ class RedisSessionStore(AgentSessionStore):
 def _newer_layout(layout: bytes | None) -> TypeGuard[bytes]:
     """Whether a hash's ``f`` is of a layout this agentkeep does not read (missing: layout 1)."""
     return layout is not None and (not layout.isdigit() or int(layout) > SESSION_LAYOUT_VERSION)
+
+
+def _untagged(rest: bytes) -> bytes:
+    """A key (after the prefix and ``:``) without its bucket's hash tag, if it has one (escaped
+    parts never hold a brace)."""
+    if rest.startswith(b"{"):
+        end = rest.find(b"}:")
+        return rest[end + 2 :] if end > 0 else b""
+    return rest
 
 
 def _key_parts(rest: bytes) -> tuple[str, str] | None:
