@@ -1,8 +1,9 @@
 """Load at scale: several ``AgentHost`` processes over one store, conversations moving between them.
 
 Per target (``postgres``: the machine's PostgreSQL, direct; ``pgbouncer``: the same through a
-private PgBouncer in transaction pooling mode with ``?pooler=transaction``; ``redis``: a Redis
-URL given with ``--redis-url``, e.g. a cluster's), ``--processes`` server processes (default 4)
+private PgBouncer in transaction pooling mode with ``?pooler=transaction``; ``cluster``: a private
+Redis Cluster of 3 masters + 3 replicas on free loopback ports, ``redis+cluster://``; ``redis``: a
+Redis URL given with ``--redis-url``), ``--processes`` server processes (default 4)
 each run the host on the store under uvicorn with an instant fake model (answers "ok"), the
 history and the session store opened from the same URL (one pool per process, ``pool_size``
 connections, named by ``application_name``; PgBouncer's server connections by its database's
@@ -212,6 +213,18 @@ async def drop_schema(schema: str) -> None:
 def target_url(name: str, pool_size: int, redis_url: str | None) -> Iterator[tuple[str, str, bool]]:
     """The store URL of a target, the URL to check the store with afterwards, and whether its
     connections are PostgreSQL's."""
+    if name == "cluster":
+        from tests.private_redis_cluster import RedisClusterProcesses
+
+        with tempfile.TemporaryDirectory(prefix="akscale-cluster-") as folder:
+            cluster = RedisClusterProcesses(Path(folder))
+            try:
+                cluster.start()
+                url = f"{cluster.url}?key_prefix=akscale"
+                yield url, url, False
+            finally:
+                cluster.stop()
+        return
     if name == "redis":
         if redis_url is None:
             raise SystemExit("--targets redis needs --redis-url")
@@ -247,7 +260,9 @@ def target_url(name: str, pool_size: int, redis_url: str | None) -> Iterator[tup
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--targets", default="postgres,pgbouncer", help="postgres, pgbouncer, redis")
+    parser.add_argument(
+        "--targets", default="postgres,pgbouncer,cluster", help="postgres, pgbouncer, cluster, redis"
+    )
     parser.add_argument("--redis-url", help="the Redis store URL for the redis target")
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--clients", type=int, default=256)
