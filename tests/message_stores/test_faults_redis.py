@@ -13,11 +13,13 @@ import signal
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from agentkeep import Agent, CorruptRecordError, Message, OutcomeUnknownError, StorageUnavailableError
+from agentkeep._db.redis import RedisConnection
 from agentkeep.message_stores.redis import RedisMessageStore
 from agentkeep.session_stores.redis import RedisSessionStore
 from agentkeep.testing import ScriptedChatClient
@@ -238,3 +240,34 @@ async def test_a_lost_reply_says_the_outcome_is_unknown_and_a_retry_stores_once(
             assert len((await store.read("lost-reply", raw=True)).entries) == 4
         finally:
             await store.aclose()
+
+
+# -- a connection torn down under a command ------------------------------------------------------
+
+
+def _raised_in(filename: str) -> BaseException:
+    """An AttributeError raised by code that lives in ``filename`` (as redis-py's own would be)."""
+    namespace: dict[str, Any] = {}
+    exec(compile("def write(writer):\n    writer.writelines([b'x'])\n", filename, "exec"), namespace)
+    try:
+        namespace["write"](None)
+    except AttributeError as exc:
+        return exc
+    raise AssertionError("no error raised")
+
+
+@pytest.mark.parametrize("writes", [False, True])
+async def test_a_connection_closed_under_a_command_is_a_typed_error(writes: bool) -> None:
+    connection = RedisConnection(redis_url="redis://127.0.0.1:1/0")
+    try:
+        leaked = _raised_in("/venv/lib/python3.11/site-packages/redis/asyncio/connection.py")
+        expected = OutcomeUnknownError if writes else StorageUnavailableError
+        mapped = connection._mapped_errors(writes=writes)  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(expected, match="closed under the command"), mapped:
+            raise leaked
+        ours = _raised_in("/work/src/agentkeep/message_stores/redis.py")
+        mapped = connection._mapped_errors(writes=writes)  # pyright: ignore[reportPrivateUsage]
+        with pytest.raises(AttributeError), mapped:  # agentkeep's own bug stays a bug
+            raise ours
+    finally:
+        await connection.aclose()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import traceback
 import zlib
 from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import contextmanager
@@ -82,6 +83,16 @@ _UNAVAILABLE: Final = (
     ReadOnlyError,  # a master just demoted to replica
     RedisClusterException,  # SlotNotCoveredError and the like
 )
+
+
+def _lost_transport(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside redis-py's asyncio connection code (or the asyncio
+    transport under it): a connection torn down while a command used it, not agentkeep's code."""
+    files = [frame.filename.replace("\\", "/") for frame in traceback.extract_tb(exc.__traceback__)]
+    in_redis = [index for index, name in enumerate(files) if "/redis/asyncio/" in name]
+    return bool(in_redis) and all(
+        "/redis/asyncio/" in name or "/asyncio/" in name for name in files[in_redis[0] :]
+    )
 
 
 def _driver_info() -> dict[str, Any]:
@@ -422,6 +433,17 @@ class RedisConnection:
             # redis-py resends after a drop or, on a cluster, after a failed node, so the last
             # error may be a failed reconnect or a CLUSTERDOWN that followed a lost reply).
             raise self.unavailable(exc, outcome_unknown=writes) from exc
+        except (AttributeError, TypeError) as exc:
+            if not _lost_transport(exc):
+                raise
+            # redis-py lets the transport's own error out when a connection is closed under a
+            # command (redis/redis-py#4287; a cluster client closes every connection after one
+            # node's timeout): the connection is gone, and a write's outcome is unknown
+            self._stale_slots = self.cluster
+            raise self.unavailable(
+                RedisConnectionError(f"the connection was closed under the command ({exc})"),
+                outcome_unknown=writes,
+            ) from exc
         except RedisError as exc:
             text = str(exc)
             if text.startswith(_CORRUPT_META):  # a script found a conversation's counters damaged
