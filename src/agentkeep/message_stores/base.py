@@ -51,9 +51,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
-from ..errors import ListingCursorError, MessageIdConflictError
+from ..errors import CorruptRecordError, ListingCursorError, MessageIdConflictError
 from ..messages import Message
 from ..sessions import ISOLATION_SEPARATOR, check_isolation_key
+from .codec import DECODE_ERRORS, decode_time
 
 __all__ = [
     "DEDUP_WINDOW",
@@ -85,6 +86,7 @@ __all__ = [
     "newest_first",
     "read_listing_cursor",
     "setup_store",
+    "stored_conversation",
     "summary_id_conflict",
     "tenant_prefix",
 ]
@@ -309,6 +311,23 @@ def tenant_prefix(tenant: str | None) -> str:
     :attr:`agentkeep.sessions.AgentSession.storage_key`); a tenant never contains the separator.
     """
     return "" if tenant is None else f"{tenant}{ISOLATION_SEPARATOR}"
+
+
+def stored_conversation(
+    conversation_id: str, message_count: int, last_seq: int, activity: int, *, backend: str
+) -> ConversationInfo:
+    """A listing row as a backend stores it: ``activity`` is :data:`NO_ACTIVITY` or microseconds.
+
+    Raises:
+        CorruptRecordError: ``activity`` is no time.
+    """
+    try:
+        when = None if activity == NO_ACTIVITY else decode_time(activity)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecordError(
+            f"bad activity time: {exc}", backend=backend, conversation_id=conversation_id, seq=last_seq
+        ) from exc
+    return ConversationInfo(conversation_id, message_count, last_seq, when)
 
 
 def conversation_tenant(conversation_id: str) -> str | None:

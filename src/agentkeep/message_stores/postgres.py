@@ -94,7 +94,6 @@ from ..providers.storage import StorageHistoryProvider
 from ..turn_writes import HeldAppend
 from .base import (
     DEDUP_WINDOW,
-    NO_ACTIVITY,
     ConversationInfo,
     HistoryView,
     StoredMessage,
@@ -106,6 +105,7 @@ from .base import (
     check_summary_ids,
     id_conflict,
     read_listing_cursor,
+    stored_conversation,
     summary_id_conflict,
 )
 from .codec import (
@@ -113,7 +113,6 @@ from .codec import (
     RecordKey,
     decode_id,
     decode_message,
-    decode_time,
     encode_id,
     encode_records,
     record_error,
@@ -588,19 +587,7 @@ class PostgresMessageStore:
             return []
         query = "list" + ("_tenant" if tenant is not None else "") + ("_after" if after is not None else "")
         rows = await self.database.fetch_rows(self._q[query], params, retry=True)
-        infos: list[ConversationInfo] = []
-        for conversation_id, message_count, last_seq, activity in rows:
-            try:
-                when = None if activity == NO_ACTIVITY else decode_time(activity)
-            except DECODE_ERRORS as exc:
-                raise CorruptRecordError(
-                    f"bad activity time: {exc}",
-                    backend=BACKEND,
-                    conversation_id=conversation_id,
-                    seq=last_seq,
-                ) from exc
-            infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
-        return infos
+        return [stored_conversation(*row, backend=BACKEND) for row in rows]
 
     # -- deletion and retention -----------------------------------------------------------------
     async def delete(self, conversation_id: str) -> bool:

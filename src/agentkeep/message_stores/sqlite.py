@@ -88,7 +88,6 @@ from ..providers.storage import StorageHistoryProvider
 from ..turn_writes import HeldAppend
 from .base import (
     DEDUP_WINDOW,
-    NO_ACTIVITY,
     ConversationInfo,
     HistoryView,
     StoredMessage,
@@ -100,6 +99,7 @@ from .base import (
     check_summary_ids,
     find_retry,
     read_listing_cursor,
+    stored_conversation,
     summary_id_conflict,
 )
 from .codec import (
@@ -107,7 +107,6 @@ from .codec import (
     RecordKey,
     decode_id,
     decode_message,
-    decode_time,
     encode_id,
     encode_records,
     record_error,
@@ -659,16 +658,7 @@ def _list_conversations(
         params["activity"], params["id"] = after
     with read_transaction(db):
         rows = db.execute(query, params).fetchall()
-    infos: list[ConversationInfo] = []
-    for conversation_id, message_count, last_seq, activity in rows:
-        try:
-            when = None if activity == NO_ACTIVITY else decode_time(activity)
-        except DECODE_ERRORS as exc:
-            raise CorruptRecordError(
-                f"bad activity time: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=last_seq
-            ) from exc
-        infos.append(ConversationInfo(conversation_id, message_count, last_seq, when))
-    return infos
+    return [stored_conversation(*row, backend=BACKEND) for row in rows]
 
 
 _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
