@@ -1,5 +1,6 @@
 """A turn stored in one step (``agentkeep.turn_writes``): the run's history append held and written
-with the session's save, in one transaction on SQLite and PostgreSQL, so a turn whose save fails
+with the session's save, in one transaction on SQLite and PostgreSQL (one script on Redis and a
+Redis Cluster), so a turn whose save fails
 stores none of its messages; a read during the run sees what is held; stores of two databases
 append as before."""
 
@@ -17,14 +18,18 @@ from agentkeep.host import TurnConflictError
 from agentkeep.host._turns import SessionTurn
 from agentkeep.message_stores import MessageStore
 from agentkeep.message_stores.postgres import PostgresMessageStore
+from agentkeep.message_stores.redis import RedisMessageStore
 from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from agentkeep.providers import StorageHistoryProvider
 from agentkeep.session_stores import AgentSessionStore, session_version
 from agentkeep.session_stores.postgres import PostgresSessionStore
+from agentkeep.session_stores.redis import RedisSessionStore
 from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
 from agentkeep.turn_writes import held_appends
 from tests.message_stores.backend_postgres import URL, drop_schema, new_schema
+from tests.message_stores.backend_redis import REDIS_URL, delete_prefix, unique_prefix
+from tests.private_redis_cluster import shared_redis_cluster
 
 Stores = tuple[MessageStore, AgentSessionStore]
 Opener = Callable[[Path], AbstractAsyncContextManager[Stores]]
@@ -54,9 +59,35 @@ async def postgres_stores(folder: Path) -> AsyncIterator[Stores]:
         await drop_schema(schema)
 
 
+@asynccontextmanager
+async def redis_stores_at(url: str) -> AsyncIterator[Stores]:
+    prefix = unique_prefix("turns")
+    messages = RedisMessageStore.from_url(url, key_prefix=prefix)
+    sessions = RedisSessionStore.from_url(url, key_prefix=f"{prefix}-sessions")
+    try:
+        yield messages, sessions
+    finally:
+        await messages.aclose()
+        await sessions.aclose()
+        await delete_prefix(prefix, url)
+        await delete_prefix(f"{prefix}-sessions", url)
+
+
+def redis_stores(folder: Path) -> AbstractAsyncContextManager[Stores]:
+    del folder
+    return redis_stores_at(REDIS_URL)
+
+
+def cluster_stores(folder: Path) -> AbstractAsyncContextManager[Stores]:
+    del folder
+    return redis_stores_at(shared_redis_cluster().url)
+
+
 BACKENDS = [
     pytest.param(sqlite_stores, id="sqlite"),
     pytest.param(postgres_stores, id="postgres", marks=pytest.mark.postgres),
+    pytest.param(redis_stores, id="redis", marks=pytest.mark.redis),
+    pytest.param(cluster_stores, id="redis-cluster", marks=pytest.mark.redis),
 ]
 
 

@@ -17,9 +17,11 @@ database, or one that something in the same run reads back before the save (a co
 ``"after_run"`` phase reading the stored history: :meth:`TurnWrites.flush` appends what is held
 for that conversation first, so every read sees every write).
 
-The shape is backend-neutral; each SQL session store knows its own message store's prepared
-appends (SQLite: one ``BEGIN IMMEDIATE`` transaction on the file; PostgreSQL: one transaction on
-the schema). Other session stores have no such method and the host saves as before.
+The shape is backend-neutral; each session store knows its own backend's message store and its
+prepared appends (SQLite: one ``BEGIN IMMEDIATE`` transaction on the file; PostgreSQL: one
+transaction on the database; Redis: one script, on a cluster for the session's own conversation,
+whose keys share its slot). Other session stores have no such method and the host saves as
+before.
 """
 
 from __future__ import annotations

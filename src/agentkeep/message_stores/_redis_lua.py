@@ -26,6 +26,7 @@ __all__ = [
     "SETUP",
     "START_LAYOUT_4",
     "UPGRADE",
+    "append_with",
 ]
 
 
@@ -248,10 +249,7 @@ end
 return moved
 """)
 
-APPEND = RedisScript(
-    _PRELUDE
-    + _INDEX
-    + """
+_APPEND_BODY = """
 local meta, log, excl, sums, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local index, expiry, marker = KEYS[6], KEYS[7], KEYS[8]
 -- ARGV: max_messages (0: none), ttl in ms (0: none), '1' to look for the batch's ids among the
@@ -341,7 +339,41 @@ elseif not state[1] then
 end
 return first
 """
-)
+
+APPEND = RedisScript(_PRELUDE + _INDEX + _APPEND_BODY)
+
+
+def append_with(before: str, after: str, *, caller_args: int) -> RedisScript:
+    """The append with a caller's Lua around it, in one script (one step). The caller's part has
+    the last KEYS entry (``SKEY``) and the first ``caller_args`` ARGV entries (``SARGV``); the
+    append has the rest, as :data:`APPEND` takes them. ``before`` runs first and may ``return``
+    (nothing is written then); ``after`` runs once the append wrote its batch (``first``: its
+    first seq). Returns ``{'ok', first}``, ``{'append', reply}`` when the append wrote nothing
+    (its reply as :data:`APPEND` gives it), or what ``before`` returned."""
+    head = f"""
+local SKEY = KEYS[#KEYS]
+local SARGV = {{unpack(ARGV, 1, {caller_args})}}
+"""
+    call = f"""
+local akeys, aargv = {{}}, {{}}
+for i = 1, #KEYS - 1 do akeys[i] = KEYS[i] end
+for i = {caller_args} + 1, #ARGV do aargv[#aargv + 1] = ARGV[i] end
+local first = append(akeys, aargv)
+if type(first) == 'table' or first <= 0 then return {{'append', first}} end
+"""
+    return RedisScript(
+        _PRELUDE
+        + _INDEX
+        + "local function append(KEYS, ARGV)\n"
+        + _APPEND_BODY
+        + "end\n"
+        + head
+        + before
+        + call
+        + after
+        + "return {'ok', first}\n"
+    )
+
 
 READ = RedisScript(
     _PRELUDE

@@ -146,13 +146,22 @@ from urllib.parse import unquote
 
 import msgspec
 
-from .._db.redis import BUCKETS, RedisClient, RedisConnection, bucket_of, escape_key_part, glob_escape
+from .._db.redis import (
+    BUCKETS,
+    RedisClient,
+    RedisConnection,
+    RedisScript,
+    bucket_of,
+    escape_key_part,
+    glob_escape,
+)
 from ..encryption import KeyMismatch
 from ..errors import CorruptRecordError, MessageFormatError, SchemaVersionError, StorageError
 from ..messages import Message
 from ..providers.history import HistoryOptions
 from ..providers.storage import StorageHistoryProvider
 from ..sessions import ISOLATION_SEPARATOR
+from ..turn_writes import HeldAppend
 from . import _redis_lua as _lua
 from .base import (
     ConversationInfo,
@@ -712,25 +721,40 @@ class RedisMessageStore:
         self.connection.check_open()
         if not messages:
             return []
+        return await self._write_held(self.hold_append(conversation_id, messages))
+
+    def hold_append(self, conversation_id: str, messages: Sequence[Message]) -> HeldAppend:
+        """The append of ``messages`` checked and encoded (ids and times given: what cannot be
+        stored is refused here) but not written: :meth:`append` writes it at once, and the
+        session store on the same server with the session's save, in one script
+        (:mod:`agentkeep.turn_writes`)."""
+        self.connection.check_open()
         check = check_batch_ids(self.backend, conversation_id, messages)
-        entries = _entries(conversation_id, messages, self.key_ring)  # refuse what cannot be stored
-        await self._ready()
-        await self._register(conversation_id)
-        reply = await self.connection.run(
-            _lua.APPEND,
-            self._indexed_keys(conversation_id),
-            [
-                self.max_messages or 0,
-                _ms(self.ttl) if self.ttl is not None else 0,
-                1 if check else 2,  # 2: new ids, only redis-py's resend after a drop can repeat them
-                conversation_id,
-                await self.connection.start_by(),
-                LAYOUT_VERSION,
-                FORMAT_VERSION,
-                *entries,
-            ],
-            writes=True,
+        entries = _entries(conversation_id, messages, self.key_ring)
+        held = HeldAppend(
+            self, conversation_id, messages, (check, entries), write=lambda: self._write_held(held)
         )
+        return held
+
+    async def _append_call(self, held: HeldAppend) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of the ``APPEND`` script for ``held`` (registered, deadline set)."""
+        check, entries = cast("tuple[bool, list[bytes]]", held.prepared)
+        await self._ready()
+        await self._register(held.conversation_id)
+        arguments: list[Any] = [
+            self.max_messages or 0,
+            _ms(self.ttl) if self.ttl is not None else 0,
+            1 if check else 2,  # 2: new ids, only redis-py's resend after a drop can repeat them
+            held.conversation_id,
+            await self.connection.start_by(),
+            LAYOUT_VERSION,
+            FORMAT_VERSION,
+            *entries,
+        ]
+        return self._indexed_keys(held.conversation_id), arguments
+
+    async def _appended(self, held: HeldAppend, reply: Any) -> list[int]:
+        """The seqs of ``held`` from the ``APPEND`` script's ``reply``, or the error it means."""
         if isinstance(reply, list):  # upgraded by a newer agentkeep since this store checked
             self._checked = False
             await self.setup()  # raises SchemaVersionError naming the versions
@@ -741,8 +765,48 @@ class RedisMessageStore:
                 TimeoutError("the server ran the append too late; nothing was stored")
             )
         if first < 0:
-            raise id_conflict(self.backend, conversation_id, messages[-first - 1].message_id or "")
-        return list(range(first, first + len(messages)))
+            raise id_conflict(self.backend, held.conversation_id, held.messages[-first - 1].message_id or "")
+        return list(range(first, first + len(held.messages)))
+
+    async def _write_held(self, held: HeldAppend) -> list[int]:
+        keys, arguments = await self._append_call(held)
+        return await self._appended(
+            held, await self.connection.run(_lua.APPEND, keys, arguments, writes=True)
+        )
+
+    @staticmethod
+    def script_with_append(before: str, after: str, *, caller_args: int) -> RedisScript:
+        """The append script with a caller's Lua around it, for :meth:`append_with_session`: the
+        caller's part sees ``SKEY`` (its key) and ``SARGV`` (its ``caller_args`` arguments);
+        ``before`` may ``return`` before anything is written, ``after`` runs once the batch is."""
+        return _lua.append_with(before, after, caller_args=caller_args)
+
+    async def append_with_session(
+        self, held: HeldAppend, script: RedisScript, session_key: str, session_args: Sequence[Any]
+    ) -> tuple[bytes, Any]:
+        """Write ``held`` in one script with a session store's save (``script`` from
+        :meth:`script_with_append`, run on ``session_key`` and ``session_args``). Returns the
+        script's outcome for the session (``b'ok'`` and the seqs, or what the session's part
+        returned before anything was written).
+
+        Raises:
+            MessageIdConflictError, StorageUnavailableError, SchemaVersionError: As :meth:`append`
+                (nothing is written).
+        """
+        keys, arguments = await self._append_call(held)
+        found = await self.connection.run(
+            script, [*keys, session_key], [*session_args, *arguments], writes=True
+        )
+        if isinstance(found, bytes):  # the session's part returned before anything was written
+            return found, None
+        reply = cast("list[Any]", found)
+        outcome = bytes(reply[0])
+        if outcome == b"append":
+            await self._appended(held, reply[1])  # raises what the append's refusal means
+            raise AssertionError("an append that wrote nothing reported seqs")  # pragma: no cover
+        if outcome == b"ok":
+            return outcome, await self._appended(held, reply[1])
+        return outcome, reply[1] if len(reply) > 1 else None
 
     async def read(
         self,

@@ -43,11 +43,12 @@ Connection handling, timeouts and error mapping are those of
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Final, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, TypeGuard, cast
 from urllib.parse import unquote
 
 from .._db.redis import RedisClient, RedisConnection, RedisScript, escape_key_part, glob_escape, slot_tag
 from ..errors import SchemaVersionError, SessionFormatError
+from ..message_stores.redis import RedisMessageStore
 from ..sessions import ISOLATION_SEPARATOR, AgentSession
 from .base import (
     AgentSessionStore,
@@ -63,8 +64,11 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..agent import Agent
     from ..encryption import KeyRing
+    from ..turn_writes import HeldAppend
 
 __all__ = ["DEFAULT_KEY_PREFIX", "SESSION_LAYOUT_VERSION", "RedisSessionStore"]
 
@@ -82,15 +86,20 @@ SESSION_LAYOUT_VERSION: Final = 1
 # ARGV: the version the session was read at ('' for none), the new version, the payload, the ttl
 # in ms (0: none), this layout, the agent, the conversation id. Returns 'ok', 'newer:<layout>' or
 # the stored version.
-_SAVE = RedisScript("""
-local stored = redis.call('HMGET', KEYS[1], 'v', 'f')
+_SAVE_CHECK: Final = """
+local stored = redis.call('HMGET', SKEY, 'v', 'f')
 local layout = tonumber(stored[2] or '1')
-if layout == nil or layout > tonumber(ARGV[5]) then return 'newer:' .. tostring(stored[2]) end
-if (stored[1] or '') ~= ARGV[1] then return stored[1] or '' end
-redis.call('HSET', KEYS[1], 'v', ARGV[2], 'p', ARGV[3], 'f', ARGV[5], 'a', ARGV[6], 'c', ARGV[7])
-if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
-return 'ok'
-""")
+if layout == nil or layout > tonumber(SARGV[5]) then return 'newer:' .. tostring(stored[2]) end
+if (stored[1] or '') ~= SARGV[1] then return stored[1] or '' end
+"""
+_SAVE_WRITE: Final = """
+redis.call('HSET', SKEY, 'v', SARGV[2], 'p', SARGV[3], 'f', SARGV[5], 'a', SARGV[6], 'c', SARGV[7])
+if tonumber(SARGV[4]) > 0 then redis.call('PEXPIRE', SKEY, SARGV[4]) end
+"""
+_SAVE = RedisScript("local SKEY, SARGV = KEYS[1], ARGV\n" + _SAVE_CHECK + _SAVE_WRITE + "return 'ok'\n")
+_SAVE_ARGS: Final = 7
+_SAVE_WITH_APPEND = RedisMessageStore.script_with_append(_SAVE_CHECK, _SAVE_WRITE, caller_args=_SAVE_ARGS)
+"""The save and a held history append in one script (:mod:`agentkeep.turn_writes`)."""
 
 # KEYS: session hashes; ARGV: fields. Returns, for each hash, false if it is no hash, else the
 # values of those fields (each false when missing).
@@ -217,6 +226,29 @@ class RedisSessionStore(AgentSessionStore):
             SessionFormatError: A state value cannot be serialized.
             StorageUnavailableError: The server cannot be reached.
         """
+        await self.save_session_with_appends(agent, conversation_id, session, ())
+
+    # -- a turn in one step (agentkeep.turn_writes.SupportsTurnCommit) ---------------------------
+    def shares_database(self, store: object) -> bool:
+        """Whether ``store`` is a :class:`~agentkeep.message_stores.redis.RedisMessageStore` on
+        this store's server: its held append then goes into the save's script (on a cluster, the
+        append to the session's own conversation: their keys share a slot)."""
+        return isinstance(store, RedisMessageStore) and store.connection.address == self.connection.address
+
+    async def save_session_with_appends(
+        self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
+    ) -> None:
+        """Save ``session`` and write a held append in one script: both or neither. The append to
+        the session's own conversation joins (any one on a single server); other appends are
+        written first, each in its own step.
+
+        Raises:
+            ConflictError: The stored version is not the one ``session`` was read at (nothing of
+                the joined append is written either).
+            SessionFormatError: A state value cannot be serialized (nothing is written).
+            MessageIdConflictError: The joined append reuses a stored message's id (nothing is written).
+            StorageUnavailableError: The server cannot be reached.
+        """
         key = self._key(agent, conversation_id)
         name = agent_key(agent)
         # The version the payload is bound to (encode_session) is the one the script writes.
@@ -224,19 +256,27 @@ class RedisSessionStore(AgentSessionStore):
         expected = session_version(session)
         version = next_version(session)
         ttl = max(1, round(self.ttl * 1000)) if self.ttl is not None else 0
-        reply = await self.connection.run(
-            _SAVE,
-            [key],
-            [
-                "" if expected is None else str(expected),
-                str(version),
-                payload,
-                ttl,
-                SESSION_LAYOUT_VERSION,
-                name,  # a and c: the ids as they are, for listing (stored_payloads)
-                conversation_id,
-            ],
-        )
+        arguments: list[Any] = [
+            "" if expected is None else str(expected),
+            str(version),
+            payload,
+            ttl,
+            SESSION_LAYOUT_VERSION,
+            name,  # a and c: the ids as they are, for listing (stored_payloads)
+            conversation_id,
+        ]
+        joined: HeldAppend | None = None
+        for held in appends:
+            same_slot = not self.connection.cluster or held.conversation_id == conversation_id
+            if joined is None and self.shares_database(held.store) and same_slot:
+                joined = held
+            else:
+                await held.write()  # cannot join the script: its own step, first
+        if joined is None:
+            reply = await self.connection.run(_SAVE, [key], arguments)
+        else:
+            store = cast("RedisMessageStore", joined.store)
+            reply, _ = await store.append_with_session(joined, _SAVE_WITH_APPEND, key, arguments)
         if reply.startswith(b"newer:"):
             raise self._newer(agent, conversation_id, reply[6:])
         if reply != b"ok":
