@@ -156,6 +156,30 @@ class RedisClusterProcesses:
                 return [port for port in found if port in self.running()]
         return []
 
+    def wait_until_replicated(self, port: int, *, seconds: float = _START_SECONDS) -> None:
+        """Wait until every replica of the master on ``port`` holds all it was sent so far (its
+        offset reached the master's): Redis replicates asynchronously, so only then does a
+        failover keep every write the master acknowledged."""
+        target: int | None = None
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            fields = dict(
+                line.split(":", 1) for line in _ask(port, "INFO", "replication").splitlines() if ":" in line
+            )
+            if target is None and "master_repl_offset" in fields:
+                target = int(fields["master_repl_offset"].strip())
+            offsets = [
+                int(part.split("=", 1)[1])
+                for name, value in fields.items()
+                if name.startswith("slave") and name[5:].isdigit()
+                for part in value.strip().split(",")
+                if part.startswith("offset=")
+            ]
+            if target is not None and offsets and min(offsets) >= target:
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"the replicas of {port} did not catch up within {seconds:g} s")
+
     def kill(self, port: int) -> None:
         """``kill -9`` one node."""
         process = self.processes[port]

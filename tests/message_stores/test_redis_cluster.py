@@ -84,6 +84,10 @@ async def test_a_master_failing_over_loses_no_acknowledged_append(cluster: Redis
         async with asyncio.timeout(120):  # hang guard: the whole stream and the failover
             tasks = [asyncio.create_task(writer(name)) for name in names]
             await two_turns_everywhere.wait()
+            # Redis replicates asynchronously: a write acknowledged an instant before its master
+            # stops may not be on the replica yet (docs/storage.md). What must hold is that what
+            # reached the replica survives the failover, so the master stops once it has.
+            await asyncio.to_thread(cluster.wait_until_replicated, victim)
             stopped_at = time.monotonic()
             cluster.processes[victim].send_signal(signal.SIGSTOP)
             stopped.set()
