@@ -45,7 +45,7 @@ from ..session_stores import (
     set_session_version,
 )
 from ..sessions import AgentSession
-from ..turn_writes import HeldAppend, SupportsTurnCommit, held_appends, hold_appends
+from ..turn_writes import TurnWrites, held_appends, hold_appends
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -195,22 +195,23 @@ class SessionTurn:
         """
         session, base = self.session, self.base
         writes = held_appends(session)
-        held = [] if writes is None else writes.held
         try:
             ours = _state_json(session)
             if session_version(session) is not None and ours == base:
                 if writes is not None:
                     await writes.flush_all()  # no session change: the appends alone, each atomic
                 return
-            await self._save(session, base, ours, held)
+            await self._save(session, base, ours, writes)
         finally:
             if writes is not None:
                 writes.held = []  # written, or dropped with the turn that failed
 
     async def _save(
-        self, session: AgentSession, base: dict[str, bytes], ours: dict[str, bytes], held: list[HeldAppend]
+        self, session: AgentSession, base: dict[str, bytes], ours: dict[str, bytes], writes: TurnWrites | None
     ) -> None:
-        """Save ``session`` (with the ``held`` appends, in one step), merging over other writers."""
+        """Save ``session`` (with the appends ``writes`` holds, in one step), merging over other
+        writers."""
+        held = [] if writes is None else writes.held
         for _ in range(self.attempts):
             try:
                 with telemetry.span(
@@ -220,8 +221,8 @@ class SessionTurn:
                         "agentkeep.messages": sum(len(h.messages) for h in held),
                     },
                 ):
-                    if held and isinstance(self.store, SupportsTurnCommit):
-                        await self.store.save_session_with_appends(
+                    if writes is not None and held:  # its session store is this turn's
+                        await writes.session_store.save_session_with_appends(
                             self.agent, self.conversation_id, session, held
                         )
                     else:

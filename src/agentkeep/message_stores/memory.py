@@ -68,20 +68,17 @@ class _ActivityIndex:
         self.everything: list[tuple[int, str]] = []
         self.tenants: dict[str, list[tuple[int, str]]] = {}
 
-    def _lists(self, conversation_id: str) -> list[list[tuple[int, str]]]:
-        tenant = conversation_tenant(conversation_id)
-        if tenant is None:
-            return [self.everything]
-        return [self.everything, self.tenants.setdefault(tenant, [])]
-
     def move(self, conversation_id: str, old: int | None, new: int | None) -> None:
-        for keys in self._lists(conversation_id):
+        tenant = conversation_tenant(conversation_id)
+        lists = (
+            [self.everything] if tenant is None else [self.everything, self.tenants.setdefault(tenant, [])]
+        )
+        for keys in lists:
             if old is not None:
                 del keys[bisect_left(keys, (old, conversation_id))]
             if new is not None:
                 insort(keys, (new, conversation_id))
-        tenant = conversation_tenant(conversation_id)
-        if new is None and tenant is not None and not self.tenants[tenant]:
+        if tenant is not None and not self.tenants[tenant]:
             del self.tenants[tenant]
 
     def before(

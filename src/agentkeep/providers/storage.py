@@ -234,14 +234,12 @@ class StorageHistoryProvider(HistoryProvider):
         ):
             await self.store.append(conversation_id, messages)
 
-    async def _flush_held(
-        self, session: AgentSession | None, conversation_id: str, *, touching: set[str] | None = None
-    ) -> None:
-        """Append what this run held for the session's save before the conversation is read, or
-        (``touching``) before messages of those ids are changed (see :mod:`agentkeep.turn_writes`)."""
+    async def _flush_held(self, session: AgentSession | None, conversation_id: str) -> None:
+        """Append what this run held for the session's save before the conversation is read (see
+        :mod:`agentkeep.turn_writes`)."""
         writes = held_appends(session)
         if writes is not None:
-            await writes.flush(self.store, conversation_id, touching=touching)
+            await writes.flush(self.store, conversation_id)
 
     async def record_compaction(
         self,
@@ -259,8 +257,10 @@ class StorageHistoryProvider(HistoryProvider):
         load reads the view afresh.
         """
         conversation_id = self._state(session).conversation_id
-        named = {*excluded, *(replaced for _, replaces in summaries for replaced in replaces)}
-        await self._flush_held(session, conversation_id, touching=named)
+        writes = held_appends(session)
+        if writes is not None and writes.held:  # what it changes must be stored first
+            named = {*excluded, *(replaced for _, replaces in summaries for replaced in replaces)}
+            await writes.flush(self.store, conversation_id, touching=named)
         epoch = await self.store.record_compaction(
             conversation_id,
             excluded=excluded,

@@ -162,18 +162,7 @@ class PostgresSessionStore(AgentSessionStore):
             ConflictError: The stored version is not the one ``session`` was read at.
             SessionFormatError: A state value cannot be serialized.
         """
-        self.database.check_open()
-        check_conversation_id(conversation_id)
-        key = agent_key(agent)
-        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
-        expected = session_version(session)
-        if expected is None:
-            query, params = self._insert, (key, conversation_id, payload)
-        else:
-            query, params = self._update, (payload, key, conversation_id, expected)
-        if not await self.database.fetch_rows(query, params):
-            raise conflict_error(self.backend, key, conversation_id, expected=expected)
-        set_session_version(session, 1 if expected is None else expected + 1)
+        await self.save_session_with_appends(agent, conversation_id, session, ())
 
     # -- a turn in one step (agentkeep.turn_writes.SupportsTurnCommit) ---------------------------
     def shares_database(self, store: object) -> bool:
@@ -222,7 +211,12 @@ class PostgresSessionStore(AgentSessionStore):
                 return False
             return True
 
-        if not await self.database.run(operation, writes=True):
+        saved = (
+            await self.database.run(operation, writes=True)
+            if writers
+            else await self.database.fetch_rows(query, params)
+        )
+        if not saved:
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
         set_session_version(session, 1 if expected is None else expected + 1)
 

@@ -120,14 +120,7 @@ class SQLiteSessionStore(AgentSessionStore):
             ConflictError: The stored version is not the one ``session`` was read at.
             SessionFormatError: A state value cannot be serialized.
         """
-        self.database.check_open()
-        check_conversation_id(conversation_id)
-        key = agent_key(agent)
-        payload = encode_session(agent, session, conversation_id=conversation_id, key_ring=self.key_ring)
-        expected = session_version(session)
-        if not await self.database.run(partial(_save, key, conversation_id, expected, payload), quick=True):
-            raise conflict_error(self.backend, key, conversation_id, expected=expected)
-        set_session_version(session, 1 if expected is None else expected + 1)
+        await self.save_session_with_appends(agent, conversation_id, session, ())
 
     # -- a turn in one step (agentkeep.turn_writes.SupportsTurnCommit) ---------------------------
     def shares_database(self, store: object) -> bool:
@@ -157,6 +150,8 @@ class SQLiteSessionStore(AgentSessionStore):
         writers = [(cast("SQLiteMessageStore", held.store), held) for held in appends]
 
         def job(db: sqlite3.Connection) -> bool:
+            if not writers:  # one statement: a transaction of its own
+                return _save(key, conversation_id, expected, payload, db)
             try:
                 with write_transaction(db):
                     for store, held in writers:
