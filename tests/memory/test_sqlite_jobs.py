@@ -40,6 +40,8 @@ async def test_an_add_cancelled_while_it_waits_for_the_lock_never_commits(tmp_pa
         await asyncio.sleep(0)  # both are handed to the worker
         pending.cancel()
         queued.cancel()
+        for _ in range(5):  # the tasks see their cancellation (and tell their jobs) first: a job
+            await asyncio.sleep(0)  # that commits before its caller's cancellation lands may return
         await asyncio.to_thread(holder.execute, "ROLLBACK")
         async with asyncio.timeout(30):
             for task in (pending, queued):
