@@ -441,7 +441,11 @@ async def run_turn(
 
 
 def _client(connections: int) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    # idle connections are dropped well before the server's keep-alive timeout (uvicorn's 5 s):
+    # a request sent on one the server is closing at that moment fails with a ReadError
+    limits = httpx.Limits(
+        max_connections=connections, max_keepalive_connections=connections, keepalive_expiry=2.0
+    )
     return httpx.AsyncClient(timeout=120, limits=limits)
 
 

@@ -1,7 +1,8 @@
 """The Redis message store on a Redis Cluster of the test's own: a master stops (``SIGSTOP``)
 during a bounded stream of appends to many conversations, its replica takes over, and every
 acknowledged append is still stored exactly once; meanwhile the store raises only agentkeep's
-typed errors, and the other masters' conversations keep taking appends."""
+typed errors, and the other masters' conversations keep taking appends. And on the session's
+shared cluster: a burst of first commands through new cluster clients all succeed."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from agentkeep import Message, OutcomeUnknownError, StorageUnavailableError
+from agentkeep import Agent, Message, OutcomeUnknownError, StorageUnavailableError
 from agentkeep.message_stores.redis import RedisMessageStore
-from tests.private_redis_cluster import RedisClusterProcesses, cluster_support
+from agentkeep.session_stores.redis import RedisSessionStore
+from agentkeep.testing import ScriptedChatClient
+from tests.message_stores.backend_redis import delete_prefix, unique_prefix
+from tests.private_redis_cluster import RedisClusterProcesses, cluster_support, shared_redis_cluster
 
 CONVERSATIONS = 48
 TURNS = 12  # appends per conversation: bounded work whatever happens
@@ -109,3 +113,31 @@ async def test_a_master_failing_over_loses_no_acknowledged_append(cluster: Redis
         assert sorted(info.conversation_id for info in listed) == sorted(names)
     finally:
         await store.aclose()
+
+
+async def test_a_burst_of_first_commands_on_a_new_cluster_client_all_succeed() -> None:
+    """A host's first requests reach a store whose cluster client has not read the slot map:
+    redis-py would send each to one default node, meet a MOVED per command and, every fifth
+    one, close all its connections under the commands in flight. Each store reads the map
+    first, so a burst of first commands from two stores of one URL all succeed."""
+    url = shared_redis_cluster().url
+    prefix = unique_prefix("burst")
+    messages = RedisMessageStore.from_url(url, key_prefix=prefix)
+    sessions = RedisSessionStore.from_url(url, key_prefix=prefix)
+    agent = Agent(ScriptedChatClient([]), name="chat")
+    names = [f"t{k % 4}::burst-{k}" for k in range(64)]
+    try:
+        async with asyncio.timeout(60):
+            loaded = await asyncio.gather(*(sessions.get_session(agent, name) for name in names))
+            appended = await asyncio.gather(
+                *(messages.append(name, [Message("user", [f"hello {name}"])]) for name in names)
+            )
+        assert len(loaded) == len(names)
+        assert appended == [[1]] * len(names)
+        for name in names:
+            [stored] = (await messages.read(name)).messages
+            assert stored.text == f"hello {name}"
+    finally:
+        await messages.aclose()
+        await sessions.aclose()
+        await delete_prefix(prefix, url)

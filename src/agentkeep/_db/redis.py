@@ -412,15 +412,25 @@ class RedisConnection:
             return await self.client.execute_command(*command)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
 
     async def _fresh_slots(self) -> None:
-        """After a cluster node failed, read the slot map again (from a node that answers) before
-        the next command: redis-py keeps sending to a master that stopped answering (it only
-        refreshes after a refused connection or a redirection), so without this the store would
-        never find the replica that took over."""
-        if not self._stale_slots or not isinstance(self.client, RedisCluster):
+        """Make a cluster client's slot map current before a command.
+
+        A client that has not read the slot map yet (new, or closed by redis-py after a
+        ``CLUSTERDOWN``) reads it first: redis-py would otherwise choose the node of every
+        command sent meanwhile before it knows the slots, send each to one default node, meet a
+        ``MOVED`` per command and, every fifth one, close all of its connections, failing the
+        commands in flight on them (a burst of first requests turned into a storm of errors).
+        After a cluster node failed, the map is read again (from a node that answers): redis-py
+        keeps sending to a master that stopped answering until a refused connection or a
+        redirection, so without this the store would not find the replica that took over.
+        """
+        client = self.client
+        if not isinstance(client, RedisCluster):
             return
-        self._stale_slots = False
         with self._mapped_errors():
-            await self.client.nodes_manager.initialize()
+            if self._stale_slots:
+                self._stale_slots = False
+                await client.nodes_manager.initialize()
+            await client.initialize()  # returns at once when the map is read
 
     @contextmanager
     def _mapped_errors(self, *, writes: bool = False) -> Generator[None]:
