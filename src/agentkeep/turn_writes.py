@@ -12,10 +12,12 @@ session in one transaction: both or neither. So a turn whose session cannot be s
 no merge resolves, a state value that cannot be serialized, the store gone) stores none of its
 messages either, and a turn reported failed was not stored behind the caller's back.
 
-What cannot join the step is written at once, as before: an append to a store of another
-database, or one that something in the same run reads back before the save (a compaction in the
-``"after_run"`` phase reading the stored history: :meth:`TurnWrites.flush` appends what is held
-for that conversation first, so every read sees every write).
+A read of the conversation through the history provider during the run (a second model call
+of the tool loop, a branch's first run reading its held prefix) sees what is held after what is
+stored, without writing it. What cannot join the step is written at once, as before: an append
+to a store of another database, or one that something in the same run changes before the save
+(a compaction in the ``"after_run"`` phase recording messages it names: :meth:`TurnWrites.flush`
+appends what is held for that conversation first).
 
 The shape is backend-neutral; each session store knows its own backend's message store and its
 prepared appends (SQLite: one ``BEGIN IMMEDIATE`` transaction on the file; PostgreSQL: one

@@ -25,7 +25,7 @@ from agentkeep.contents import Content, FunctionCallContent
 from agentkeep.errors import ChatRequestError, ModelUnavailableError
 from agentkeep.messages import Message
 from agentkeep.tools import FunctionTool
-from tests.clients.servers import LlamaServer, closed_port_url
+from tests.clients.servers import LlamaServer, ThreadedUvicorn, closed_port_url
 
 FAST: ChatOptions = {"max_tokens": 16, "temperature": 0.0}
 
@@ -221,6 +221,58 @@ async def test_missing_model_name_is_a_clear_error(monkeypatch: pytest.MonkeyPat
     async with OpenAIChatClient(base_url=closed_port_url()) as client:
         with pytest.raises(ChatRequestError, match="OPENAI_MODEL"):
             await client.get_response([Message("user", ["hi"])], options={})
+
+
+class ModelList:
+    """An OpenAI-compatible server's ``GET /v1/models`` only, with the models a test names."""
+
+    def __init__(self, *names: str) -> None:
+        from fastapi import FastAPI
+
+        self.names = list(names)
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, object]:  # pyright: ignore[reportUnusedFunction]
+            data = [{"id": n, "object": "model", "created": 0, "owned_by": "test"} for n in self.names]
+            return {"object": "list", "data": data}
+
+        self.server = ThreadedUvicorn(app, name="model list")
+
+    def __enter__(self) -> ModelList:
+        self.server.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.stop()
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.server.url}/v1"
+
+
+async def test_without_a_model_name_load_takes_the_only_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    with ModelList("the-one") as listing:
+        async with asyncio.timeout(30), OpenAIChatClient(base_url=listing.base_url, max_retries=0) as client:
+            await client.load()
+            assert client.model == "the-one"
+            await client.check_ready()
+        listing.names = ["first", "second"]
+        async with asyncio.timeout(30), OpenAIChatClient(base_url=listing.base_url, max_retries=0) as client:
+            with pytest.raises(ChatRequestError, match="offers first, second"):
+                await client.load()
+            named = OpenAIChatClient("second", base_url=listing.base_url)
+            await named.load()  # a named model is not looked up: nothing to settle
+            assert named.model == "second"
+            await named.aclose()
+
+
+async def test_check_ready_fails_quickly_when_the_server_does_not_answer() -> None:
+    url = closed_port_url()
+    async with asyncio.timeout(30), OpenAIChatClient("m", base_url=url, max_retries=2) as client:
+        with pytest.raises(ModelUnavailableError):
+            await client.check_ready()
 
 
 # -- message mapping (no server) ------------------------------------------------------------------

@@ -57,13 +57,13 @@ def echo(messages: Sequence[Message]) -> str | Message:
 
 
 class Hosted:
-    def __init__(self, folder: Path, *, api_keys: ApiKeys | None) -> None:
+    def __init__(self, folder: Path, *, api_keys: ApiKeys | None, **host_options: Any) -> None:
         self.path = folder / "host.db"
         self.history = StorageHistoryProvider(
             SQLiteMessageStore(self.path), "history", load_limit=50, owns_store=True
         )
         self.agent = Agent(ScriptedChatClient(echo), name="chat", context_providers=[self.history])
-        self.host = AgentHost(api_keys=api_keys)
+        self.host = AgentHost(api_keys=api_keys, **host_options)
         self.host.add_agent("chat", self.agent, session_store=SQLiteSessionStore(self.path))
         self.server = ThreadedUvicorn(self.host.app, name="agentkeep host", lifespan="on")
 

@@ -11,6 +11,11 @@ from typing import Any
 import httpx
 import msgspec
 
+from agentkeep import Agent
+from agentkeep.clients.openai import OpenAIChatClient
+from agentkeep.host import AgentHost
+from agentkeep.session_stores.sqlite import SQLiteSessionStore
+from tests.clients.servers import ThreadedUvicorn, closed_port_url
 from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, shape, user
 
 
@@ -90,12 +95,13 @@ async def test_requests_without_a_valid_key_or_with_bad_bodies_are_refused(hoste
         assert wrong.json()["error"]["type"] == "unauthorized"
         auth = {"Authorization": f"Bearer {ALICE[0]}"}
         assert (await client.post("/agents/other", json=body, headers=auth)).status_code == 404
-        bad = await client.post("/agents/chat", content=b"{not json", headers=auth)
+        as_json = auth | {"Content-Type": "application/json"}
+        bad = await client.post("/agents/chat", content=b"{not json", headers=as_json)
         assert bad.status_code == 422
         assert bad.json()["error"]["type"] == "invalid_request"
         typed = await client.post("/agents/chat", json={"threadId": 1, "messages": "no"}, headers=auth)
         assert typed.status_code == 422
-        huge = await client.post("/agents/chat", content=b"x" * (2 << 20), headers=auth)
+        huge = await client.post("/agents/chat", content=b"x" * (2 << 20), headers=as_json)
         assert huge.status_code == 413
         other_method = await client.get("/agents/chat", headers=auth)
         assert (other_method.status_code, other_method.json()["error"]["type"]) == (405, "method_not_allowed")
@@ -160,3 +166,19 @@ async def test_the_host_mounted_under_a_prefix_of_another_app_serves_the_same_tu
         hosted.server.stop()  # never started: its socket is released
         await hosted.host.aclose()
     assert [m.text for m in await hosted.stored("alice::mounted")] == ["hi", "heard 1: hi"]
+
+
+async def test_readyz_says_not_ready_while_the_model_server_does_not_answer(tmp_path: Path) -> None:
+    model = OpenAIChatClient("m", base_url=closed_port_url(), max_retries=0)
+    host = AgentHost()
+    host.add_agent("chat", Agent(model, name="chat"), session_store=SQLiteSessionStore(tmp_path / "s.db"))
+    server = ThreadedUvicorn(host.app, name="agentkeep host", lifespan="on")
+    server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["agents"]["chat"].startswith("ModelUnavailableError")
+    finally:
+        server.stop()
+        await model.aclose()

@@ -131,3 +131,24 @@ async def test_a_client_that_goes_away_mid_run_stores_nothing(served: Served) ->
     events = await run(served.server.url, "gone", [user("again")], key=None)
     assert conversation(events)[0]["content"] == "heard 1"
     assert await served.stored("local::gone") == ["again", "heard 1"]
+
+
+async def test_with_the_store_gone_the_sessions_api_and_the_inspector_answer_503(served: Served) -> None:
+    await run(served.server.url, "c", [user("one")], key=None)
+    served.redis.kill()
+    async with httpx.AsyncClient(base_url=served.server.url, timeout=30) as client:
+        for path in (
+            "/api/agents/chat/sessions",
+            "/api/agents/chat/sessions/c/messages",
+            "/api/agents/chat/sessions/c/export",
+            "/inspector/sessions?agent=chat",
+            "/inspector/session?agent=chat&id=c",
+        ):
+            answer = await client.get(path)
+            assert answer.status_code == 503, (path, answer.text)
+            assert answer.json()["error"]["type"] == "store_unavailable", path
+            assert answer.headers["retry-after"] == "1"
+        deleted = await client.delete("/api/agents/chat/sessions/c")
+        assert deleted.status_code == 503
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503

@@ -5,6 +5,9 @@ every ``resp_`` / ``conv_`` id."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -20,6 +23,12 @@ WEATHER = {
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
+
+
+def sessions_in(path: Path) -> list[str]:
+    """The conversation ids of every session stored in the host's SQLite file."""
+    with sqlite3.connect(path) as db:
+        return [row[0] for row in db.execute("SELECT conversation_id FROM agentkeep_sessions")]
 
 
 def sdk(hosted: Hosted, key: str) -> openai.AsyncOpenAI:
@@ -58,6 +67,8 @@ async def test_a_failed_response_is_an_error_status_and_the_last_good_one_goes_o
             await client.responses.create(model="chat", input="boom")
         onward = await client.responses.create(model="chat", input="again", previous_response_id=first.id)
         assert onward.output_text == "heard 2: hello | again"  # nothing of the failed turn
+        with pytest.raises(openai.InternalServerError):  # a branch (from an earlier response) too
+            await client.responses.create(model="chat", input="boom", previous_response_id=first.id)
         [conversation] = {f"conv_{response.id[5:37]}" for response in (first, onward)}
         [key] = [key for key in await hosted.conversations() if key.endswith(f"::{conversation}")]
         assert [m.text for m in await hosted.stored(key)] == [
@@ -66,6 +77,10 @@ async def test_a_failed_response_is_an_error_status_and_the_last_good_one_goes_o
             "again",
             "heard 2: hello | again",
         ]
+    # the failed new conversation and the failed branch left nothing behind: no messages, no session
+    assert await hosted.conversations() == [key]
+    stored = await asyncio.to_thread(sessions_in, hosted.path)
+    assert [name for name in stored if name.startswith("alice::")] == [key]
 
 
 async def test_streaming_sends_the_documented_events(hosted: Hosted) -> None:

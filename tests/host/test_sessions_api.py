@@ -3,10 +3,14 @@ their messages paged from the newest, their message groups, deletion; another te
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import httpx
+import pytest
 
 from agentkeep.host._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, SessionList
-from tests.host.conftest import ALICE, BOB, Hosted, conversation, run, user
+from tests.host.conftest import ALICE, BOB, Hosted, conversation, keys_of, run, user
 
 
 async def two_turns(hosted: Hosted, thread: str, key: str) -> None:
@@ -119,7 +123,19 @@ async def test_a_compaction_is_previewed_then_recorded_and_the_session_exported(
     assert conversation(events)[0]["content"] == "heard 3: turn 4 | turn 5 | after"
 
 
-async def test_the_openapi_document_describes_the_answers_the_endpoints_give(hosted: Hosted) -> None:
+@pytest.fixture
+def documented(tmp_path: Path) -> Iterator[Hosted]:
+    """A keyed host that serves its OpenAPI document (off by default with keys)."""
+    served = Hosted(tmp_path, api_keys=keys_of(ALICE, BOB), api_docs=True)
+    served.server.start()
+    try:
+        yield served
+    finally:
+        served.server.stop()
+
+
+async def test_the_openapi_document_describes_the_answers_the_endpoints_give(documented: Hosted) -> None:
+    hosted = documented
     await two_turns(hosted, "doc", ALICE[0])
     alice = {"Authorization": f"Bearer {ALICE[0]}"}
     async with httpx.AsyncClient(base_url=hosted.server.url, timeout=30) as client:

@@ -432,6 +432,17 @@ class LocalChatClient(BaseChatClient[ChatOptions]):
         """
         await self._submit(self._model)
 
+    async def check_ready(self) -> None:
+        """Return when the model is in memory (a host loads it when it starts).
+
+        Raises:
+            ModelUnavailableError: The client is closed or the model is not loaded (yet).
+        """
+        if self._closed:
+            raise ModelUnavailableError("the local model client is closed")
+        if self._llama is None:
+            raise ModelUnavailableError("the local model is not loaded (yet)")
+
     async def aclose(self) -> None:
         """Free the model and stop the worker thread; the client cannot be used afterwards."""
         if self._closed:

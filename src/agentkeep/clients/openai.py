@@ -178,6 +178,40 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         if self._owns_client and self._client is not None:
             await self._client.close()
 
+    async def load(self) -> None:
+        """Settle the model name before the first call: without one (no ``model`` and no
+        ``OPENAI_MODEL``) ask the server's model list, and use its model if it offers exactly one.
+
+        Raises:
+            ChatRequestError: No model name, and the server offers none or several (named).
+            ModelUnavailableError: The server cannot be reached.
+        """
+        if self.model is not None:
+            return
+        names = await self._model_names()
+        if len(names) != 1:
+            offered = ", ".join(names[:10]) or "none"
+            raise ChatRequestError(
+                f"no model name: the server at {self._base_url} offers {offered}; name one "
+                "(--api-model NAME, model=, or OPENAI_MODEL)"
+            )
+        self.model = names[0]
+
+    async def check_ready(self) -> None:
+        """Return when the server answers its model list (one quick request, no retries).
+
+        Raises:
+            ModelUnavailableError: It does not (unreachable, timed out, 5xx).
+            ChatRequestError: It refused the request (e.g. a wrong API key).
+        """
+        await self._model_names()
+
+    async def _model_names(self) -> list[str]:
+        sdk = (await self._sdk()).with_options(max_retries=0, timeout=min(self.timeout, 5.0))
+        with self._mapped_errors():
+            page = await sdk.models.list()
+        return [model.id for model in page.data]
+
     async def __aenter__(self) -> Self:
         return self
 

@@ -8,14 +8,28 @@ from typing import Protocol, runtime_checkable
 
 from .base import ChatClient
 
-__all__ = ["SupportsAclose", "SupportsLoad", "open_chat_client"]
+__all__ = ["SupportsAclose", "SupportsLoad", "SupportsReadyCheck", "open_chat_client"]
 
 
 @runtime_checkable
 class SupportsLoad(Protocol):
-    """A client that loads something before its first call (the local model)."""
+    """A client that prepares something before its first call (the local model loads its weights;
+    a server client without a model name asks the server which model it offers)."""
 
     async def load(self) -> None: ...
+
+
+@runtime_checkable
+class SupportsReadyCheck(Protocol):
+    """A client that can tell whether it can answer now (a host's ``/readyz`` asks it)."""
+
+    async def check_ready(self) -> None:
+        """Return when the client can answer now.
+
+        Raises:
+            ModelUnavailableError: It cannot (the model is not loaded, the server does not answer).
+        """
+        ...
 
 
 @runtime_checkable

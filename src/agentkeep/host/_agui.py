@@ -103,6 +103,8 @@ def parse_input(body: bytes) -> tuple[RunAgentInput, list[dict[str, Any]]]:
         raw: Any = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise ValueError(f"the body is not JSON: {exc}") from exc
+    except RecursionError as exc:  # msgspec's own limit on nesting
+        raise ValueError("the body is nested too deeply") from exc
     if not isinstance(raw, dict):
         raise ValueError("the body is not a JSON object")
     fields: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .. import telemetry
 from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
 from ._hosted_turn import HostedTurn
-from ._http import EventStreamResponse, HTTPProblem, error_response, run_error
+from ._http import EventStreamResponse, HTTPProblem, conversation_id_problem, error_response, run_error
 from ._memory import user_of
 
 if TYPE_CHECKING:
@@ -79,6 +79,9 @@ class AGUIRoute:
                 raise HTTPProblem(422, "invalid_request", "not a RunAgentInput", details=details) from exc
             except ValueError as exc:
                 raise HTTPProblem(422, "invalid_request", str(exc)) from exc
+            problem = conversation_id_problem(run_input.thread_id)
+            if problem is not None:
+                raise HTTPProblem(422, "invalid_request", problem, param="threadId")
             host.check_message_count(len(sent))
             tools = client_tools(run_input)
             user = user_of(request)

@@ -13,13 +13,17 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..clients.selection import SupportsReadyCheck
+from ..errors import StorageUnavailableError
 from ..session_stores import AgentSessionStore, NoopSessionStore
 from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
 from ._http import AccessLog, HTTPProblem, error_response, is_loopback
 from ._memory import install_memory_api
+from ._request_policy import RequestPolicy
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
 from ._turns import ConversationLocks, SessionCache
@@ -66,7 +70,35 @@ async def _invalid_parameters(_: Request, exc: Exception) -> JSONResponse:
     """A query or path parameter of the wrong type, answered in the host's error shape."""
     errors: Any = exc.errors() if isinstance(exc, RequestValidationError) else []
     details = [{k: v for k, v in error.items() if k in ("type", "loc", "msg")} for error in errors]
-    return error_response(422, "invalid_request", "invalid parameters", details=details)
+    param = next((str(error["loc"][-1]) for error in errors if error.get("loc")), None)
+    return error_response(422, "invalid_request", "invalid parameters", param=param, details=details)
+
+
+_KIND_OF_STATUS: dict[int, str] = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _no_route(_: Request, exc: Exception) -> JSONResponse:
+    """The router's own refusals (no such path, another method), in the host's error shape."""
+    assert isinstance(exc, StarletteHTTPException)
+    kind = _KIND_OF_STATUS.get(exc.status_code, "invalid_request" if exc.status_code < 500 else "error")
+    message = str(exc.detail)
+    if exc.status_code == 404 and message == "Not Found":
+        message = "no such endpoint"
+    elif exc.status_code == 405 and message == "Method Not Allowed":
+        message = "this endpoint takes another method"
+    return error_response(exc.status_code, kind, message, headers=exc.headers)
+
+
+async def _store_unavailable(_: Request, exc: Exception) -> JSONResponse:
+    """A store that cannot be reached, for every endpoint that reads one: 503, retry later."""
+    log.warning("a store is unavailable: %s", exc)
+    return error_response(503, "store_unavailable", str(exc), headers={"Retry-After": "1"})
+
+
+async def _failed(_: Request, exc: Exception) -> JSONResponse:
+    """Anything else that went wrong, answered as 500 in the host's error shape (the server logs
+    it: Starlette raises it on after answering)."""
+    return error_response(500, "internal_error", "the host failed; see its log")
 
 
 class AgentHost:
@@ -92,6 +124,9 @@ class AgentHost:
             to is what the request names (``X-Agentkeep-User``; see ``docs/host.md``).
         memory_embedder: What the memory API and the inspector search memories with (``None``:
             listing only).
+        api_docs: Serve the OpenAPI document and its pages (``/openapi.json``, ``/docs``,
+            ``/redoc``); ``None``: only on a host without API keys (a keyed host shows nothing
+            to a caller without a key).
 
     Example:
         ```python
@@ -115,8 +150,10 @@ class AgentHost:
         warm_sessions: int = 1024,
         memory_store: MemoryStore | None = None,
         memory_embedder: Embedder | None = None,
+        api_docs: bool | None = None,
     ) -> None:
         self.api_keys = api_keys
+        self.api_docs = api_keys is None if api_docs is None else api_docs
         self.max_body_bytes = max_body_bytes
         self.max_messages = max_messages
         self.run_timeout = run_timeout
@@ -168,10 +205,22 @@ class AgentHost:
 
     # -- the app ------------------------------------------------------------------------------------
     def _make_app(self) -> FastAPI:
-        app = FastAPI(title="agentkeep host", version="1", lifespan=self._lifespan)
+        docs = self.api_docs
+        app = FastAPI(
+            title="agentkeep host",
+            version="1",
+            lifespan=self._lifespan,
+            openapi_url="/openapi.json" if docs else None,
+            docs_url="/docs" if docs else None,
+            redoc_url="/redoc" if docs else None,
+        )
         app.add_exception_handler(RequestValidationError, _invalid_parameters)
         app.add_exception_handler(HTTPProblem, _refused)
+        app.add_exception_handler(StarletteHTTPException, _no_route)
+        app.add_exception_handler(StorageUnavailableError, _store_unavailable)
+        app.add_exception_handler(Exception, _failed)
         self._install(app)
+        app.add_middleware(RequestPolicy, host=self)  # before any endpoint, AG-UI's included
         app.add_middleware(AccessLog)  # outermost of the middleware: AG-UI turns are logged too
         app.get("/healthz")(self._healthz)
         app.get("/readyz", response_model=None)(self._readyz)
@@ -279,12 +328,17 @@ class AgentHost:
         return {"status": "ok"}
 
     async def _readyz(self) -> JSONResponse:
+        """Ready when every agent's session store answers and its model can answer now (a client
+        that can tell: :class:`~agentkeep.clients.selection.SupportsReadyCheck`)."""
         report: dict[str, str] = {}
         ready = True
         for hosted in self.agents.values():
+            client = hosted.agent.client
             try:
                 async with asyncio.timeout(10):
                     await hosted.session_store.get_session(hosted.agent, "agentkeep-readyz")
+                    if isinstance(client, SupportsReadyCheck):
+                        await client.check_ready()
                 report[hosted.name] = "ok"
             except Exception as exc:  # every failure makes the host not ready
                 ready = False

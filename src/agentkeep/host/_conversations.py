@@ -139,9 +139,14 @@ class Conversations:
         *,
         state: dict[str, Any] | None = None,
         user: str | None = None,
+        save: bool = True,
     ) -> SessionTurn:
         """A new stored conversation with ``state`` in its session and ``messages`` in its
-        history (a branch's prefix, a created conversation's items), bound to ``user``."""
+        history (a branch's prefix, a created conversation's items), bound to ``user``.
+
+        With ``save`` false nothing is written yet: the session and ``messages`` are held for the
+        save after the turn's run (which sees the held messages as the conversation's history),
+        so a run that fails leaves no conversation behind."""
         turn = await self._load(hosted, tenant, conversation_id)
         turn.hold_appends()  # the messages and the session in one step (and a run's that follows)
         for key, value in (state or {}).items():
@@ -155,7 +160,8 @@ class Conversations:
                 state=provider.get_state(turn.session),
                 session=turn.session,
             )
-        await turn.save()
+        if save:
+            await turn.save()
         return turn
 
     async def response(

@@ -33,10 +33,12 @@ from ._turns import TurnConflictError
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 __all__ = [
+    "MAX_CONVERSATION_ID",
     "STATUS_OF",
     "AccessLog",
     "EventStreamResponse",
     "HTTPProblem",
+    "conversation_id_problem",
     "declared_tools",
     "error_response",
     "is_loopback",
@@ -66,17 +68,40 @@ STATUS_OF: Final = {
 class HTTPProblem(Exception):
     """A request refused with ``status``, answered as :func:`error_response`."""
 
-    def __init__(self, status: int, kind: str, message: str, *, details: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        *,
+        details: Any = None,
+        param: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.status, self.kind, self.message, self.details = status, kind, message, details
+        self.param, self.headers = param, headers
         super().__init__(message)
 
     def response(self) -> JSONResponse:
         extra = {} if self.details is None else {"details": self.details}
-        return error_response(self.status, self.kind, self.message, **extra)
+        return error_response(
+            self.status, self.kind, self.message, param=self.param, headers=self.headers, **extra
+        )
 
 
-def error_response(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message, **extra}}, status_code=status)
+def error_response(
+    status: int,
+    kind: str,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """The host's error answer: ``{"error": {"type", "code", "message", "param"}}`` (``code`` is
+    ``type``, as OpenAI's SDKs read it; ``param`` the request field at fault, or ``null``)."""
+    body = {"type": kind, "code": kind, "message": message, "param": param, **extra}
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
 def parsed(model: type[M], raw: bytes, *, what: str, status: int = 400) -> M:
@@ -129,6 +154,33 @@ def declared_tools(
         except ToolError as exc:
             raise HTTPProblem(status, "invalid_request", str(exc)) from exc
     return declared
+
+
+MAX_CONVERSATION_ID: Final = 256
+"""The longest conversation id a client may name (characters)."""
+
+
+def conversation_id_problem(value: str) -> str | None:
+    """Why a conversation id a client names cannot be used (``None``: it can).
+
+    Every id a turn may store must be one the sessions API can address in a URL path and a log
+    line can show as one line: 1 to :data:`MAX_CONVERSATION_ID` characters of valid Unicode text,
+    with no ``/`` or ``\\`` (path separators: ``/`` cannot travel in a path segment even
+    percent-encoded) and no control characters.
+    """
+    if not value:
+        return "a conversation id is not empty"
+    if len(value) > MAX_CONVERSATION_ID:
+        return f"a conversation id is at most {MAX_CONVERSATION_ID} characters"
+    if "/" in value or "\\" in value:
+        return "a conversation id holds no '/' or '\\'"
+    if any(ord(char) < 32 or 127 <= ord(char) < 160 for char in value):
+        return "a conversation id holds no control characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a conversation id is valid Unicode text"
+    return None
 
 
 def is_loopback(host: str | None) -> bool:

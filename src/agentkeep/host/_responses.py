@@ -203,7 +203,7 @@ class _Responses:
                 # gets no id to continue from, and the last good response stays the one to use
                 error = event["response"]["error"]
                 status, code = STATUS_OF.get(error["code"], 500), error["code"]
-                return error_response(status, code, error["message"], code=code, param=None)
+                return error_response(status, code, error["message"])
             elif event["type"] == "problem":
                 return error_response(event["status"], event["code"], event["message"])
         assert final is not None
@@ -288,9 +288,9 @@ class _Responses:
         if conversation_id is None:
             if not body.store:
                 return None, [], conversation
-            # the new conversation exists before its first run
+            # stored with its first run's save: a run that fails leaves no conversation behind
             return (
-                await self.conversations.create(hosted, tenant, conversation, [], user=user),
+                await self.conversations.create(hosted, tenant, conversation, [], user=user, save=False),
                 [],
                 conversation,
             )
@@ -313,7 +313,7 @@ class _Responses:
             return turn, prefix, conversation
         conversation = new_conversation_id()
         return (
-            await self.conversations.create(hosted, tenant, conversation, prefix, user=user),
+            await self.conversations.create(hosted, tenant, conversation, prefix, user=user, save=False),
             [],
             conversation,
         )
@@ -342,7 +342,7 @@ class _Responses:
             raw = await self.host.body_of(request)
             try:
                 body = msgspec.json.decode(raw, type=_NewConversation) if raw.strip() else _NewConversation()
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
                 raise HTTPProblem(400, "invalid_request", f"not a conversation: {exc}") from exc
             metadata, items = body.metadata or {}, to_messages(body.items)
             hosted = self._first_agent()

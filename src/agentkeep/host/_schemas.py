@@ -29,7 +29,9 @@ __all__ = [
 
 class ErrorDetail(BaseModel):
     type: str = Field(description="What went wrong: invalid_request, unauthorized, not_found, conflict, ...")
+    code: str = Field(description="The same as type (OpenAI's SDKs read it as the error's code)")
     message: str
+    param: str | None = Field(default=None, description="The request field at fault, if one is")
     details: Any = Field(default=None, description="For a malformed body: the validation errors")
 
 

@@ -175,18 +175,18 @@ class StorageHistoryProvider(HistoryProvider):
         self, session_id: str | None, *, state: Any = None, session: AgentSession | None = None, **kwargs: Any
     ) -> Sequence[Message]:
         conversation_id = self._state(session, state, session_id).conversation_id
-        await self._flush_held(session, conversation_id)
+        held = self._held(session, conversation_id)
         cached = self._cached(session, conversation_id)
         if cached is not None:
             update = await self._read(conversation_id, cached=True, after=cached.last_seq)
             if update.epoch == cached.epoch and update.last_seq >= cached.last_seq:
                 cached.log.extend(update.messages)
                 cached.last_seq = update.last_seq
-                return self._window(cached.log)
+                return self._window(cached.log, held)
         view = await self._read(conversation_id, cached=False, last=self.load_limit)
         loaded = self._load(conversation_id, view)
         self._remember(session, loaded)
-        return self._window(loaded.log)
+        return self._window(loaded.log, held)
 
     async def _read(
         self, conversation_id: str, *, cached: bool, after: int | None = None, last: int | None = None
@@ -202,13 +202,19 @@ class StorageHistoryProvider(HistoryProvider):
         log = MessageLog.from_owned(view.messages, self.source_id)
         return _LoadedView(self.store, conversation_id, log, view.epoch, view.last_seq)
 
-    def _window(self, log: MessageLog) -> Sequence[Message]:
+    def _window(self, log: MessageLog, held: Sequence[Message] = ()) -> Sequence[Message]:
+        """The newest ``load_limit`` messages of ``log`` and then ``held`` (what this run holds for
+        the session's save, newest of all), never starting with tool results."""
         if self.load_limit is not None:
             if len(log) > 2 * self.load_limit:  # keep the cache bounded (amortized O(1) per turn)
                 log.replace(log.tail(self.load_limit))
             window = log.tail(self.load_limit)
         else:
             window = log.view()
+        if held:
+            window = [*window, *held]
+            if self.load_limit is not None:
+                window = window[-self.load_limit :] if self.load_limit else []
         start = 0
         while start < len(window) and window[start].role == "tool":
             start += 1  # results whose call is outside the window would be rejected by models
@@ -234,12 +240,19 @@ class StorageHistoryProvider(HistoryProvider):
         ):
             await self.store.append(conversation_id, messages)
 
-    async def _flush_held(self, session: AgentSession | None, conversation_id: str) -> None:
-        """Append what this run held for the session's save before the conversation is read (see
-        :mod:`agentkeep.turn_writes`)."""
+    def _held(self, session: AgentSession | None, conversation_id: str) -> list[Message]:
+        """The messages this run holds for the session's save in ``conversation_id`` (see
+        :mod:`agentkeep.turn_writes`): a read of the conversation shows them after what is stored,
+        without writing them, so a run that fails leaves nothing behind."""
         writes = held_appends(session)
-        if writes is not None:
-            await writes.flush(self.store, conversation_id)
+        if writes is None:
+            return []
+        return [
+            message
+            for append in writes.held
+            if append.store is self.store and append.conversation_id == conversation_id
+            for message in append.messages
+        ]
 
     async def record_compaction(
         self,
