@@ -110,7 +110,9 @@ SERVICE_NAMES: dict[str, frozenset[str]] = {
     "model": frozenset({"MiniLMEmbedder", "LocalChatClient", "default_model_path", "local_model_path"}),
 }
 SERVICE_MODULES: dict[str, frozenset[str]] = {
-    "browser": frozenset({"tests.host.test_inspector", "tests.host.test_inspector_memory"}),
+    "browser": frozenset(
+        {"tests.host.test_inspector", "tests.host.test_inspector_memory", "tests.host.test_cross_site"}
+    ),
     "node": frozenset({"tests.host.test_agui_js"}),
 }
 
