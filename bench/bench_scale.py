@@ -4,7 +4,8 @@ Per target (``postgres``: the machine's PostgreSQL, direct; ``pgbouncer``: the s
 private PgBouncer in transaction pooling mode with ``?pooler=transaction``; ``cluster``: a private
 Redis Cluster of 3 masters + 3 replicas on free loopback ports, ``redis+cluster://``; ``redis``: a
 Redis URL given with ``--redis-url``), ``--processes`` server processes (default 4)
-each run the host on the store under uvicorn with an instant fake model (answers "ok"), the
+each run the host on the store under uvicorn with an instant fake model (answers "ok";
+``tests.host.instant_host``), the
 history and the session store opened from the same URL (one pool per process, ``pool_size``
 connections, named by ``application_name``; PgBouncer's server connections by its database's
 ``application_name``). ``--clients`` AG-UI clients (default 256) each hold one conversation of
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,45 +47,14 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's tests package
 from bench_host import Thread, _client  # pyright: ignore[reportPrivateUsage]
 
+ROOT = Path(__file__).resolve().parent.parent
+
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 APPLICATION = f"agentkeep-scale-{os.getpid()}"
 """The servers' application_name: their connections are counted by it (PgBouncer passes it on)."""
 
 
 # -- the server processes ---------------------------------------------------------------------------
-def serve(port: int, url: str) -> None:
-    """The ``--serve`` subprocess: the host on ``url`` with an instant model, under uvicorn."""
-    import uvicorn
-
-    from agentkeep import Agent, BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, Message
-    from agentkeep.contents import TextContent
-    from agentkeep.host import AgentHost
-    from agentkeep.store_urls import open_history_provider, open_session_store
-
-    class InstantChatClient(BaseChatClient):
-        async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
-            return ChatResponse([Message("assistant", [TextContent("ok")])], finish_reason="stop")
-
-        async def get_streaming_response(
-            self, messages: Sequence[Message], *, options: ChatOptions
-        ) -> AsyncIterator[ChatResponseUpdate]:
-            message_id = uuid.uuid4().hex
-            yield ChatResponseUpdate(
-                [TextContent("ok")], message_id=message_id, response_id=message_id, finish_reason="stop"
-            )
-
-    history = open_history_provider(url, load_limit=50)
-    agent = Agent(InstantChatClient(), name="chat", context_providers=[history])
-    host = AgentHost()
-    host.add_agent("chat", agent, session_store=open_session_store(url))
-    config = uvicorn.Config(
-        host.app, host="127.0.0.1", port=port, loop="asyncio", http="h11", lifespan="on",
-        log_level="warning", access_log=False,
-    )  # fmt: skip
-    with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.Server(config).run()
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -98,8 +68,8 @@ def servers(url: str, count: int) -> Iterator[list[tuple[str, int]]]:
     try:
         for _ in range(count):
             port = _free_port()
-            command = [sys.executable, __file__, "--serve", "--port", str(port), "--url", url]
-            process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+            command = [sys.executable, "-m", "tests.host.instant_host", "--port", str(port), "--url", url]
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, cwd=ROOT)
             started.append((process, f"http://127.0.0.1:{port}"))
         deadline = time.monotonic() + 60
         for process, base in started:
@@ -280,13 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool-size", type=int, default=10, help="connections per process")
     parser.add_argument("--budget", type=float, default=600.0, help="seconds at most per target")
     parser.add_argument("--quick", action="store_true", help="32 clients x 5 turns")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve:
-        serve(args.port, args.url)
-        return
     clients, turns = (32, 5) if args.quick else (args.clients, args.turns)
     rows: list[tuple[str, dict[str, Any], tuple[int, int]]] = []
     for name in args.targets.split(","):

@@ -182,3 +182,60 @@ async def test_readyz_says_not_ready_while_the_model_server_does_not_answer(tmp_
     finally:
         server.stop()
         await model.aclose()
+
+
+WEATHER_TOOL = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def same_answer(replay: list[dict[str, Any]], original: list[dict[str, Any]]) -> bool:
+    """Whether ``replay`` tells the client what ``original`` told it: the same events (text
+    deltas may be cut otherwise) and the same messages, under the same ids."""
+    return shape(replay) == shape(original) and conversation(replay) == conversation(original)
+
+
+async def test_a_turn_sent_again_is_answered_from_what_is_stored_and_runs_nothing(hosted: Hosted) -> None:
+    """A client that did not see RUN_FINISHED sends the same turn again: it gets the stored
+    answer's events again (same ids, same text), the model does not run, nothing is stored twice."""
+    url, key = hosted.server.url, ALICE[0]
+    first = [user("hello")]
+    original = await run(url, "retry", first, key=key)
+    again = await run(url, "retry", first, key=key)
+    assert same_answer(again, original)
+    answer = conversation(again)
+    assert [m.text for m in await hosted.stored("alice::retry")] == ["hello", "heard 1: hello"]
+
+    # the conversation goes on, and a retry of the second turn replays the second answer only
+    second = [*first, *answer, user("and then?")]
+    later = await run(url, "retry", second, key=key)
+    assert conversation(later)[0]["content"] == "heard 2: hello | and then?"
+    replayed = await run(url, "retry", second, key=key)
+    assert conversation(replayed) == conversation(later)
+    # a stale client resending the first turn gets the first answer, not the newest
+    assert conversation(await run(url, "retry", first, key=key)) == answer
+    texts = [m.text for m in await hosted.stored("alice::retry")]
+    assert texts == ["hello", "heard 1: hello", "and then?", "heard 2: hello | and then?"]
+
+    # a browser tool call: the retry replays the call, and its result then goes on as usual
+    asked = [user("weather in Paris?")]
+    call_events = await run(url, "retry-tool", asked, key=key, tools=[WEATHER_TOOL])
+    replay = await run(url, "retry-tool", asked, key=key, tools=[WEATHER_TOOL])
+    assert same_answer(replay, call_events)
+    [call_message] = conversation(replay)
+    result = {
+        "id": uuid.uuid4().hex,
+        "role": "tool",
+        "toolCallId": call_message["toolCalls"][0]["id"],
+        "content": "sunny",
+    }
+    done = await run(url, "retry-tool", [*asked, call_message, result], key=key, tools=[WEATHER_TOOL])
+    assert conversation(done)[0]["content"] == "the tool said sunny"
+    assert [m.role for m in await hosted.stored("alice::retry-tool")] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]

@@ -10,6 +10,13 @@ rewrote its history) the messages after the request's last assistant message are
 is decoded once (msgspec) and only the new messages are validated as AG-UI messages and
 converted: what the host stores already is matched, not read again.
 
+**A turn sent again.** A request whose last message is stored and already answered (a client
+that did not see ``RUN_FINISHED`` retries, or the process that ran it died after storing it) is
+answered from the store: :func:`stored_answer` finds the stored messages after it (up to the next
+user message) and :func:`replayed` renders them as a run would, under their stored ids, without
+running the model or storing anything. So retries converge on one answer per user message. (To
+get another answer to the same message, send it as a new message, with a new id.)
+
 **Events.** A run streams ``RUN_STARTED``; for each answer ``TEXT_MESSAGE_START`` /
 ``TEXT_MESSAGE_CONTENT`` (deltas) / ``TEXT_MESSAGE_END`` under the stored message's id (so the
 client resends it under that id and it is recognised; an answer of tool calls only is opened and
@@ -60,6 +67,8 @@ __all__ = [
     "new_messages",
     "now_ms",
     "parse_input",
+    "replayed",
+    "stored_answer",
     "to_messages",
 ]
 
@@ -189,6 +198,37 @@ def _fingerprint(message: dict[str, Any]) -> tuple[str, str]:
         )
     role = "system" if role == "developer" else role
     return str(role), content if isinstance(content, str) else ""
+
+
+def stored_answer(sent: Sequence[dict[str, Any]], stored: Sequence[Message]) -> list[Message] | None:
+    """The stored answer to ``sent`` when the request was answered already (a retry: the client
+    did not see its ``RUN_FINISHED``): its last message is stored (by id) and followed by stored
+    messages; the answer is those up to the next user message. ``None`` otherwise."""
+    if not sent or not stored:
+        return None
+    last = sent[-1].get("id")
+    if not isinstance(last, str) or not last:
+        return None
+    for index in range(len(stored) - 1, -1, -1):
+        if stored[index].message_id == last:
+            answer: list[Message] = []
+            for message in stored[index + 1 :]:
+                if message.role == "user":
+                    break
+                answer.append(message)
+            return answer or None
+    return None
+
+
+def replayed(answer: Sequence[Message]) -> Iterable[AgentResponseUpdate]:
+    """A stored answer as the updates a run made of it (whole messages, not deltas)."""
+    for message in answer:
+        yield AgentResponseUpdate(
+            list(message.contents),
+            role=message.role,
+            message_id=message.message_id,
+            author_name=message.author_name,
+        )
 
 
 def new_messages(sent: Sequence[dict[str, Any]], stored: Sequence[Message]) -> list[dict[str, Any]]:

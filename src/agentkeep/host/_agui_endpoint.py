@@ -10,7 +10,8 @@ The app's OpenAPI document describes the endpoint (:func:`agui_openapi`).
 A turn: the tenant's session loaded through the agent's store scoped to the tenant, what is new in
 the request found against the stored history (read once: the run takes it), the run streamed, the
 session saved (see :mod:`agentkeep.host._turns`); ``RUN_ERROR`` with a code when anything fails,
-and then nothing of the run is stored.
+and then nothing of the run is stored. A request that was answered already is answered again from
+the store, with nothing run (see :mod:`agentkeep.host._agui`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,16 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import telemetry
-from ._agui import EventStream, checked_messages, client_tools, new_messages, now_ms, parse_input
+from ._agui import (
+    EventStream,
+    checked_messages,
+    client_tools,
+    new_messages,
+    now_ms,
+    parse_input,
+    replayed,
+    stored_answer,
+)
 from ._hosted_turn import HostedTurn
 from ._http import EventStreamResponse, HTTPProblem, conversation_id_problem, error_response, run_error
 from ._memory import user_of
@@ -114,14 +124,23 @@ class AGUIRoute:
         try:
             async with HostedTurn(self.host, hosted, tenant, thread, parent) as frame:
                 turn = await frame.session(user=user)
-                new = checked_messages(new_messages(sent, await turn.history(keep_for_run=True)))
+                history = await turn.history(keep_for_run=True)
                 stream = EventStream()
-                async with hosted.agent.run(new, session=turn.session, stream=True, tools=tools) as updates:
-                    async for update in updates:
-                        if events := stream.update(update):
-                            yield events, True
-                closing = stream.finish()
-                await frame.store(turn)
+                answer = stored_answer(sent, history)
+                if answer is not None:  # answered already: the same answer again, nothing run
+                    turn.discard_kept()
+                    events = [event for update in replayed(answer) for event in stream.update(update)]
+                    closing = [*events, *stream.finish()]
+                else:
+                    new = checked_messages(new_messages(sent, history))
+                    async with hosted.agent.run(
+                        new, session=turn.session, stream=True, tools=tools
+                    ) as updates:
+                        async for update in updates:
+                            if events := stream.update(update):
+                                yield events, True
+                    closing = stream.finish()
+                    await frame.store(turn)
         except Exception as exc:  # reported in the protocol: the stream has started
             code, message = run_error(exc)
             if code == "internal_error":
