@@ -95,6 +95,7 @@ class AGUIRoute:
             host.check_message_count(len(sent))
             tools = client_tools(run_input)
             user = user_of(request)
+            host.admit_turn(request, tenant)  # counted until the request ends
         except HTTPProblem as exc:
             await exc.response()(request.scope, request.receive, send)
             return

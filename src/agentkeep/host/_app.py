@@ -23,10 +23,10 @@ from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
 from ._http import AccessLog, HTTPProblem, error_response, is_loopback
 from ._memory import install_memory_api
-from ._request_policy import RequestPolicy
+from ._request_policy import TURN_SLOT, RequestPolicy
 from ._responses import install_responses
 from ._sessions_api import install_sessions_api
-from ._turns import ConversationLocks, SessionCache
+from ._turns import ConversationLocks, SessionCache, TenantTurns
 from .inspector import install_inspector
 
 if TYPE_CHECKING:
@@ -124,6 +124,9 @@ class AgentHost:
             to is what the request names (``X-Agentkeep-User``; see ``docs/host.md``).
         memory_embedder: What the memory API and the inspector search memories with (``None``:
             listing only).
+        max_turns_per_tenant: How many turns (AG-UI runs, responses, chat completions) one tenant
+            may run at once in this process; beyond it a request is refused with 429 and
+            ``Retry-After`` (``None``: no bound).
         api_docs: Serve the OpenAPI document and its pages (``/openapi.json``, ``/docs``,
             ``/redoc``); ``None``: only on a host without API keys (a keyed host shows nothing
             to a caller without a key).
@@ -151,8 +154,10 @@ class AgentHost:
         memory_store: MemoryStore | None = None,
         memory_embedder: Embedder | None = None,
         api_docs: bool | None = None,
+        max_turns_per_tenant: int | None = 256,
     ) -> None:
         self.api_keys = api_keys
+        self.tenant_turns = TenantTurns(max_turns_per_tenant)
         self.api_docs = api_keys is None if api_docs is None else api_docs
         self.max_body_bytes = max_body_bytes
         self.max_messages = max_messages
@@ -274,6 +279,23 @@ class AgentHost:
                 raise HTTPProblem(404, "model_not_found", f"the model {name!r} does not exist")
             raise HTTPProblem(404, "not_found", f"no agent named {name!r}")
         return hosted
+
+    def admit_turn(self, request: Request, tenant: str) -> None:
+        """Count a turn of ``tenant`` for the rest of ``request`` (its streamed answer included;
+        the request policy counts it as ended when the request is), or refuse it.
+
+        Raises:
+            HTTPProblem: 429 with ``Retry-After`` when the tenant runs
+                :attr:`TenantTurns.limit` turns already.
+        """
+        if not self.tenant_turns.admit(tenant):
+            raise HTTPProblem(
+                429,
+                "rate_limited",
+                f"this tenant runs {self.tenant_turns.limit} turns at once already; retry shortly",
+                headers={"Retry-After": "1"},
+            )
+        request.scope.setdefault("state", {})[TURN_SLOT] = tenant
 
     def check_message_count(self, count: int, what: str = "messages") -> None:
         """Refuse a request of more than :attr:`max_messages` messages (or input items).

@@ -114,7 +114,7 @@ class _ChatCompletions:
         self.host = host
 
     async def create(self, request: Request) -> Response:
-        self.host.tenant_of(request)
+        tenant = self.host.tenant_of(request)
         body = parsed(ChatRequest, await self.host.body_of(request), what="a chat completion request")
         agent = self.host.hosted_agent(body.model, as_model=True).stateless
         self.host.check_message_count(len(body.messages))
@@ -125,6 +125,7 @@ class _ChatCompletions:
         tools = declared_tools(body.tools or (), shape="nested")
         limit = body.max_completion_tokens or body.max_tokens
         options = {} if limit is None else {"max_tokens": limit}
+        self.host.admit_turn(request, tenant)  # counted until the request ends
         completion_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())
         if body.stream:
             stream = agent.run(messages, stream=True, tools=tools, options=options)

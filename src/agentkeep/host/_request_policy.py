@@ -17,6 +17,9 @@ either (see :mod:`agentkeep.host.inspector`).
 **One key.** A request with more than one ``Authorization`` header is refused (400): servers and
 proxies disagree on which one counts.
 
+**Turns counted.** A turn an endpoint admitted (:meth:`~agentkeep.host.AgentHost.admit_turn`)
+counts against its tenant's bound until the request ends here, however it ends.
+
 **Answers.** Every answer carries ``X-Content-Type-Options: nosniff`` and, unless it set its own,
 ``Cache-Control: no-store`` (answers hold conversation data; nothing of them belongs in a cache).
 """
@@ -33,7 +36,11 @@ from ._http import error_response
 if TYPE_CHECKING:
     from ._app import AgentHost
 
-__all__ = ["RequestPolicy"]
+__all__ = ["TURN_SLOT", "RequestPolicy"]
+
+TURN_SLOT: Final = "agentkeep.turn_slot"
+"""Where a request's scope state names the tenant whose turn it counts
+(:meth:`~agentkeep.host.AgentHost.admit_turn`), ended when the request is."""
 
 _WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
 _CHANGING: Final = _WITH_BODY | {"DELETE"}
@@ -80,7 +87,12 @@ class RequestPolicy:
             status, kind, message = refusal
             await error_response(status, kind, message)(scope, receive, self._headed(send))
             return
-        await self.app(scope, receive, self._headed(send))
+        try:
+            await self.app(scope, receive, self._headed(send))
+        finally:  # the request is over, its streamed answer too (or the client went away)
+            tenant = scope.get("state", {}).pop(TURN_SLOT, None)
+            if tenant is not None:
+                self.host.tenant_turns.leave(tenant)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:
         method: str = scope["method"]

@@ -187,6 +187,7 @@ class _Responses:
         tools = declared_tools(body.tools or (), shape="typed")
         conversation_id = self._conversation_id(body)
         user = user_of(request, body.user)
+        self.host.admit_turn(request, tenant)  # counted until the request ends
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
         run = self._run(hosted, tenant, user, conversation_id, body, new, tools, parent)
         if body.stream:

@@ -51,13 +51,44 @@ if TYPE_CHECKING:
     from ..agent import Agent
     from ..messages import Message
 
-__all__ = ["ConversationLocks", "SessionCache", "SessionTurn", "TurnConflictError"]
+__all__ = ["ConversationLocks", "SessionCache", "SessionTurn", "TenantTurns", "TurnConflictError"]
 
 _ABSENT: Final = b"\x00absent"
 
 
 class TurnConflictError(ConflictError):
     """A turn's session changes collide with another writer's, after every retry."""
+
+
+class TenantTurns:
+    """How many turns each tenant runs at once in this process, each tenant at most ``limit``
+    (``None``: no bound), so one tenant's burst cannot take every worker of the host."""
+
+    def __init__(self, limit: int | None) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError("a tenant's concurrent turns are at least 1 (or None: no bound)")
+        self.limit = limit
+        self._running: dict[str, int] = {}
+
+    def running(self, tenant: str) -> int:
+        """The tenant's turns running now."""
+        return self._running.get(tenant, 0)
+
+    def admit(self, tenant: str) -> bool:
+        """Count one more turn of ``tenant``, unless it runs ``limit`` already (then ``False``)."""
+        running = self._running.get(tenant, 0)
+        if self.limit is not None and running >= self.limit:
+            return False
+        self._running[tenant] = running + 1
+        return True
+
+    def leave(self, tenant: str) -> None:
+        """Count a turn of ``tenant`` as ended."""
+        left = self._running[tenant] - 1
+        if left:
+            self._running[tenant] = left
+        else:
+            del self._running[tenant]
 
 
 class ConversationLocks:
