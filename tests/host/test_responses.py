@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -197,3 +198,64 @@ async def test_items_page_newest_first_and_a_page_reads_only_what_lies_before_it
         everything = await client.conversations.items.list(conversation.id, order="asc", limit=100)
     assert paged == [item.id for item in reversed(everything.data)]
     assert len(paged) == len(set(paged)) == 60
+
+
+def keyed(key: str) -> dict[str, str]:
+    return {"Idempotency-Key": key}
+
+
+async def test_a_request_sent_again_with_its_idempotency_key_is_answered_from_the_store(
+    hosted: Hosted,
+) -> None:
+    """A client that retries (a dropped connection, a crashed process) sends the same request with
+    the same key: it gets the same response, streamed or not, and nothing runs or is stored twice;
+    in a new conversation, continuing the newest response, and branching from an earlier one."""
+    async with sdk(hosted, ALICE[0]) as client:
+        first = await client.responses.create(model="chat", input="hello", extra_headers=keyed("k-new"))
+        again = await client.responses.create(model="chat", input="hello", extra_headers=keyed("k-new"))
+        assert (again.id, again.output_text) == (first.id, "heard 1: hello")
+        stream = await client.responses.create(
+            model="chat", input="hello", stream=True, extra_headers=keyed("k-new")
+        )
+        events = [event async for event in stream]
+        assert events[-1].type == "response.completed"
+        assert events[-1].response.id == first.id  # type: ignore[union-attr]
+        deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")  # type: ignore[union-attr]
+        assert deltas == "heard 1: hello"
+
+        def on(previous: str, text: str, key: str) -> Any:
+            return client.responses.create(
+                model="chat", input=text, previous_response_id=previous, extra_headers=keyed(key)
+            )
+
+        second = await on(first.id, "again", "k-next")
+        retried = await on(first.id, "again", "k-next")  # first is no longer the newest: no branch
+        assert (retried.id, retried.output_text) == (second.id, "heard 2: hello | again")
+        fork = await on(first.id, "fork", "k-fork")
+        fork_again = await on(first.id, "fork", "k-fork")
+        assert (fork_again.id, fork_again.output_text) == (fork.id, "heard 2: hello | fork")
+
+        with pytest.raises(openai.UnprocessableEntityError) as reused:
+            await client.responses.create(model="chat", input="something else", extra_headers=keyed("k-new"))
+        assert reused.value.code == "idempotency_key_reused"
+    async with sdk(hosted, BOB[0]) as client:  # a key is the tenant's own
+        bobs = await client.responses.create(model="chat", input="hello", extra_headers=keyed("k-new"))
+        assert bobs.id != first.id
+    main, branch = f"conv_{first.id[5:37]}", f"conv_{fork.id[5:37]}"
+    stored = {
+        key.split("::", 1)[1]: [m.text for m in await hosted.stored(key)]
+        for key in await hosted.conversations()
+    }
+    assert stored[main] == ["hello", "heard 1: hello", "again", "heard 2: hello | again"]
+    assert stored[branch] == ["hello", "heard 1: hello", "fork", "heard 2: hello | fork"]
+    async with httpx.AsyncClient(base_url=hosted.server.url, timeout=30) as raw:
+        doubled = await raw.post(
+            "/v1/responses",
+            json={"model": "chat", "input": "x"},
+            headers=[
+                ("Authorization", f"Bearer {ALICE[0]}"),
+                ("Idempotency-Key", "a"),
+                ("Idempotency-Key", "b"),
+            ],
+        )
+        assert (doubled.status_code, doubled.json()["error"]["param"]) == (400, "Idempotency-Key")

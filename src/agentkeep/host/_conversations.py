@@ -33,6 +33,7 @@ __all__ = [
     "keep_record",
     "newest_messages",
     "record_of",
+    "response_records",
 ]
 
 KEPT_RESPONSES: Final = 64
@@ -47,16 +48,31 @@ def record_of(session: AgentSession, response_id: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None  # pyright: ignore[reportUnknownVariableType]
 
 
-def keep_record(session: AgentSession, response: dict[str, Any], last_message_id: str | None) -> None:
-    """Record ``response`` in its conversation's session, dropping the oldest records past
-    :data:`KEPT_RESPONSES`."""
-    session.state[_RECORD + response["id"]] = {"response": response, "last_message_id": last_message_id}
+def response_records(session: AgentSession) -> dict[str, dict[str, Any]]:
+    """The records of the responses kept in a conversation's session, by response id."""
     records: dict[str, dict[str, Any]] = {}
     for key in session.state:
         if key.startswith(_RECORD):
             record = session.state.get(key)
             if isinstance(record, dict):
                 records[key[len(_RECORD) :]] = record  # pyright: ignore[reportUnknownArgumentType]
+    return records
+
+
+def keep_record(
+    session: AgentSession,
+    response: dict[str, Any],
+    last_message_id: str | None,
+    *,
+    idempotency: dict[str, str] | None = None,
+) -> None:
+    """Record ``response`` in its conversation's session (with the ``Idempotency-Key`` of the
+    request that made it, if any), dropping the oldest records past :data:`KEPT_RESPONSES`."""
+    record: dict[str, Any] = {"response": response, "last_message_id": last_message_id}
+    if idempotency is not None:
+        record["idempotency"] = idempotency
+    session.state[_RECORD + response["id"]] = record
+    records = response_records(session)
     if len(records) > KEPT_RESPONSES:
         oldest = sorted(records, key=lambda rid: records[rid]["response"]["created_at"])
         for rid in oldest[: len(records) - KEPT_RESPONSES]:
@@ -163,6 +179,18 @@ class Conversations:
         if save:
             await turn.save()
         return turn
+
+    async def readable_records(
+        self, hosted: HostedAgent, tenant: str, conversation_id: str, *, user: str | None
+    ) -> dict[str, dict[str, Any]] | None:
+        """The response records of conversation ``conversation_id`` (empty when it is not
+        stored), or ``None`` when it is stored but ``user`` may not read it."""
+        turn = await self._load(hosted, tenant, conversation_id)
+        if session_version(turn.session) is None:
+            return {}
+        if not readable_by(turn.session, user):
+            return None
+        return response_records(turn.session)
 
     async def response(
         self, tenant: str, conversation_id: str, response_id: str, *, user: str | None

@@ -18,7 +18,8 @@ A conversation is a session of the agent's store (its history in the agent's his
 under the caller's tenant; responses are recorded in its state. Continuing from a response that is
 not the newest of its conversation branches: a new conversation starts with the history up to that
 response (copied once), and the new response belongs to it. Every id is looked up in the
-caller's tenant only: another tenant's id is a 404.
+caller's tenant only: another tenant's id is a 404. A request with an ``Idempotency-Key`` that was
+answered before is answered again from the store (see :mod:`agentkeep.host._idempotency`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from ._conversations import (
 )
 from ._hosted_turn import HostedTurn
 from ._http import STATUS_OF, HTTPProblem, declared_tools, error_response, parsed, run_error
+from ._idempotency import IdempotencyKey, keyed_conversation_id
 from ._memory import user_of
 from ._responses_wire import (
     LiveOutput,
@@ -58,6 +60,7 @@ from ._responses_wire import (
     is_conversation_id,
     new_conversation_id,
     new_response_id,
+    replayed_events,
     to_messages,
     usage_of,
 )
@@ -177,7 +180,11 @@ class _Responses:
     # -- POST /v1/responses -------------------------------------------------------------------
     async def create(self, request: Request) -> Response:
         tenant = self.host.tenant_of(request)
-        body = parsed(ResponsesRequest, await self.host.body_of(request), what="a Responses request")
+        raw = await self.host.body_of(request)
+        body = parsed(ResponsesRequest, raw, what="a Responses request")
+        # one request, whether its answer is streamed or not: a retry may ask either way
+        asked = msgspec.json.encode(body.model_dump(mode="json", exclude={"stream"}))
+        key = IdempotencyKey.of(request, asked) if body.store else None
         hosted = self.host.hosted_agent(body.model, as_model=True)
         try:
             new = to_messages(body.input)
@@ -189,7 +196,7 @@ class _Responses:
         user = user_of(request, body.user)
         self.host.admit_turn(request, tenant)  # counted until the request ends
         parent: telemetry.Span = getattr(request.state, "span", telemetry.Span())
-        run = self._run(hosted, tenant, user, conversation_id, body, new, tools, parent)
+        run = self._run(hosted, tenant, user, conversation_id, body, new, tools, parent, key)
         if body.stream:
             first = await anext(run)  # a refusal before the run starts is an HTTP error
             if first["type"] == "problem":
@@ -236,14 +243,22 @@ class _Responses:
         new: list[Message],
         tools: list[FunctionTool],
         parent: telemetry.Span,
+        key: IdempotencyKey | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts)."""
+        """The run as ``response.*`` events (and a ``problem`` for a refusal before it starts);
+        for a request answered before (the same ``Idempotency-Key``), that answer's events."""
         shell: dict[str, Any] = {}
+        keyed = None if key is None else keyed_conversation_id(tenant, hosted.name, key.key)
         try:
             async with HostedTurn(
-                self.host, hosted, tenant, conversation_id or new_conversation_id(), parent
+                self.host, hosted, tenant, conversation_id or keyed or new_conversation_id(), parent
             ) as frame:
-                turn, prior, conversation = await self._turn_for(frame, user, conversation_id, body)
+                answered = None if key is None else await self._answered(frame, user, conversation_id, key)
+                if answered is not None:
+                    for event in replayed_events(answered):
+                        yield event
+                    return
+                turn, prior, conversation = await self._turn_for(frame, user, conversation_id, body, keyed)
                 shell = _shell(hosted, body, new_response_id(conversation), conversation)
                 yield {"type": "response.created", "response": shell}
                 yield {"type": "response.in_progress", "response": shell}
@@ -268,7 +283,8 @@ class _Responses:
                 }
                 if session is not None and turn is not None:
                     produced = answer.messages
-                    keep_record(session, response, produced[-1].message_id if produced else None)
+                    last = produced[-1].message_id if produced else None
+                    keep_record(session, response, last, idempotency=None if key is None else key.record())
                     await frame.store(turn, conversation_id=conversation)
         except HTTPProblem as exc:
             yield {"type": "problem", "status": exc.status, "code": exc.kind, "message": exc.message}
@@ -279,8 +295,37 @@ class _Responses:
             return
         yield {"type": "response.completed", "response": response}
 
+    async def _answered(
+        self, frame: HostedTurn, user: str | None, conversation_id: str | None, key: IdempotencyKey
+    ) -> dict[str, Any] | None:
+        """The response an earlier request with ``key`` made: recorded in the conversation it
+        continued, or in the one it started or branched into (named by the key).
+
+        Raises:
+            HTTPProblem: 422 when the key was sent with another request, or names a
+                conversation ``user`` may not read.
+        """
+        places = [frame.conversation_id]
+        if conversation_id is not None:
+            places.append(keyed_conversation_id(frame.tenant, frame.hosted.name, key.key))
+        for place in places:
+            records = await self.conversations.readable_records(frame.hosted, frame.tenant, place, user=user)
+            if records is None:
+                raise HTTPProblem(
+                    422, "idempotency_key_reused", "this Idempotency-Key was sent by another user"
+                )
+            answered = key.answered(records)
+            if answered is not None:
+                return answered
+        return None
+
     async def _turn_for(
-        self, frame: HostedTurn, user: str | None, conversation_id: str | None, body: ResponsesRequest
+        self,
+        frame: HostedTurn,
+        user: str | None,
+        conversation_id: str | None,
+        body: ResponsesRequest,
+        keyed: str | None = None,
     ) -> tuple[SessionTurn | None, Sequence[Message], str]:
         """The session the run goes on (``None``: not stored), the messages the model sees before
         the request's (an unstored run's history, or a branch's prefix) and the conversation the
@@ -312,7 +357,7 @@ class _Responses:
         prefix = await history_until(hosted.agent, turn.session, str(last))
         if not body.store:
             return turn, prefix, conversation
-        conversation = new_conversation_id()
+        conversation = keyed or new_conversation_id()  # a keyed request's retry finds its branch
         return (
             await self.conversations.create(hosted, tenant, conversation, prefix, user=user, save=False),
             [],

@@ -27,6 +27,7 @@ __all__ = [
     "new_conversation_id",
     "new_response_id",
     "output_items",
+    "replayed_events",
     "to_messages",
     "usage_of",
 ]
@@ -235,6 +236,26 @@ class LiveOutput:
         ]
         self.items.append(item)
         return events
+
+
+def replayed_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``response.*`` events a stream of the stored ``response`` sent (each text whole, in
+    one delta), ending with ``response.completed``."""
+    shell: dict[str, Any] = {**response, "status": "in_progress", "output": []}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": shell},
+        {"type": "response.in_progress", "response": shell},
+    ]
+    live = LiveOutput()
+    for item in response.get("output", ()):
+        if item.get("type") == "message":
+            text = "".join(part.get("text", "") for part in item.get("content", ()))
+            events += live.text(item["id"], text)
+        elif item.get("type") == "function_call":
+            events += live.call(FunctionCallContent(item["call_id"], item["name"], item["arguments"]))
+    events += live.close()
+    events.append({"type": "response.completed", "response": response})
+    return events
 
 
 def conversation_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
