@@ -1,8 +1,9 @@
 """Bounded connections (``agentkeep.host._server``): a real host under the bounded uvicorn server on a
 loopback port, spoken to over raw sockets with small configured timeouts. Idle, trickling and
 stalled connections are closed; a kept-alive connection is closed once idle; beyond the cap a new
-connection is answered 503 while the open ones keep working; a streamed turn that outlasts every
-timeout is not cut; and ``agentkeep inspect`` takes the options."""
+connection pushes out the one idle longest, or is answered 503 while every open one is busy (and
+they keep working); a streamed turn that outlasts every timeout is not cut; and ``agentkeep
+inspect`` takes the options."""
 
 from __future__ import annotations
 
@@ -55,6 +56,45 @@ class SlowChatClient(BaseChatClient[ChatOptions]):
                 message_id=message_id,
                 finish_reason="stop" if index == self.chunks - 1 else None,
             )
+
+
+class GatedChatClient(BaseChatClient[ChatOptions]):
+    """Streams a word, then waits (in a worker thread) until the test opens :attr:`gate`."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    async def get_response(self, messages: Sequence[Message], *, options: ChatOptions) -> ChatResponse:
+        raise NotImplementedError("the host streams")
+
+    async def get_streaming_response(
+        self, messages: Sequence[Message], *, options: ChatOptions
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        message_id = uuid.uuid4().hex
+        yield ChatResponseUpdate([TextContent("wait ")], role="assistant", message_id=message_id)
+        await asyncio.to_thread(self.gate.wait, HANG)
+        yield ChatResponseUpdate(
+            [TextContent("done")], role="assistant", message_id=message_id, finish_reason="stop"
+        )
+
+
+def turn_request(port: int, thread: str) -> bytes:
+    """An AG-UI request of one user message on ``thread``, head and body."""
+    body = msgspec.json.encode(
+        {
+            "threadId": thread,
+            "runId": "r",
+            "messages": [{"id": f"{thread}-m1", "role": "user", "content": "tell me"}],
+            "tools": [],
+            "context": [],
+            "state": {},
+            "forwardedProps": {},
+        }
+    )
+    return (
+        head(port, "POST", "/agents/chat", "Content-Type: application/json", f"Content-Length: {len(body)}")
+        + body
+    )
 
 
 @contextmanager
@@ -137,6 +177,20 @@ async def one_response(reader: asyncio.StreamReader) -> bytes:
         return answer + await reader.readexactly(length)
 
 
+async def admitted(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection the server took in and answered on (retrying while it still counts closed
+    ones), kept open."""
+    async with asyncio.timeout(HANG):
+        while True:
+            reader, writer = await connect(port)
+            writer.write(head(port))
+            answer = await one_response(reader)
+            if answer.startswith(b"HTTP/1.1 200"):
+                return reader, writer
+            writer.close()
+            await asyncio.sleep(0.05)
+
+
 async def test_a_connection_that_sends_nothing_is_closed_silently(tmp_path: Path) -> None:
     with serving(tmp_path, limits()) as port:
         reader, writer = await connect(port)
@@ -197,7 +251,7 @@ async def test_a_slow_body_that_moves_is_read_and_a_stalled_one_is_closed(tmp_pa
         for piece in pieces:
             await asyncio.sleep(SHORT / 3)
             writer.write(piece)
-        answer = await until_closed_or_finished(reader)
+        answer = await whole_stream(reader)
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         assert b"RUN_FINISHED" in answer
         writer.close()
@@ -208,11 +262,11 @@ async def test_a_slow_body_that_moves_is_read_and_a_stalled_one_is_closed(tmp_pa
         writer.close()
 
 
-async def until_closed_or_finished(reader: asyncio.StreamReader) -> bytes:
-    """An AG-UI answer read until its ``RUN_FINISHED`` or ``RUN_ERROR`` event, or the close."""
+async def whole_stream(reader: asyncio.StreamReader) -> bytes:
+    """A streamed (chunked) answer read to its last chunk, or to the close."""
     received = b""
     async with asyncio.timeout(HANG):
-        while b"RUN_FINISHED" not in received and b"RUN_ERROR" not in received:
+        while not received.endswith(b"\r\n0\r\n\r\n"):
             data = await reader.read(65536)
             if not data:
                 break
@@ -220,63 +274,50 @@ async def until_closed_or_finished(reader: asyncio.StreamReader) -> bytes:
     return received
 
 
-async def test_beyond_the_cap_a_connection_is_refused_and_the_open_ones_work(tmp_path: Path) -> None:
-    with serving(tmp_path, limits(HANG, max_connections=3)) as port:
-        used = await connect(port)
-        idle = [await connect(port) for _ in range(2)]
-        used[1].write(head(port))
-        assert (await one_response(used[0])).startswith(b"HTTP/1.1 200")  # all three are in
+async def test_at_the_cap_a_new_connection_pushes_out_the_one_idle_longest(tmp_path: Path) -> None:
+    with serving(tmp_path, limits(HANG, max_connections=2)) as port:
+        silent = await connect(port)  # never sends a request
+        kept = await admitted(port)  # served, then idle
+        newcomer = await admitted(port)  # gets in: the silent one waited longest
+        assert await until_closed(silent[0]) == b""
+        last = await admitted(port)  # gets in: the kept one waited longest now
+        assert await until_closed(kept[0]) == b""
+        for _, writer in (silent, kept, newcomer, last):
+            writer.close()
+
+
+async def test_when_every_connection_is_busy_a_new_one_is_refused_and_the_open_ones_work(
+    tmp_path: Path,
+) -> None:
+    client = GatedChatClient()
+    with serving(tmp_path, limits(HANG, max_connections=2), client) as port:
+        turns = [await connect(port) for _ in range(2)]
+        for index, (reader, writer) in enumerate(turns):
+            writer.write(turn_request(port, f"busy-{index}"))
+            async with asyncio.timeout(HANG):
+                await reader.readuntil(b"RUN_STARTED")  # its turn runs until the gate opens
         extra = await connect(port)
         refused = await until_closed(extra[0])
         assert refused.startswith(b"HTTP/1.1 503 Service Unavailable")
         assert b"retry-after: 1" in refused
         extra[1].close()
-        used[1].write(head(port))  # the open connection still works
-        assert (await one_response(used[0])).startswith(b"HTTP/1.1 200")
-        idle[0][1].close()
-        await until_closed(idle[0][0])
-        async with asyncio.timeout(HANG):  # once the server has seen that close, a new one gets in
-            while True:
-                reader, writer = await connect(port)
-                writer.write(head(port))
-                answer = await until_closed_or_response(reader)
-                writer.close()
-                if answer.startswith(b"HTTP/1.1 200"):
-                    break
-                assert answer.startswith(b"HTTP/1.1 503"), answer
-                await asyncio.sleep(0.05)
-        used[1].close()
-        idle[1][1].close()
-
-
-async def until_closed_or_response(reader: asyncio.StreamReader) -> bytes:
-    async with asyncio.timeout(HANG):
-        return await reader.readuntil(b"\r\n\r\n")
+        client.gate.set()
+        for reader, _ in turns:
+            assert b"RUN_FINISHED" in await whole_stream(reader)
+        reader, writer = turns[0]
+        writer.write(head(port))  # the connection that was open still works
+        assert (await one_response(reader)).startswith(b"HTTP/1.1 200")
+        for _, writer in turns:
+            writer.close()
 
 
 async def test_a_streamed_turn_longer_than_every_timeout_is_not_cut(tmp_path: Path) -> None:
-    chunks, pause = 6, SHORT * 1.5
+    chunks, pause = 4, SHORT
     assert chunks * pause > 2 * SHORT  # longer than the header, body and keep-alive timeouts
     with serving(tmp_path, limits(), SlowChatClient(chunks, pause)) as port:
-        body = msgspec.json.encode(
-            {
-                "threadId": "long",
-                "runId": "r",
-                "messages": [{"id": "m1", "role": "user", "content": "tell me"}],
-                "tools": [],
-                "context": [],
-                "state": {},
-                "forwardedProps": {},
-            }
-        )
         reader, writer = await connect(port)
-        writer.write(
-            head(
-                port, "POST", "/agents/chat", "Content-Type: application/json", f"Content-Length: {len(body)}"
-            )
-            + body
-        )
-        answer = await until_closed_or_finished(reader)
+        writer.write(turn_request(port, "long"))
+        answer = await whole_stream(reader)
         writer.close()
     assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
     events = [msgspec.json.decode(line[6:]) for line in answer.split(b"\n") if line.startswith(b"data: ")]
@@ -301,23 +342,9 @@ def test_the_limits_are_checked_and_the_cap_follows_the_open_file_limit() -> Non
     assert (ConnectionLimits().resolved().max_connections or 0) >= 1
 
 
-async def admitted(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection the server took in and answered on (retrying while it still counts closed
-    ones), kept open."""
-    async with asyncio.timeout(HANG):
-        while True:
-            reader, writer = await connect(port)
-            writer.write(head(port))
-            answer = await one_response(reader)
-            if answer.startswith(b"HTTP/1.1 200"):
-                return reader, writer
-            writer.close()
-            await asyncio.sleep(0.05)
-
-
 async def test_inspect_takes_the_connection_options(env: dict[str, str], tmp_path: Path) -> None:
     """``agentkeep inspect`` as a real process: ``--header-timeout`` closes a connection that sends
-    nothing, ``--max-connections`` refuses one past the cap (the open ones kept alive)."""
+    nothing; past ``--max-connections`` a new connection pushes out the one idle longest."""
     arguments = ("--store", f"sqlite:///{tmp_path / 'inspected.db'}", "--header-timeout", str(SHORT))
     with running(
         env, "inspect", *arguments, "--keep-alive-timeout", str(HANG), "--max-connections", "2"
@@ -327,7 +354,7 @@ async def test_inspect_takes_the_connection_options(env: dict[str, str], tmp_pat
         assert await until_closed(reader) == b""
         writer.close()
         held = [await admitted(port) for _ in range(2)]
-        extra = await connect(port)
-        assert (await until_closed(extra[0])).startswith(b"HTTP/1.1 503")
+        extra = await admitted(port)
+        assert await until_closed(held[0][0]) == b""
         for _, held_writer in (*held, extra):
             held_writer.close()

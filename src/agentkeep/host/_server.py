@@ -15,9 +15,12 @@ phase of a connection (:class:`ConnectionLimits` says how long):
 * while the application answers (a streamed turn may last minutes): no timer; the host's
   ``run_timeout`` bounds a run.
 
-Beyond ``max_connections`` open connections a new one is answered ``503`` and closed at once, so
-the connections already open keep working. :func:`run_server` raises the soft limit of open files
-to the hard one first and chooses the cap below it (:func:`default_max_connections`).
+At ``max_connections`` open connections, a new one pushes out the connection that has waited
+longest for a request head (never sent one, trickles one in, or idles between requests), so idle
+and slowloris connections cannot lock others out; when every open connection is busy with a
+request, the new one is answered ``503`` and closed at once, and the open ones keep working.
+:func:`run_server` raises the soft limit of open files to the hard one first; the default cap is
+below it (:func:`agentkeep.host._limits.default_max_connections`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import uvicorn
@@ -56,30 +59,43 @@ class LimitedConfig(uvicorn.Config):
 
     def __init__(self, app: Any, *, limits: ConnectionLimits, **options: Any) -> None:
         self.connection_limits = limits.resolved()
-        self.refusals = _Refusals()
+        self.gate = _Gate()
         super().__init__(app, http=BoundedH11Protocol, ws="none", **options)
 
 
 @dataclass(slots=True)
-class _Refusals:
-    """Refused connections not yet logged: one warning per :data:`REFUSAL_LOG_INTERVAL` at most."""
+class _Gate:
+    """What the connections of one server share: those waiting for a request head, oldest first
+    (the ones a new connection may push out at the cap), and the refusals not yet logged (one
+    warning per :data:`REFUSAL_LOG_INTERVAL` at most)."""
 
-    count: int = 0
+    waiting: dict[BoundedH11Protocol, None] = field(default_factory=dict["BoundedH11Protocol", None])
+    refused: int = 0
     logged_at: float = float("-inf")
 
-    def add(self, limit: int) -> None:
-        self.count += 1
+    def make_room(self, newcomer: BoundedH11Protocol) -> bool:
+        """Close the connection that has waited longest for a request head; whether there was one."""
+        for connection in self.waiting:
+            if connection is not newcomer:
+                connection.push_out()
+                return True
+        return False
+
+    def refuse(self, limit: int) -> None:
+        self.refused += 1
         now = time.monotonic()
         if now - self.logged_at >= REFUSAL_LOG_INTERVAL:
             logger.warning(
-                "%d connection(s) refused: %d connections are open (--max-connections)", self.count, limit
+                "%d connection(s) refused: %d connections are open and busy (--max-connections)",
+                self.refused,
+                limit,
             )
-            self.count, self.logged_at = 0, now
+            self.refused, self.logged_at = 0, now
 
 
 class BoundedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a header timeout, a body timeout and a connection cap (see the
-    module docs); the limits come from a :class:`LimitedConfig` (defaults with another config)."""
+    module docs); it takes its limits from a :class:`LimitedConfig`."""
 
     def __init__(
         self,
@@ -88,11 +104,10 @@ class BoundedH11Protocol(H11Protocol):
         app_state: dict[str, Any],
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
+        if not isinstance(config, LimitedConfig):
+            raise TypeError("BoundedH11Protocol takes its limits from a LimitedConfig")
         super().__init__(config, server_state, app_state, _loop)
-        if isinstance(config, LimitedConfig):
-            self._limits, self._refusals = config.connection_limits, config.refusals
-        else:
-            self._limits, self._refusals = ConnectionLimits().resolved(), _Refusals()
+        self._limits, self._gate = config.connection_limits, config.gate
         # uvicorn types its keep-alive timeout as whole seconds but only ever waits it with call_later
         setattr(self, "timeout_keep_alive", self._limits.keep_alive_timeout)  # noqa: B010
         self._refused = False
@@ -107,14 +122,15 @@ class BoundedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         limit = self._limits.max_connections or 1
-        if len(self.connections) > limit:
+        if len(self.connections) > limit and not self._gate.make_room(self):
             self._refused = True
             self.connections.discard(self)  # not counted, and gone at once
-            self._refusals.add(limit)
+            self._gate.refuse(limit)
             self.transport.write(REFUSAL)
             self.transport.close()
             return
         self._start_head_timer(started=False)
+        self._follow()
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -133,7 +149,14 @@ class BoundedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
         self._stop_body_timer()
+        self._gate.waiting.pop(self, None)
         super().connection_lost(exc)
+
+    def push_out(self) -> None:
+        """Close this connection, which waits for a request head, to make room for a new one."""
+        self._gate.waiting.pop(self, None)
+        self._stop_head_timer()
+        self.transport.close()
 
     # -- the timers -------------------------------------------------------------------------------
 
@@ -146,10 +169,15 @@ class BoundedH11Protocol(H11Protocol):
         return cycle is not None and cycle.more_body and not cycle.response_complete
 
     def _follow(self) -> None:
-        """After bytes came or a response ended: stop the head timer once a new request's head is in
-        (uvicorn made a new cycle), and time the body while one is being read."""
+        """After a connection opened, bytes came or a response ended: stop the head timer once a new
+        request's head is in (uvicorn made a new cycle), keep the connection in the line of those
+        waiting for a head while it is, and time the body while one is being read."""
         if self._head_timer is not None and self.cycle is not self._head_cycle:
             self._stop_head_timer()
+        if self._between_requests() and not self.transport.is_closing():
+            self._gate.waiting.setdefault(self)  # an old place in the line is kept
+        else:
+            self._gate.waiting.pop(self, None)
         if self._reading_body():
             self._body_read_at = self.loop.time()
             if self._body_timer is None:
