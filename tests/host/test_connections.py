@@ -335,9 +335,11 @@ def test_the_limits_are_checked_and_the_cap_follows_the_open_file_limit() -> Non
         ConnectionLimits(body_timeout=0)
     with pytest.raises(ValueError, match="max_connections must be"):
         ConnectionLimits(max_connections=0)
+    assert default_max_connections(256) == 128  # macOS's default soft limit
     assert default_max_connections(1024) == 768
     assert default_max_connections(4096) == 3072
     assert default_max_connections(1_048_576) == MAX_CONNECTIONS_CEILING
+    assert default_max_connections(None) == MAX_CONNECTIONS_CEILING
     assert ConnectionLimits(max_connections=5).resolved().max_connections == 5
     assert (ConnectionLimits().resolved().max_connections or 0) >= 1
 

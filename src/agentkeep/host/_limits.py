@@ -4,9 +4,12 @@ how many connections may be open: :class:`ConnectionLimits` (the server that app
 
 from __future__ import annotations
 
-import resource
+import sys
 from dataclasses import dataclass, replace
 from typing import Final
+
+if sys.platform != "win32":  # Windows has no limit of open files to read or raise
+    import resource
 
 __all__ = ["ConnectionLimits", "default_max_connections", "raise_open_file_limit"]
 
@@ -41,27 +44,36 @@ class ConnectionLimits:
         """These limits with ``max_connections`` chosen when it is ``None``."""
         if self.max_connections is not None:
             return self
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        return replace(self, max_connections=default_max_connections(soft))
+        return replace(self, max_connections=default_max_connections(_open_file_limit()))
 
 
-def default_max_connections(open_files: int) -> int:
-    """The cap for a process that may open ``open_files`` descriptors: a quarter of them (at least
-    :data:`RESERVED_FILES`) kept for the rest of the process, and :data:`MAX_CONNECTIONS_CEILING`
-    at most."""
-    if open_files == resource.RLIM_INFINITY:
+def default_max_connections(open_files: int | None) -> int:
+    """The cap for a process that may open ``open_files`` descriptors (``None``: no limit): a
+    quarter of them (at least :data:`RESERVED_FILES`, at most half) kept for the rest of the
+    process, and :data:`MAX_CONNECTIONS_CEILING` at most."""
+    if open_files is None:
         return MAX_CONNECTIONS_CEILING
-    return max(1, min(MAX_CONNECTIONS_CEILING, open_files - max(RESERVED_FILES, open_files // 4)))
+    reserved = min(open_files // 2, max(RESERVED_FILES, open_files // 4))
+    return max(1, min(MAX_CONNECTIONS_CEILING, open_files - reserved))
 
 
-def raise_open_file_limit() -> int:
+def _open_file_limit() -> int | None:
+    """The soft limit of open files (``None``: none)."""
+    if sys.platform == "win32":
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def raise_open_file_limit() -> int | None:
     """Raise the soft limit of open files to the hard limit (a process may, unprivileged); the soft
-    limit in force afterwards."""
+    limit in force afterwards (``None``: none)."""
+    if sys.platform == "win32":
+        return None
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft != hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):  # a platform that refuses: keep the soft limit
+        except (ValueError, OSError):  # a platform that refuses (macOS above OPEN_MAX): keep it
             return soft
-        return hard
-    return soft
+    return _open_file_limit()
