@@ -62,6 +62,7 @@ from ._transfer import (
 )
 
 if TYPE_CHECKING:  # the Redis import needs the [redis] extra only when it is used
+    from ..host import ConnectionLimits
     from ..maf.redis_history import RedisImportProgress
     from ..memory import MemoryScopeSummary, MemoryStore
 
@@ -576,6 +577,52 @@ def delete_session(
 
 # -- serve ------------------------------------------------------------------------------------------
 
+HeaderTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--header-timeout",
+        min=0.001,
+        metavar="SECONDS",
+        help="Close a connection whose request head is not in whole within this time (idle or trickling).",
+    ),
+]
+KeepAliveTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--keep-alive-timeout",
+        min=0.001,
+        metavar="SECONDS",
+        help="Close a connection idle this long after a response.",
+    ),
+]
+BodyTimeoutOption = Annotated[
+    float,
+    typer.Option(
+        "--body-timeout",
+        min=0.001,
+        metavar="SECONDS",
+        help="Close a connection whose request body stalls this long.",
+    ),
+]
+MaxConnectionsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-connections",
+        min=1,
+        metavar="N",
+        help="Open connections at most per process; more are answered 503 "
+        "(default: from the open-file limit, at most 10,000).",
+    ),
+]
+
+
+def _limits(header: float, keep_alive: float, body: float, connections: int | None) -> ConnectionLimits:
+    from ..host import ConnectionLimits
+
+    return ConnectionLimits(
+        header_timeout=header, keep_alive_timeout=keep_alive, body_timeout=body, max_connections=connections
+    )
+
 
 @app.command()
 def serve(
@@ -612,6 +659,10 @@ def serve(
         ),
     ] = None,
     memory_store: MemoryStoreOption = None,
+    header_timeout: HeaderTimeoutOption = 10.0,
+    keep_alive_timeout: KeepAliveTimeoutOption = 5.0,
+    body_timeout: BodyTimeoutOption = 30.0,
+    max_connections: MaxConnectionsOption = None,
 ) -> None:
     """Serve the agent `chat` over HTTP (AG-UI at /agents/chat), its sessions in the store."""
     with _reported():
@@ -631,7 +682,8 @@ def serve(
                 memory=tuple(kind.value for kind in memory or ()),
                 memory_store_url=memory_store,
             )
-            run_server(settings, host=host, port=port, workers=workers)
+            limits = _limits(header_timeout, keep_alive_timeout, body_timeout, max_connections)
+            run_server(settings, host=host, port=port, workers=workers, limits=limits)
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
 
@@ -650,6 +702,10 @@ def inspect(
             help="Show the users' long-term memories in this store too (sqlite:///file.db, postgresql://...).",
         ),
     ] = None,
+    header_timeout: HeaderTimeoutOption = 10.0,
+    keep_alive_timeout: KeepAliveTimeoutOption = 5.0,
+    body_timeout: BodyTimeoutOption = 30.0,
+    max_connections: MaxConnectionsOption = None,
 ) -> None:
     """Serve the session inspector over the store (a web page at /inspector/; no model runs)."""
     with _reported():
@@ -658,7 +714,12 @@ def inspect(
         print(f"the inspector: http://{host}:{port}/inspector/", flush=True)
         try:
             run_inspector(
-                store, host=host, port=port, api_key_file=api_key_file, memory_store_url=memory_store
+                store,
+                host=host,
+                port=port,
+                api_key_file=api_key_file,
+                memory_store_url=memory_store,
+                limits=_limits(header_timeout, keep_alive_timeout, body_timeout, max_connections),
             )
         except ValueError as exc:
             raise CLIError(str(exc)) from exc

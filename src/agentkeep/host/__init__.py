@@ -6,7 +6,8 @@
 * ``GET /healthz`` (the process answers) and ``GET /readyz`` (every agent's session store answers).
 
 :func:`serve` runs ``agentkeep serve`` (its :class:`ServeSettings`), :func:`serve_inspector` runs
-``agentkeep inspect``.
+``agentkeep inspect``, both under uvicorn with the :class:`ConnectionLimits` they are given (header,
+body and keep-alive timeouts, a cap on open connections).
 
 Each agent has its own session store; every request runs as the tenant its API key names, through
 a per-request :class:`~agentkeep.session_stores.IsolationKeyScopedSessionStore` view, so tenants never
@@ -28,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from ._app import AgentHost, HostedAgent
 from ._auth import LOCAL_TENANT, ApiKeyFileError, ApiKeys
 from ._inspect import serve_inspector
+from ._limits import ConnectionLimits
 from ._serve import ServeSettings, serve
 from ._turns import TurnConflictError
 
@@ -38,6 +40,7 @@ __all__ = [
     "AgentHost",
     "ApiKeyFileError",
     "ApiKeys",
+    "ConnectionLimits",
     "HostedAgent",
     "ServeSettings",
     "TurnConflictError",

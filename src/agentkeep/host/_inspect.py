@@ -23,6 +23,7 @@ from ..messages import Message
 from ..store_urls import open_history_provider, open_memory_store, open_session_store
 from ._app import AgentHost
 from ._auth import WHOLE_STORE, ApiKeys
+from ._limits import ConnectionLimits
 from ._memory import install_memory_api
 from ._serve import is_loopback_address
 from ._sessions_api import install_sessions_api
@@ -95,22 +96,24 @@ def serve_inspector(
     port: int = 8000,
     api_key_file: str | Path | None = None,
     memory_store_url: str | None = None,
+    limits: ConnectionLimits | None = None,
 ) -> None:
-    """Serve the inspector until interrupted.
+    """Serve the inspector until interrupted, its connections bounded by ``limits`` (default:
+    :class:`ConnectionLimits`'s).
 
     Raises:
         ValueError: A non-loopback ``host`` without API keys.
     """
-    import uvicorn
-
     if api_key_file is None and not is_loopback_address(host):
         raise ValueError(
             f"refusing to listen on {host} without API keys: anyone who can reach it would see the "
             "whole store; give --api-key-file (agentkeep api-keys add TENANT --file F makes one)"
         )
-    uvicorn.run(
+    from ._server import run_server  # uvicorn, imported only to serve
+
+    run_server(
         build_inspector(store_url, api_key_file=api_key_file, memory_store_url=memory_store_url).app,
         host=host,
         port=port,
-        log_level="info",
+        limits=limits or ConnectionLimits(),
     )

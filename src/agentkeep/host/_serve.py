@@ -7,7 +7,8 @@ the server scales out. With ``--memory`` the agent also keeps long-term memory o
 (:mod:`agentkeep.host._memory` says how a request names its user) in ``--memory-store`` (by
 default the history's SQLite file or PostgreSQL database). Worker processes (``workers > 1``)
 build their host from the settings in the environment variable :data:`SETTINGS_VARIABLE`
-(:func:`create_app` is uvicorn's factory).
+(:func:`create_app` is uvicorn's factory). The server bounds its connections
+(:mod:`agentkeep.host._server`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..providers.context import ContextProvider
 from ..store_urls import open_history_provider, open_memory_store, open_session_store
 from ._app import AgentHost
 from ._auth import ApiKeys
+from ._limits import ConnectionLimits
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -166,28 +168,37 @@ def is_loopback_address(host: str) -> bool:
         return False
 
 
-def serve(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
-    """Run the server until interrupted.
+def serve(
+    settings: ServeSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    limits: ConnectionLimits | None = None,
+) -> None:
+    """Run the server until interrupted, its connections bounded by ``limits`` (default:
+    :class:`ConnectionLimits`'s; ``max_connections`` is per worker process).
 
     Raises:
         ValueError: A non-loopback ``host`` without API keys.
     """
-    import uvicorn
-
     if settings.api_key_file is None and not is_loopback_address(host):
         raise ValueError(
             f"refusing to listen on {host} without API keys: anyone who can reach it would share one "
             "tenant; give --api-key-file (agentkeep api-keys add TENANT --file F makes one)"
         )
+    from ._server import run_server  # uvicorn, imported only to serve
+
+    limits = limits or ConnectionLimits()
     if workers > 1:
         os.environ[SETTINGS_VARIABLE] = settings.to_json()
-        uvicorn.run(
+        run_server(
             "agentkeep.host._serve:create_app",
             factory=True,
             host=host,
             port=port,
             workers=workers,
-            log_level="info",
+            limits=limits,
         )
         return
-    uvicorn.run(build_host(settings).app, host=host, port=port, log_level="info")
+    run_server(build_host(settings).app, host=host, port=port, limits=limits)
