@@ -17,6 +17,7 @@ from agentkeep.message_stores.base import close_store
 from agentkeep.message_stores.postgres import PostgresMessageStore
 from agentkeep.message_stores.sqlite import SQLiteMessageStore
 from tests.clients.servers import free_port
+from tests.clients.test_openai import ModelList
 from tests.host.conftest import conversation, run, user
 from tests.host.processes import running
 from tests.message_stores.backend_postgres import URL as POSTGRES_URL
@@ -146,3 +147,22 @@ async def test_two_server_processes_on_one_postgres_store_serve_one_conversation
     assert [m.text for m in stored[::2]] == [f"turn {turn}" for turn in range(4)]
     assert [m.role for m in stored] == ["user", "assistant"] * 4
     assert [m.message_id for m in stored[1::2]] == [m["id"] for m in messages if m["role"] == "assistant"]
+
+
+def test_serve_on_a_model_server_without_a_model_name_takes_its_only_model_or_refuses(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Without --api-model the server's model list decides: one model is used, several (or an
+    unreachable server) are refused before the server starts, in one line."""
+    store = f"sqlite://{tmp_path / 'serve.db'}"
+    with ModelList("first", "second") as listing:
+        one_line_error(
+            run_cli(
+                env, "serve", "--store", store, "--base-url", listing.base_url, "--port", str(free_port())
+            ),
+            "offers first, second",
+            "--api-model",
+        )
+        listing.names = ["only"]
+        with running(env, "serve", "--store", store, "--base-url", listing.base_url, ready="/readyz") as url:
+            assert httpx.get(f"{url}/readyz", timeout=10).json() == {"ready": True, "agents": {"chat": "ok"}}

@@ -13,9 +13,10 @@ build their host from the settings in the environment variable :data:`SETTINGS_V
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -153,6 +154,27 @@ def _memory(settings: ServeSettings, client: ChatClient) -> _Memory:
     return made
 
 
+def with_server_model(settings: ServeSettings) -> ServeSettings:
+    """``settings`` with the model name settled before any process starts: a model server named
+    without a model (no ``api_model``, no ``OPENAI_MODEL``) is asked for its model list, and its
+    only model is used (so every worker asks for the same one).
+
+    Raises:
+        ChatRequestError: The server offers none or several models (named).
+        ModelUnavailableError: The server cannot be reached.
+    """
+    if settings.base_url is None or settings.api_model or os.environ.get("OPENAI_MODEL"):
+        return settings
+    from ..clients.openai import OpenAIChatClient
+
+    async def ask() -> str:
+        async with OpenAIChatClient(base_url=settings.base_url, max_retries=0) as client:
+            await client.load()
+            return str(client.model)
+
+    return replace(settings, api_model=asyncio.run(ask()))
+
+
 def create_app() -> FastAPI:
     """The app of the settings in :data:`SETTINGS_VARIABLE` (for uvicorn worker processes)."""
     return build_host(ServeSettings.from_json(os.environ[SETTINGS_VARIABLE])).app
@@ -181,6 +203,8 @@ def serve(
 
     Raises:
         ValueError: A non-loopback ``host`` without API keys.
+        ChatRequestError: A model server without a model name, which offers none or several.
+        ModelUnavailableError: That server cannot be reached to ask.
     """
     if settings.api_key_file is None and not is_loopback_address(host):
         raise ValueError(
@@ -189,6 +213,7 @@ def serve(
         )
     from ._server import run_server  # uvicorn, imported only to serve
 
+    settings = with_server_model(settings)
     limits = limits or ConnectionLimits()
     if workers > 1:
         os.environ[SETTINGS_VARIABLE] = settings.to_json()
