@@ -16,6 +16,11 @@ Encryption at rest: per backend, at the middle size, append a turn and load the 
 without a key ring (AES-256-GCM), the two stores measured in alternation in the same run, and the
 bytes per message of each (``--no-encryption`` skips it).
 
+Cold reads (``--only-cold``, ``--cold-sizes``): per backend, a whole read of a history of N
+messages, plain and encrypted, against the plainest way the same driver can keep the same
+messages: one JSON row (list item) each, read whole and decoded with ``json.loads``; the three
+alternate sample by sample.
+
 Listings (``--only-listing``): per backend (the in-process store too), N conversations of one
 message each (90% in one tenant, the rest in 100 small ones), appended through the store; the
 median time of a 50-row page: the big tenant's first page and one from its middle (by cursor), a
@@ -529,6 +534,128 @@ async def _memory_factory(
     return store, no_bytes, cleanup
 
 
+# -- cold reads against a plain JSON baseline ----------------------------------------------------------
+_PLAIN_TABLE = "CREATE TABLE {} (conversation TEXT, seq INTEGER, body TEXT, PRIMARY KEY (conversation, seq))"
+
+
+async def _plain_json_baseline(
+    backend: str, messages: list[Message]
+) -> tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]]:
+    """The same messages stored the plainest way the same driver can: one JSON row (list item) each,
+    read back whole and decoded with ``json.loads``; its read and its cleanup."""
+    rows = [json.dumps(message.to_dict()) for message in messages]
+    if backend == "sqlite":
+        folder = Path(tempfile.mkdtemp(prefix="agentkeep-bench-json-"))
+        db = sqlite3.connect(folder / "plain.db", check_same_thread=False)
+        db.execute(_PLAIN_TABLE.format("messages"))
+        db.executemany("INSERT INTO messages VALUES ('c', ?, ?)", enumerate(rows))
+        db.commit()
+        pool = ThreadPoolExecutor(1)  # as the store: the read on a worker thread
+
+        def read() -> list[Any]:
+            query = "SELECT body FROM messages WHERE conversation = 'c' ORDER BY seq"
+            return [json.loads(body) for (body,) in db.execute(query)]
+
+        async def sqlite_read() -> object:
+            return await asyncio.get_running_loop().run_in_executor(pool, read)
+
+        async def sqlite_cleanup() -> None:
+            pool.shutdown()
+            db.close()
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+
+        return sqlite_read, sqlite_cleanup
+    if backend == "redis":
+        client = aioredis.from_url(REDIS_URL)
+        key = f"agentkeep-bench-json-{uuid.uuid4().hex[:8]}"
+        for start in range(0, len(rows), 10_000):
+            await client.rpush(key, *rows[start : start + 10_000])
+
+        async def redis_read() -> object:
+            return [json.loads(item) for item in await client.lrange(key, 0, -1)]
+
+        async def redis_cleanup() -> None:
+            await client.delete(key)
+            await client.aclose()
+
+        return redis_read, redis_cleanup
+    table = f"agentkeep_bench_json_{uuid.uuid4().hex[:8]}"
+    connection = await psycopg.AsyncConnection.connect(PG_URL, autocommit=True)
+    await connection.execute(sql.SQL(_PLAIN_TABLE).format(sql.Identifier(table)))  # pyright: ignore[reportArgumentType]
+    async with connection.cursor() as cursor:
+        insert = sql.SQL("COPY {} (conversation, seq, body) FROM STDIN").format(sql.Identifier(table))
+        async with cursor.copy(insert) as copy:
+            for seq, body in enumerate(rows):
+                await copy.write_row(("c", seq, body))
+    query = sql.SQL("SELECT body FROM {} WHERE conversation = 'c' ORDER BY seq").format(sql.Identifier(table))
+
+    async def postgres_read() -> object:
+        cursor = await connection.execute(query)
+        return [json.loads(body) for (body,) in await cursor.fetchall()]
+
+    async def postgres_cleanup() -> None:
+        await connection.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
+        await connection.close()
+
+    return postgres_read, postgres_cleanup
+
+
+async def _cold_reads(
+    backends: list[str], sizes: list[int], reps: int
+) -> dict[str, dict[int, dict[str, float]]]:
+    """Per backend and size: the median time of a whole read of the stored view, plain and
+    encrypted, and of the plain JSON baseline, the three alternating sample by sample."""
+    factories = {"sqlite": _sqlite_factory, "redis": _redis_factory, "postgres": _postgres_factory}
+    ring = KeyRing({"bench": KeyRing.generate_key()})
+    out: dict[str, dict[int, dict[str, float]]] = {}
+    for backend in backends:
+        out[backend] = {}
+        for size in sizes:
+            plain, _, plain_cleanup = await factories[backend]()
+            sealed, _, sealed_cleanup = await factories[backend](ring)
+            try:
+                await _fill(plain, "c", size)
+                await _fill(sealed, "c", size)
+                messages = (await plain.read("c")).messages
+                baseline, baseline_cleanup = await _plain_json_baseline(backend, messages)
+                try:
+                    samples: dict[str, list[float]] = {"ours": [], "encrypted": [], "baseline": []}
+                    runs = max(3, reps // (20 if size <= 10_000 else 100))
+                    for _ in range(runs):
+                        for name, read in (
+                            ("baseline", baseline),
+                            ("ours", lambda store=plain: store.read("c")),
+                            ("encrypted", lambda store=sealed: store.read("c")),
+                        ):
+                            start = time.perf_counter()
+                            await read()
+                            samples[name].append((time.perf_counter() - start) * 1000)
+                    out[backend][size] = {name: statistics.median(v) for name, v in samples.items()}
+                finally:
+                    await baseline_cleanup()
+            finally:
+                await plain_cleanup()
+                await sealed_cleanup()
+    return out
+
+
+def _print_cold(rows: dict[str, dict[int, dict[str, float]]]) -> None:
+    print("\nCold read of a whole stored history (store.read) against a plain baseline of the same driver")
+    print("(one JSON row / list item per message, read whole, json.loads each); medians, interleaved")
+    header = f"{'backend':>9} | {'N':>7} | {'baseline':>10} | {'plain':>10} | {'x':>5} | "
+    header += f"{'encrypted':>10} | {'x':>5}"
+    print(header)
+    print("-" * len(header))
+    for backend, by_size in rows.items():
+        for size, row in by_size.items():
+            base = row["baseline"]
+            print(
+                f"{backend:>9} | {size:>7,} | {base:7.1f} ms | {row['ours']:7.1f} ms | "
+                f"{row['ours'] / base:5.2f} | {row['encrypted']:7.1f} ms | {row['encrypted'] / base:5.2f}"
+            )
+    print("(target: plain and encrypted <= 1.0x the baseline)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -538,6 +665,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-encryption", action="store_true", help="skip the encryption rows")
     parser.add_argument("--only-encryption", action="store_true", help="only the encryption rows")
     parser.add_argument("--only-listing", action="store_true", help="only the listing rows")
+    parser.add_argument(
+        "--only-cold", action="store_true", help="only the cold reads against the JSON baseline"
+    )
+    parser.add_argument("--cold-sizes", default="10000,100000", help="comma-separated message counts (cold)")
     parser.add_argument(
         "--listing-sizes", default="1000,100000", help="comma-separated conversation counts (listing)"
     )
@@ -553,6 +684,10 @@ def main(argv: list[str] | None = None) -> None:
     factories = {"sqlite": _sqlite_factory, "redis": _redis_factory, "postgres": _postgres_factory}
     backends = args.backends.split(",")
     mid = 10_000 if 10_000 in sizes else sizes[0]
+    cold_sizes = [int(size) for size in args.cold_sizes.split(",")]
+    if args.only_cold:
+        _print_cold(asyncio.run(_cold_reads(backends, cold_sizes, reps)))
+        return
 
     async def encryption() -> dict[str, dict[str, float]]:
         return {name: await _measure_encryption(factories[name], mid, reps) for name in backends}
@@ -567,6 +702,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ours, raw = asyncio.run(run())
     encrypted = None if args.no_encryption else asyncio.run(encryption())
+    cold = asyncio.run(_cold_reads(backends, cold_sizes, reps))
     reference = None if args.no_reference else _reference(sizes, args.quick)
 
     print("\nDurable history backends, one conversation of N messages (~200 characters each); medians")
@@ -595,6 +731,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if encrypted is not None:
         _print_encryption(encrypted, mid)
+    _print_cold(cold)
     print("\nAppend rate against the raw driver (two pre-encoded records, no agentkeep logic)")
     for backend in ours:
         ours_ms = ours[backend][mid]["append"]

@@ -191,6 +191,33 @@ class Message:
         self.extra_fields = None
         self._source = None
 
+    @classmethod
+    def from_checked_text(
+        cls,
+        role: Role,
+        text: str,
+        author_name: str | None,
+        message_id: str | None,
+        created_at: datetime | None,
+    ) -> Message:
+        """A message of one text part, made without checking its fields again: for decoders of
+        records whose message was checked before it was stored (and whose text was just decoded
+        from strict UTF-8, so it holds no lone surrogate). ``role`` must be one of the four."""
+        part = TextContent.__new__(TextContent)
+        part.text = text
+        part.additional_properties = None
+        part.extra_fields = None
+        message = cls.__new__(cls)
+        message.role = role
+        message.contents = [part]
+        message.author_name = author_name
+        message.message_id = message_id
+        message.created_at = created_at
+        message.additional_properties = {}
+        message.extra_fields = None
+        message._source = None
+        return message
+
     # -- reading ------------------------------------------------------------------------------
     @property
     def text(self) -> str:

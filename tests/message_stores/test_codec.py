@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -9,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentkeep import Content, Message
-from agentkeep.message_stores.codec import (
+from agentkeep.message_stores.codec import (  # pyright: ignore[reportPrivateUsage]
+    _FLOAT_EXACT,
     RecordKey,
+    _time_of,
     decode_body,
     decode_id,
     decode_message,
@@ -55,17 +58,24 @@ def test_bodies_round_trip(message: Message) -> None:
     assert _round_trip(message) == message
 
 
-def test_prose_is_stored_deflated_and_short_text_is_not() -> None:
-    long_body = encode_body(Message("user", [PROSE]))
-    assert len(long_body) < len(PROSE) * 0.85
+def test_long_prose_is_stored_deflated_and_short_text_is_not() -> None:
+    document = " ".join([PROSE] * 8)
+    long_body = encode_body(Message("user", [document]))
+    assert len(long_body) < len(document) * 0.85
     short = "a short reply"
     assert encode_body(Message("user", [short])) == b"\x01\x01" + short.encode()
 
 
 def test_text_under_the_threshold_stays_plain() -> None:
-    text = PROSE[:95]
+    text = (" ".join([PROSE] * 8))[:1023]
     body = encode_body(Message("user", [text]))
     assert body == b"\x01\x01" + text.encode()
+
+
+def test_records_deflated_from_96_bytes_by_earlier_versions_still_decode() -> None:
+    deflater = zlib.compressobj(6, zlib.DEFLATED, -9)
+    stored = b"\x04\x01" + deflater.compress(PROSE.encode()) + deflater.flush()
+    assert decode_body(stored, message_id=None, created_at=None).text == PROSE
 
 
 @given(st.text(min_size=0, max_size=400))
@@ -191,3 +201,22 @@ def test_unsealed_records_of_format_1_stay_readable() -> None:
     body = encode_body(Message("user", ["old"]))
     message = decode_message(body, encode_id("m-1"), 0, key=seal_key("c"))
     assert message.text == "old"
+
+
+@given(st.integers(min_value=-(2**62), max_value=2**62))
+@settings(max_examples=500)
+def test_a_stored_time_reads_back_to_the_exact_microsecond(micros: int) -> None:
+    """Times before 2038 are decoded through a double (faster): still exact to the microsecond."""
+    try:
+        expected = decode_time(micros)
+    except OverflowError:
+        return
+    assert _time_of(micros) == expected
+
+
+def test_times_near_the_float_path_edges_read_back_exactly() -> None:
+    for micros in (0, 1, 999_999, 1_000_000, _FLOAT_EXACT - 1, _FLOAT_EXACT, 1_764_788_888_123_457):
+        assert _time_of(micros) == decode_time(micros)
+    for base in range(0, _FLOAT_EXACT, _FLOAT_EXACT // 997):
+        for micros in (base, base + 499_999, base + 500_000, base + 999_999):
+            assert _time_of(micros) == decode_time(micros)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol, TypeVar, runtime_checkable
 
@@ -226,7 +226,6 @@ class Summary:
     replaces: Sequence[str]
 
 
-@dataclass(frozen=True, slots=True)
 class HistoryView:
     """What :meth:`MessageStore.read` returns: the compacted view of a conversation (or, for a raw
     read, its raw log), all of it or the window the read asked for.
@@ -236,16 +235,92 @@ class HistoryView:
             entries in sequence order, excluded ones flagged, no summaries.
         epoch: The compaction epoch: 0 until the first compaction, then +1 per compaction.
         last_seq: The highest sequence number the conversation has assigned (0 when empty).
+
+    A backend that decodes a long log makes the view with :meth:`of` (the messages and their
+    sequence numbers): its :attr:`entries` are then made on first use, as most readers only want
+    :attr:`messages`. Views are immutable and compare equal when their entries, epoch and
+    ``last_seq`` are.
     """
 
-    entries: list[StoredMessage] = field(default_factory=list[StoredMessage])
-    epoch: int = 0
-    last_seq: int = 0
+    __slots__ = ("_entries", "_excluded", "_messages", "_replaces", "_seqs", "epoch", "last_seq")
+
+    _entries: list[StoredMessage] | None
+    _messages: list[Message] | None
+    _seqs: list[int] | None
+    _excluded: list[bool] | None
+    _replaces: dict[int, tuple[str, ...]] | None
+    epoch: int
+    last_seq: int
+
+    def __init__(self, entries: list[StoredMessage] | None = None, epoch: int = 0, last_seq: int = 0) -> None:
+        self._entries = [] if entries is None else entries
+        self._messages = None
+        self._seqs = None
+        self._excluded = None
+        self._replaces = None
+        self.epoch = epoch
+        self.last_seq = last_seq
+
+    @classmethod
+    def of(
+        cls,
+        messages: list[Message],
+        seqs: list[int],
+        epoch: int,
+        last_seq: int,
+        *,
+        excluded: list[bool] | None = None,
+        replaces: dict[int, tuple[str, ...]] | None = None,
+    ) -> HistoryView:
+        """A view of ``messages`` (taken, not copied) at ``seqs``, flagged by ``excluded`` (a raw
+        read's) and with ``replaces`` for the summaries among them (by position)."""
+        view = cls.__new__(cls)
+        view._entries = None
+        view._messages, view._seqs = messages, seqs
+        view._excluded, view._replaces = excluded, replaces
+        view.epoch, view.last_seq = epoch, last_seq
+        return view
+
+    @property
+    def entries(self) -> list[StoredMessage]:
+        """The entries (see the class docs)."""
+        entries = self._entries
+        if entries is None:
+            messages, seqs = self._messages or [], self._seqs or []
+            excluded, replaces = self._excluded, self._replaces or {}
+            entries = [
+                StoredMessage(
+                    seq,
+                    message,
+                    False if excluded is None else excluded[index],
+                    replaces.get(index, ()),
+                )
+                for index, (seq, message) in enumerate(zip(seqs, messages, strict=True))
+            ]
+            self._entries = entries
+        return entries
 
     @property
     def messages(self) -> list[Message]:
-        """The view's messages."""
+        """The view's messages (a new list each time)."""
+        if self._entries is None and self._messages is not None:
+            return list(self._messages)
         return [entry.message for entry in self.entries]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("epoch", "last_seq") and hasattr(self, name):
+            raise AttributeError(f"a HistoryView is immutable: cannot set {name}")
+        object.__setattr__(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HistoryView):
+            return NotImplemented
+        return (self.epoch, self.last_seq) == (other.epoch, other.last_seq) and self.entries == other.entries
+
+    __hash__ = None  # pyright: ignore[reportAssignmentType] - mutable contents, as the dataclass was
+
+    def __repr__(self) -> str:
+        return f"HistoryView(entries={self.entries!r}, epoch={self.epoch!r}, last_seq={self.last_seq!r})"
 
 
 @dataclass(frozen=True, slots=True)

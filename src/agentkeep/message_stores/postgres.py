@@ -63,6 +63,7 @@ conversations in bulk (for a periodic job).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, LiteralString, Unpack
@@ -96,7 +97,6 @@ from .base import (
     DEDUP_WINDOW,
     ConversationInfo,
     HistoryView,
-    StoredMessage,
     StoredRecord,
     Summary,
     check_batch_ids,
@@ -111,6 +111,7 @@ from .base import (
 from .codec import (
     DECODE_ERRORS,
     RecordKey,
+    bulk_decoding,
     decode_id,
     decode_message,
     encode_id,
@@ -236,6 +237,29 @@ _QUERIES: Final[dict[str, LiteralString]] = {
             DELETE FROM {summaries} WHERE conversation IN (SELECT key FROM gone)
         ) SELECT count(*) FROM gone""",
 }
+
+
+_DECODE_ON_LOOP: Final = 1024
+"""Rows a read decodes on the event loop; a longer read decodes on a worker thread, so loading a
+long history never holds up the other requests a host serves meanwhile."""
+
+
+def _decoded(key: RecordKey, rows: list[Any], seq_at: int) -> tuple[list[Message], list[int]]:
+    """The messages of ``rows`` (``seq``, ``id``, ``time``, ``body`` from column ``seq_at`` on) and
+    their seqs: the hot loop of long loads, one codec call per row."""
+    messages: list[Message] = []
+    seqs: list[int] = []
+    add, at = messages.append, seqs.append
+    seq = 0
+    try:
+        with bulk_decoding():
+            for row in rows:
+                seq = row[seq_at]
+                add(decode_message(row[seq_at + 3], row[seq_at + 1], row[seq_at + 2], key=key))
+                at(seq)
+    except DECODE_ERRORS as exc:
+        raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
+    return messages, seqs
 
 
 class PostgresMessageStore:
@@ -411,34 +435,32 @@ class PostgresMessageStore:
         key = seal_key(conversation_id, self.key_ring)
         if rows[0][2 if raw else 4] is None:  # the conversation exists, nothing matched
             return HistoryView([], epoch, last_seq)
+        if len(rows) <= _DECODE_ON_LOOP:
+            return self._view(key, rows, raw=raw, last=last)
+        return await asyncio.to_thread(self._view, key, rows, raw=raw, last=last)
+
+    def _view(self, key: RecordKey, rows: list[Any], *, raw: bool, last: int | None) -> HistoryView:
+        """The rows of a read as a view (see :meth:`read`)."""
+        epoch, last_seq = rows[0][0], rows[0][1]
         if raw:
             if last is None:
                 rows.sort(key=itemgetter(2))
             else:
                 rows.reverse()
-            entries = [
-                StoredMessage(seq, self._decode(conversation_id, key, seq, body, raw_id, time), excluded)
-                for _, _, seq, raw_id, time, body, excluded in rows
-            ]
-            return HistoryView(entries, epoch, last_seq)
+            messages, seqs = _decoded(key, rows, 2)
+            excluded = [row[6] for row in rows]
+            return HistoryView.of(messages, seqs, epoch, last_seq, excluded=excluded)
         if last is None:
             rows.sort(key=itemgetter(2, 3, 4))
         else:
             rows.reverse()
-        entries: list[StoredMessage] = []
-        for _, _, _, kind, seq, raw_id, time, body, replaces in rows:
-            message = self._decode(conversation_id, key, seq, body, raw_id, time)
-            ids = self._ids(conversation_id, seq, replaces) if kind == 0 else ()
-            entries.append(StoredMessage(seq, message, replaces=ids))
-        return HistoryView(entries, epoch, last_seq)
-
-    def _decode(
-        self, conversation_id: str, key: RecordKey, seq: int, body: bytes, raw_id: bytes, time: int
-    ) -> Message:
-        try:
-            return decode_message(body, raw_id, time, key=key)
-        except DECODE_ERRORS as exc:
-            raise record_error(exc, backend=BACKEND, conversation_id=conversation_id, seq=seq) from exc
+        messages, seqs = _decoded(key, rows, 4)
+        summaries = {
+            index: self._ids(key.conversation_id, row[4], row[8])
+            for index, row in enumerate(rows)
+            if row[3] == 0
+        }
+        return HistoryView.of(messages, seqs, epoch, last_seq, replaces=summaries)
 
     def _ids(self, conversation_id: str, seq: int, raw_ids: list[bytes]) -> tuple[str, ...]:
         try:

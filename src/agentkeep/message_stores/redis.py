@@ -136,6 +136,7 @@ same messages stores them once); an entry that does not decode raises
 
 from __future__ import annotations
 
+import asyncio
 import re
 from bisect import bisect_right
 from collections import deque
@@ -183,6 +184,7 @@ from .base import (
 from .codec import (
     FORMAT_VERSION,
     RecordKey,
+    bulk_decoding,
     decode_message,
     decode_time,
     encode_id,
@@ -350,30 +352,58 @@ def _score_arg(score: float) -> str:
     return str(int(score)) if abs(score) < _EXACT_SCORE else repr(score)
 
 
-def _raw_entries(key: RecordKey, pieces: list[Any], excluded: bytes) -> list[StoredMessage]:
-    """The ``READ`` script's log pieces as entries, each flagged by the exclusion ranges."""
-    starts, ends = _parse_ranges(excluded)
-    out: list[StoredMessage] = []
-    for _, first, entries in pieces:
-        for offset, data in enumerate(entries):
-            seq = first + offset
-            index = bisect_right(starts, seq) - 1
-            flagged = index >= 0 and seq <= ends[index]
-            out.append(StoredMessage(seq, _decode_entry(key, seq, data), flagged))
-    return out
+def _decoded_run(
+    key: RecordKey, first: int, entries: list[bytes], messages: list[Message], seqs: list[int]
+) -> None:
+    """Decode a run of log entries (seqs from ``first``) onto ``messages`` and ``seqs``: the hot
+    loop of long loads, each entry split and decoded in place."""
+    add, at = messages.append, seqs.append
+    seq = first
+    try:
+        with bulk_decoding():
+            for data in entries:
+                size, start = data[0], 1
+                if size == 255:
+                    size, start = int.from_bytes(data[1:3], "big"), 3
+                end = start + size
+                if len(data) < end + 9:
+                    raise ValueError("truncated record")
+                created_at = int.from_bytes(data[end : end + 8], "big", signed=True)
+                add(decode_message(data[end + 8 :], data[start:end], created_at, key=key))
+                at(seq)
+                seq += 1
+    except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
+        raise _corrupt(key.conversation_id, seq, exc) from exc
 
 
-def _view_entries(key: RecordKey, pieces: list[Any]) -> list[StoredMessage]:
-    """The ``READ`` script's view pieces (runs of log entries, and summaries) as entries."""
-    entries: list[StoredMessage] = []
+def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:
+    """The ``READ`` script's reply as a view: runs of log entries (flagged by the exclusion
+    ranges for a raw read) and, in a view, summaries."""
+    epoch, last_seq, pieces, excluded = reply
+    messages: list[Message] = []
+    seqs: list[int] = []
+    summaries: dict[int, tuple[str, ...]] = {}
     for kind, first, payload in pieces:
-        if kind == 0:
-            for offset, data in enumerate(payload):
-                seq = first + offset
-                entries.append(StoredMessage(seq, _decode_entry(key, seq, data)))
+        if raw or kind == 0:
+            _decoded_run(key, first, payload, messages, seqs)
         else:
-            entries.append(_decode_summary(key, first, payload))
-    return entries
+            summary = _decode_summary(key, first, payload)
+            summaries[len(messages)] = summary.replaces
+            messages.append(summary.message)
+            seqs.append(first)
+    flags: list[bool] | None = None
+    if raw:
+        starts, ends = _parse_ranges(excluded)
+        flags = []
+        for seq in seqs:
+            index = bisect_right(starts, seq) - 1
+            flags.append(index >= 0 and seq <= ends[index])
+    return HistoryView.of(messages, seqs, int(epoch), int(last_seq), excluded=flags, replaces=summaries)
+
+
+_DECODE_ON_LOOP: Final = 1024
+"""Entries a read decodes on the event loop; a longer read decodes on a worker thread, so loading
+a long history never holds up the other requests a host serves meanwhile."""
 
 
 # -- the store ------------------------------------------------------------------------------------
@@ -822,10 +852,10 @@ class RedisMessageStore:
         want = -1 if last is None else max(last, 0)
         keys = self.conversation_keys(conversation_id)
         reply = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
-        epoch, last_seq, pieces, excluded = reply
         key = seal_key(conversation_id, self.key_ring)
-        entries = _raw_entries(key, pieces, excluded) if raw else _view_entries(key, pieces)
-        return HistoryView(entries, int(epoch), int(last_seq))
+        if sum(len(piece[2]) for piece in reply[2]) <= _DECODE_ON_LOOP:
+            return _history_view(key, reply, raw)
+        return await asyncio.to_thread(_history_view, key, reply, raw)
 
     async def record_compaction(
         self,

@@ -90,7 +90,6 @@ from .base import (
     DEDUP_WINDOW,
     ConversationInfo,
     HistoryView,
-    StoredMessage,
     StoredRecord,
     Summary,
     check_batch_ids,
@@ -105,6 +104,7 @@ from .base import (
 from .codec import (
     DECODE_ERRORS,
     RecordKey,
+    bulk_decoding,
     decode_id,
     decode_message,
     encode_id,
@@ -664,22 +664,31 @@ def _list_conversations(
 _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
 
 
-def _entries(key: RecordKey, rows: Iterable[_MessageRow]) -> list[StoredMessage]:
-    """Decode rows (the hot loop of long loads: no call per row beyond the codec's)."""
-    entries: list[StoredMessage] = []
+def _decoded(key: RecordKey, rows: Iterable[Sequence[Any]]) -> tuple[list[Message], list[int]]:
+    """The messages of rows ``(seq, id, time, body, ...)`` and their seqs (the hot loop of long
+    loads: one codec call per row, nothing else)."""
+    messages: list[Message] = []
+    seqs: list[int] = []
+    add, at = messages.append, seqs.append
     seq = 0
     try:
-        for seq, message_id, created_at, body, excluded in rows:
-            message = decode_message(body, message_id, created_at, key=key)
-            entries.append(StoredMessage(seq, message, bool(excluded)))
+        with bulk_decoding():
+            for row in rows:
+                seq = row[0]
+                add(decode_message(row[3], row[1], row[2], key=key))
+                at(seq)
     except DECODE_ERRORS as exc:
         raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
-    return entries
+    return messages, seqs
 
 
 _SELECT_MESSAGES: Final = (
     "SELECT position & 4294967295, id, time, body, excluded FROM agentkeep_messages "
     "WHERE position > ? AND position <= ?"
+)
+_SELECT_VIEW: Final = (
+    "SELECT position & 4294967295, id, time, body FROM agentkeep_messages "
+    "WHERE position > ? AND position <= ? AND excluded = 0"
 )
 
 
@@ -697,7 +706,9 @@ def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.C
         else:
             rows = db.execute(_SELECT_MESSAGES + " ORDER BY position DESC LIMIT ?", (*span, last)).fetchall()
             rows.reverse()
-    return HistoryView(_entries(key, rows), found.epoch, found.last_seq)
+    messages, seqs = _decoded(key, rows)
+    excluded = [bool(row[4]) for row in rows]
+    return HistoryView.of(messages, seqs, found.epoch, found.last_seq, excluded=excluded)
 
 
 def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
@@ -711,12 +722,10 @@ def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.
         lower = after or 0
         span = _span(found.key, max(lower, found.view_floor))
         if last is None:
-            message_rows = db.execute(
-                _SELECT_MESSAGES + " AND excluded = 0 ORDER BY position", span
-            ).fetchall()
+            message_rows = db.execute(_SELECT_VIEW + " ORDER BY position", span).fetchall()
         else:
             message_rows = db.execute(
-                _SELECT_MESSAGES + " AND excluded = 0 ORDER BY position DESC LIMIT ?", (*span, last)
+                _SELECT_VIEW + " ORDER BY position DESC LIMIT ?", (*span, last)
             ).fetchall()
             message_rows.reverse()
         summary_rows = db.execute(
@@ -725,30 +734,31 @@ def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.
             (found.key, lower),
         ).fetchall()
     if not summary_rows:
-        return HistoryView(_entries(key, message_rows), found.epoch, found.last_seq)
+        messages, seqs = _decoded(key, message_rows)
+        return HistoryView.of(messages, seqs, found.epoch, found.last_seq)
     # View order: a message sits at its seq; a summary just before the first message it replaces.
-    ordered: list[tuple[int, int, int, _MessageRow, bytes | None]] = [
+    ordered: list[tuple[int, int, int, Sequence[Any], bytes | None]] = [
         (row[0], 1, row[0], row, None) for row in message_rows
     ]
     ordered.extend(
-        (anchor, 0, seq, (seq, message_id, created_at, body, excluded), replaces)
-        for seq, message_id, created_at, body, excluded, anchor, replaces in summary_rows
+        (anchor, 0, seq, (seq, message_id, created_at, body), replaces)
+        for seq, message_id, created_at, body, _, anchor, replaces in summary_rows
     )
     ordered.sort(key=lambda item: item[:3])
     if last is not None:
         ordered = ordered[-last:]
-    entries = _entries(key, (item[3] for item in ordered))
+    messages, seqs = _decoded(key, (item[3] for item in ordered))
+    summaries: dict[int, tuple[str, ...]] = {}
     for index, (_, _, seq, _, replaces) in enumerate(ordered):
         if replaces is None:
             continue
         try:
-            replaced = tuple(msgspec.json.decode(replaces, type=list[str]))
+            summaries[index] = tuple(msgspec.json.decode(replaces, type=list[str]))
         except DECODE_ERRORS as exc:
             raise CorruptRecordError(
                 f"bad replaced ids: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
             ) from exc
-        entries[index] = StoredMessage(seq, entries[index].message, replaces=replaced)
-    return HistoryView(entries, found.epoch, found.last_seq)
+    return HistoryView.of(messages, seqs, found.epoch, found.last_seq, replaces=summaries)
 
 
 # -- the history provider -------------------------------------------------------------------------
