@@ -6,15 +6,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentkeep import Agent
-from agentkeep.host import TurnConflictError
+from agentkeep.host import AgentHost, TurnConflictError
 from agentkeep.host._turns import ConversationLocks, SessionCache, SessionTurn
+from agentkeep.message_stores import HistoryView
+from agentkeep.message_stores.sqlite import SQLiteMessageStore
+from agentkeep.providers import StorageHistoryProvider
 from agentkeep.session_stores import session_version
 from agentkeep.session_stores.sqlite import SQLiteSessionStore
 from agentkeep.testing import ScriptedChatClient
+from tests.clients.servers import ThreadedUvicorn
+from tests.host.conftest import conversation, run, user
 
 
 @pytest.fixture
@@ -100,3 +106,48 @@ async def test_warm_sessions_are_used_only_at_the_stored_version(store: SQLiteSe
     for name in ("d", "e", "f"):
         cache.keep(("alice", "chat", name), stale.session)
     assert len(cache) == 2  # the oldest dropped
+
+
+class CountedReads(SQLiteMessageStore):
+    """A SQLite message store that records the reads made of it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads: list[dict[str, object]] = []
+
+    async def read(self, conversation_id: str, **options: Any) -> HistoryView:  # type: ignore[override]
+        self.reads.append(options)
+        return await super().read(conversation_id, **options)
+
+
+async def test_a_turn_on_a_warm_conversation_reads_its_history_once_and_only_what_is_new(
+    tmp_path: Path,
+) -> None:
+    """The host finds what a request adds against the history it loads, and the run's history
+    provider takes that same view: one store read per turn, of the messages after the newest it
+    holds (by any process)."""
+    store = CountedReads(tmp_path / "h.db")
+    history = StorageHistoryProvider(store, "history", load_limit=50, owns_store=True)
+    agent = Agent(
+        ScriptedChatClient(lambda messages: f"heard {len(messages)}"),
+        name="chat",
+        context_providers=[history],
+    )
+    host = AgentHost()
+    host.add_agent("chat", agent, session_store=SQLiteSessionStore(tmp_path / "h.db"))
+    server = ThreadedUvicorn(host.app, name="agentkeep host", lifespan="on")
+    server.start()
+    try:
+        sent: list[dict[str, Any]] = []
+        for turn in range(4):
+            sent.append(user(f"turn {turn}"))
+            store.reads.clear()
+            events = await run(server.url, "warm", sent, key=None)
+            sent.extend(conversation(events))
+            if turn == 0:
+                assert store.reads == [{"after": None, "last": 50}]
+            else:
+                assert len(store.reads) == 1, store.reads
+                assert store.reads[0].get("after") == 2 * (turn - 1)  # only what was appended since
+    finally:
+        server.stop()
