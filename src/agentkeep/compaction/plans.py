@@ -24,6 +24,7 @@ non-system group are always kept, and a tool call never loses its results.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from enum import StrEnum
 from typing import Final
 
 from ..errors import CompactionError, ConflictError
-from ..message_stores.base import MessageStore, StoredMessage, Summary
+from ..message_stores.base import HistoryView, MessageStore, StoredMessage, Summary
 from ..messages import Message
 from .groups import SUMMARY_PROPERTY, is_summary_message
 from .index import MessageIndex
@@ -324,6 +325,17 @@ def _index_entry(entry: StoredMessage) -> Message:
     return marked
 
 
+def _compacted(
+    view: HistoryView, plan: CompactionPlan, counter: Tokenizer
+) -> tuple[MessageIndex, ViewCounts]:
+    """The view's index compacted by ``plan`` (changes tracked), and its counts before."""
+    index = MessageIndex([_index_entry(entry) for entry in view.entries], tokenizer=counter)
+    before = ViewCounts.of(index)
+    index.track_changes()
+    asyncio.run(plan.build(counter).compact(index))  # its own loop, on this thread
+    return index, before
+
+
 async def compact_conversation(
     store: MessageStore,
     conversation_id: str,
@@ -354,10 +366,9 @@ async def compact_conversation(
     view = await store.read(conversation_id)
     if not view.entries and view.last_seq == 0:
         raise LookupError(conversation_id)
-    index = MessageIndex([_index_entry(entry) for entry in view.entries], tokenizer=counter)
-    before = ViewCounts.of(index)
-    index.track_changes()
-    await plan.build(counter).compact(index)
+    # CPU only (a plan names no model-backed strategy) and as long as the conversation: on a
+    # worker thread, so a host compacting a long conversation goes on answering its other requests
+    index, before = await asyncio.to_thread(_compacted, view, plan, counter)
     excluded, made = index.changes()
     summaries = [Summary(message, replaces) for message, replaces in made]
     earlier = {entry.message.message_id for entry in view.entries if entry.is_summary}

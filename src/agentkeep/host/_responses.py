@@ -24,6 +24,7 @@ answered before is answered again from the store (see :mod:`agentkeep.host._idem
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -437,7 +438,9 @@ class _Responses:
         if order == "desc":
             items = await _newest_items(hosted.agent, turn.session, limit, after)
         else:
-            items = _after(conversation_items(await all_messages(hosted.agent, turn.session)), after)
+            messages = await all_messages(hosted.agent, turn.session)
+            # the whole view, as long as the conversation: made into items on a worker thread
+            items = _after(await asyncio.to_thread(conversation_items, messages), after)
         page = items[:limit]
         return JSONResponse(
             {

@@ -25,6 +25,7 @@ Conversation ids are the tenant's own (``chat-1``); another tenant's are not the
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pydantic
@@ -58,6 +59,7 @@ from ._http import HTTPProblem, parsed
 from ._schemas import CompactionResult, ErrorBody, GroupsPage, MessagesPage, SessionList
 
 if TYPE_CHECKING:
+    from ..messages import Message
     from ._app import AgentHost, HostedAgent
 
 __all__ = [
@@ -296,24 +298,8 @@ class SessionsAPI:
         view = await history.store.read(self._key(tenant, session_id))
         if not view.entries and view.last_seq == 0:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-        index = MessageIndex(view.messages, tokenizer=counter)
-        groups = [
-            {
-                "kind": group.kind.value,
-                "turn": group.turn,
-                "messages": [message.message_id for message in group.messages],
-                "tokens": group.token_count,
-            }
-            for group in index.groups
-        ]
-        return {
-            "session": session_id,
-            "tokenizer": label,
-            "messages": index.message_count,
-            "turns": index.turn_count,
-            "tokens": index.token_count,
-            "groups": groups,
-        }
+        # as long as the conversation: on a worker thread, so the host goes on answering meanwhile
+        return await asyncio.to_thread(_groups_page, session_id, view.messages, counter, label)
 
     async def groups(
         self, name: str, session_id: str, request: Request, tokenizer: str = "estimate"
@@ -369,14 +355,16 @@ class SessionsAPI:
             view = await history.store.read(key)
             if not view.entries and view.last_seq == 0:
                 raise HTTPProblem(404, "not_found", f"no session {session_id!r}")
-            text = render_markdown(session_id, view.entries)
+            text = await asyncio.to_thread(
+                render_markdown, session_id, view.entries
+            )  # as long as the session
             return PlainTextResponse(text, media_type="text/markdown")
         try:
             exported = await export_conversation(history.store, key)
         except LookupError as exc:
             raise HTTPProblem(404, "not_found", f"no session {session_id!r}") from exc
         exported.conversation_id = session_id  # the tenant's name for it
-        return Response(exported.to_json(), media_type="application/json")
+        return Response(await asyncio.to_thread(exported.to_json), media_type="application/json")
 
     async def delete_session(self, tenant: str, name: str, session_id: str) -> None:
         """Delete the tenant's conversation ``session_id``: its history and its session."""
@@ -395,6 +383,27 @@ class SessionsAPI:
     async def delete(self, name: str, session_id: str, request: Request) -> Response:
         await self.delete_session(self.host.tenant_of(request), name, session_id)
         return Response(status_code=204)
+
+
+def _groups_page(session_id: str, messages: list[Message], counter: Tokenizer, label: str) -> dict[str, Any]:
+    index = MessageIndex(messages, tokenizer=counter)
+    groups = [
+        {
+            "kind": group.kind.value,
+            "turn": group.turn,
+            "messages": [message.message_id for message in group.messages],
+            "tokens": group.token_count,
+        }
+        for group in index.groups
+    ]
+    return {
+        "session": session_id,
+        "tokenizer": label,
+        "messages": index.message_count,
+        "turns": index.turn_count,
+        "tokens": index.token_count,
+        "groups": groups,
+    }
 
 
 def install_sessions_api(host: AgentHost, app: FastAPI) -> None:
