@@ -108,8 +108,19 @@ async def test_concurrent_setups_migrate_once(schema: str) -> None:
             await store.aclose()
 
 
+async def _back_to_version_5(schema: str) -> None:
+    """Undo migration 6 (the commit-by triggers and their function; the append function is as
+    migration 5 made it but for the versions it accepts)."""
+    for name in ("conversations", "sessions", "messages", "summaries"):
+        await execute(sql.SQL("DROP TRIGGER commit_by ON {}").format(sql.Identifier(schema, name)))
+    await execute(sql.SQL("DROP FUNCTION {}()").format(sql.Identifier(schema, "check_commit_by")))
+    migrations = sql.Identifier(schema, "schema_migrations")
+    await execute(sql.SQL("DELETE FROM {} WHERE version > 5").format(migrations))
+
+
 async def _back_to_version_4(schema: str) -> None:
-    """Undo migration 5 (the listing columns, their indexes go with them)."""
+    """Undo migrations 6 and 5 (the listing columns, their indexes go with them)."""
+    await _back_to_version_5(schema)
     conversations = sql.Identifier(schema, "conversations")
     await execute(sql.SQL("ALTER TABLE {} DROP COLUMN tenant, DROP COLUMN activity").format(conversations))
     migrations = sql.Identifier(schema, "schema_migrations")
