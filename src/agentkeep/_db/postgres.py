@@ -2,9 +2,11 @@
 
 :class:`PostgresDatabase` (used by :mod:`agentkeep.message_stores.postgres`, where the tables,
 locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
-URL and then owned), applies the append-only list of migrations and maps driver errors to
-agentkeep's. Both PostgreSQL stores run their statements through it: the message store
-(:mod:`agentkeep.message_stores.postgres`) and the session store (:mod:`agentkeep.session_stores.postgres`).
+URL and then owned), applies the append-only list of migrations, gives each write its commit-by
+time (:meth:`PostgresDatabase.commit_by`, checked at COMMIT by the schema's trigger) and maps
+driver errors to agentkeep's. The PostgreSQL stores run their statements through it: the message
+store (:mod:`agentkeep.message_stores.postgres`), the session store
+(:mod:`agentkeep.session_stores.postgres`) and the memory store (:mod:`agentkeep.memory.postgres`).
 
 Needs psycopg 3 and its pool (extra ``[postgres]``); importing this module without them raises an
 ``ImportError`` that names the extra.
@@ -404,7 +406,7 @@ class PostgresDatabase:
             pooling mode (PgBouncer's ``pool_mode = transaction``): no startup ``options`` are
             sent and nothing is prepared, and every operation runs in a transaction of its own
             that sets ``statement_timeout`` and ``idle_in_transaction_session_timeout`` with
-            ``SET LOCAL``, so an operation the client gave up on never commits later (an injected
+            ``SET LOCAL``, so the server cancels an operation the client gave up on (an injected
             pool's connections are told to prepare nothing too; its ``kwargs`` must not hold
             ``options``). ``None`` (the default): a direct connection, timeouts set once per
             connection.
@@ -620,8 +622,9 @@ class PostgresDatabase:
                 (repeatable read).
 
         Raises:
-            StorageUnavailableError: No connection in time, a dead server or no answer in time
-                (``OutcomeUnknownError`` for a write that may have committed).
+            StorageUnavailableError: No connection in time, a dead server, no answer in time
+                (``OutcomeUnknownError`` for a write that may have committed), or a COMMIT the
+                server reached after the write's commit-by time (rolled back: nothing stored).
             StorageError: Any other database error.
         """
         self.check_open()

@@ -10,7 +10,10 @@ write keeps, so a search fetches only what changed since the last one. Cost grow
 of the *scope*, not of the table (figures in ``docs/memory.md``).
 
 The tables live in the schema of the message store (``agentkeep`` by default) and are created by
-:meth:`~PostgresMemoryStore.setup`. Needs psycopg 3 (extra ``[postgres]``) and numpy (extra
+:meth:`~PostgresMemoryStore.setup`. Every write changes its scope's row and sets its
+transaction's commit-by time, which a deferred trigger on that row checks at COMMIT (layout 4;
+see :mod:`agentkeep.message_stores.postgres`): a write the caller was told had failed is not
+stored later by a server that was paused. Needs psycopg 3 (extra ``[postgres]``) and numpy (extra
 ``[memory]``).
 """
 

@@ -45,11 +45,19 @@ connections are checked and reads, appends and compactions run once more on a fr
 (a repeated append is recognised as a retry, so the turn is stored once). Records that do not
 decode raise :class:`~agentkeep.errors.CorruptRecordError`.
 
+**A write reported failed is not stored later.** Every write statement sets its transaction's
+commit-by time (``agentkeep.commit_by``, a time on the server's clock ``timeout`` seconds after
+the operation started: ``PostgresDatabase.commit_by``), and a deferred constraint trigger on the
+conversation's row (and on bodies rewritten in place) refuses the COMMIT once the server's clock
+is past it: a server paused or slowed past the caller's deadline rolls the write back when it
+gets to it, instead of storing a turn the caller was told had failed. A refusal the client still
+waits for raises :class:`~agentkeep.errors.StorageUnavailableError` (nothing was stored).
+
 **Behind a transaction pooler** (``pooler="transaction"``, ``?pooler=transaction`` in a URL: PgBouncer's
 ``pool_mode = transaction``), no startup options are sent and nothing is prepared; every
 operation runs in a transaction of its own that sets both timeouts with ``SET LOCAL``, so the
 server still cancels an operation the client gave up on, and no state stays on the shared
-server connection (the advisory locks are transaction-level).
+server connection (the advisory locks and the commit-by time are transaction-level).
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`PostgresMessageStore.stored_records` is one statement (primary-key range scans of both

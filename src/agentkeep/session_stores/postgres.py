@@ -11,7 +11,10 @@ timeouts and the mapping of failures to :class:`~agentkeep.errors.StorageUnavail
 NOTHING``. When no row changed, someone else saved first (or deleted it) and
 :class:`~agentkeep.errors.ConflictError` is raised; the stored session is left as it was. The row
 lock the statement takes makes this hold between tasks and processes. Saves are not retried on a
-dead connection (a retry of a save that committed would report a conflict); reads are.
+dead connection (a retry of a save that committed would report a conflict); reads are. Each
+write sets its transaction's commit-by time, which the row's trigger checks at COMMIT (see
+:mod:`agentkeep.message_stores.postgres`): a save the caller was told had failed is not stored
+later by a server that was paused.
 
 **Encryption at rest.** Given a :class:`~agentkeep.encryption.KeyRing`, the store keeps payloads in
 their encrypted envelope, bound to the agent, the conversation id and the version they are stored
