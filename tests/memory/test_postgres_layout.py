@@ -1,8 +1,10 @@
 """The PostgreSQL memory schema's recorded layout: a schema written before layouts were recorded
-is upgraded in place (and recorded), one of a newer layout is refused, each once per schema."""
+is upgraded in place (and recorded), one of layout 3 gains the commit-by check, one of a newer
+layout is refused, each once per schema."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -59,6 +61,42 @@ async def test_a_schema_written_before_layouts_were_recorded_is_upgraded() -> No
             assert len(await again.list_memories(ANA)) == 3
         finally:
             await again.aclose()
+    finally:
+        await drop_schema(schema)
+
+
+async def test_a_schema_of_layout_3_gains_the_commit_by_check_and_keeps_its_memories() -> None:
+    schema = new_schema("akmlay")
+    old = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
+    try:
+        kept = [await old.add(ANA, fact(f"fact {n}", n)) for n in range(2)]
+        await old.aclose()
+        scopes, meta = (sql.Identifier(schema, table) for table in ("memory_scopes", "memory_meta"))
+        await execute(sql.SQL("DROP TRIGGER commit_by ON {}").format(scopes))  # what layout 3 had
+        await execute(sql.SQL("UPDATE {} SET value = '3' WHERE name = 'layout'").format(meta))
+        upgraded = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
+        try:
+            await upgraded.setup()
+            assert await layout_of(schema) == str(MEMORY_LAYOUT) == "4"
+            triggers = await execute(
+                "SELECT tgdeferrable AND tginitdeferred FROM pg_trigger "
+                "WHERE tgrelid = %s::regclass AND tgname = 'commit_by'",
+                (f'"{schema}"."memory_scopes"',),
+            )
+            assert triggers == [(True,)]
+            assert {record.id for record in await upgraded.list_memories(ANA)} == {r.id for r in kept}
+            await upgraded.add(ANA, fact("fact 2", 2))
+            # a write past its commit-by time is refused at its COMMIT
+            async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+                await conn.execute("BEGIN")
+                past = "(clock_timestamp() - interval '1 s')::text"
+                await conn.execute(f"SELECT set_config('agentkeep.commit_by', {past}, true)")
+                await conn.execute(sql.SQL("UPDATE {} SET seq = seq").format(scopes))
+                with pytest.raises(psycopg.Error, match="after the commit-by time"):
+                    await conn.execute("COMMIT")
+            assert len(await upgraded.list_memories(ANA)) == 3
+        finally:
+            await upgraded.aclose()
     finally:
         await drop_schema(schema)
 

@@ -293,12 +293,13 @@ async def test_a_sqlite_file_of_a_newer_layout_is_refused() -> None:
 
 @pytest.mark.postgres
 async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_counts() -> None:
-    assert MEMORY_LAYOUT == 3
+    assert MEMORY_LAYOUT == 4
     async with opened("postgres") as old:
         assert isinstance(old, PostgresMemoryStore)
         await fill(old)
         before = {tenant: await expected_listing(old, tenant) for tenant in TENANTS}
         scopes, meta = (sql.Identifier(old.schema, table) for table in ("memory_scopes", "memory_meta"))
+        await execute(sql.SQL("DROP TRIGGER commit_by ON {}").format(scopes))  # layout 4's
         for index in ("memory_scopes_listing", "memories_current"):
             await execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(old.schema, index)))
         await execute(sql.SQL("DELETE FROM {} WHERE seq = 0").format(scopes))
@@ -315,7 +316,7 @@ async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_co
                 assert await listed(upgraded, tenant, size=2) == before[tenant]
             await summary_matches_group_by(upgraded)
             recorded = await execute(sql.SQL("SELECT value FROM {} WHERE name = 'layout'").format(meta))
-            assert recorded == [("3",)]
+            assert recorded == [("4",)]
             await upgraded.add(SCOPES[1], record(20, key=None, when=datetime.now(UTC), vector=True))
             assert (await upgraded.scopes(tenant_id="t", limit=1))[0].scope == SCOPES[1]
             await summary_matches_group_by(upgraded)

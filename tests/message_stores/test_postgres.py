@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
@@ -108,8 +109,19 @@ async def test_concurrent_setups_migrate_once(schema: str) -> None:
             await store.aclose()
 
 
+async def _back_to_version_5(schema: str) -> None:
+    """Undo migration 6 (the commit-by triggers and their function; the append function is as
+    migration 5 made it but for the versions it accepts)."""
+    for name in ("conversations", "sessions", "messages", "summaries"):
+        await execute(sql.SQL("DROP TRIGGER commit_by ON {}").format(sql.Identifier(schema, name)))
+    await execute(sql.SQL("DROP FUNCTION {}()").format(sql.Identifier(schema, "check_commit_by")))
+    migrations = sql.Identifier(schema, "schema_migrations")
+    await execute(sql.SQL("DELETE FROM {} WHERE version > 5").format(migrations))
+
+
 async def _back_to_version_4(schema: str) -> None:
-    """Undo migration 5 (the listing columns, their indexes go with them)."""
+    """Undo migrations 6 and 5 (the listing columns, their indexes go with them)."""
+    await _back_to_version_5(schema)
     conversations = sql.Identifier(schema, "conversations")
     await execute(sql.SQL("ALTER TABLE {} DROP COLUMN tenant, DROP COLUMN activity").format(conversations))
     migrations = sql.Identifier(schema, "schema_migrations")
@@ -176,6 +188,77 @@ async def test_a_listing_page_is_one_index_range(schema: str, query: str) -> Non
         assert "Seq Scan" not in plan, plan
     finally:
         await store.aclose()
+
+
+async def commit_by_triggers(schema: str) -> list[str]:
+    """The tables of ``schema`` whose rows a deferred commit-by check guards."""
+    rows = await execute(
+        "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND t.tgname = 'commit_by' AND t.tgdeferrable AND t.tginitdeferred "
+        "ORDER BY c.relname",
+        (schema,),
+    )
+    return [name for (name,) in rows]
+
+
+async def test_a_version_5_schema_gains_the_commit_by_check_and_keeps_its_data(schema: str) -> None:
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    sessions = PostgresSessionStore.from_url(URL, schema=schema)
+    agent = Agent(ScriptedChatClient(), name="helper")
+    try:
+        await store.append("c", turn(1))
+        session = await sessions.get_session(agent, "c")
+        session.state["kept"] = True
+        await sessions.save_session(agent, "c", session)
+    finally:
+        await store.aclose()
+        await sessions.aclose()
+    await _back_to_version_5(schema)
+    assert await commit_by_triggers(schema) == []
+    conversations = sql.Identifier(schema, "conversations")
+    store = PostgresMessageStore.from_url(URL, schema=schema)
+    sessions = PostgresSessionStore.from_url(URL, schema=schema)
+    try:
+        await store.setup()
+        assert await commit_by_triggers(schema) == ["conversations", "messages", "sessions", "summaries"]
+        migrations = sql.Identifier(schema, "schema_migrations")
+        versions = await execute(sql.SQL("SELECT version FROM {} ORDER BY version").format(migrations))
+        assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
+        assert [m.message.text for m in (await store.read("c", raw=True)).entries] == [
+            m.text for m in turn(1)
+        ]
+        assert (await sessions.get_session(agent, "c")).state["kept"] is True
+        assert await store.append("c", turn(2)) == [3, 4]  # the append function takes version 6
+        # A transaction that set no commit-by time (an administrator's, an older agentkeep's) is
+        # not checked; one past its commit-by time is refused at its COMMIT.
+        await execute(sql.SQL("UPDATE {} SET expires_at = NULL").format(conversations))
+        async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
+            await conn.execute("BEGIN")
+            await conn.execute(
+                "SELECT set_config('agentkeep.commit_by', (clock_timestamp() - interval '1 s')::text, true)"
+            )
+            await conn.execute(sql.SQL("UPDATE {} SET expires_at = NULL").format(conversations))
+            with pytest.raises(psycopg.Error, match="after the commit-by time") as caught:
+                await conn.execute("COMMIT")
+            assert caught.value.sqlstate == "AK002"
+    finally:
+        await store.aclose()
+        await sessions.aclose()
+
+
+async def test_the_commit_by_time_stays_in_its_transaction(schema: str) -> None:
+    pool = AsyncConnectionPool(URL, kwargs={"autocommit": True}, min_size=1, max_size=1, open=False)
+    await pool.open()
+    store = PostgresMessageStore(pool, schema=schema)
+    try:
+        await store.append("c", turn(1))
+        async with pool.connection() as conn:  # the one the append ran on
+            cursor = await conn.execute("SELECT current_setting('agentkeep.commit_by', true)")
+            assert await cursor.fetchone() == ("",)  # set for the transaction only: none now
+    finally:
+        await store.aclose()
+        await pool.close()
 
 
 async def test_a_version_1_schema_gains_the_id_indexes_and_keeps_its_data(schema: str) -> None:

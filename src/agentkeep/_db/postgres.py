@@ -2,9 +2,11 @@
 
 :class:`PostgresDatabase` (used by :mod:`agentkeep.message_stores.postgres`, where the tables,
 locking and timeouts are described) holds an ``AsyncConnectionPool`` (injected, or created from a
-URL and then owned), applies the append-only list of migrations and maps driver errors to
-agentkeep's. Both PostgreSQL stores run their statements through it: the message store
-(:mod:`agentkeep.message_stores.postgres`) and the session store (:mod:`agentkeep.session_stores.postgres`).
+URL and then owned), applies the append-only list of migrations, gives each write its commit-by
+time (:meth:`PostgresDatabase.commit_by`, checked at COMMIT by the schema's trigger) and maps
+driver errors to agentkeep's. The PostgreSQL stores run their statements through it: the message
+store (:mod:`agentkeep.message_stores.postgres`), the session store
+(:mod:`agentkeep.session_stores.postgres`) and the memory store (:mod:`agentkeep.memory.postgres`).
 
 Needs psycopg 3 and its pool (extra ``[postgres]``); importing this module without them raises an
 ``ImportError`` that names the extra.
@@ -15,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import UTC, datetime
 from typing import Any, Final, Literal, LiteralString, TypeVar, cast
 
 try:
@@ -43,6 +48,7 @@ from ..message_stores.codec import FORMAT_VERSION
 
 __all__ = [
     "BACKEND",
+    "COMMIT_BY",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_SCHEMA",
     "POOLERS",
@@ -159,6 +165,48 @@ _RETRY_BY_WHOLE_BATCH: Final = """                SELECT seq INTO v_found FROM {
             END IF;
 """
 
+# Migration 5's append function: versions after 5 refused, each conversation's activity kept.
+_APPEND_WITH_ACTIVITY: Final = (
+    "CREATE OR REPLACE FUNCTION "
+    + _APPEND_HEAD
+    + "            v_same bigint;\n"
+    + _CHECK_VERSIONS.replace("version > 4", "version > 5")
+    + _APPEND_BODY.removeprefix("        BEGIN\n")
+    + _RETRY_BY_WHOLE_BATCH
+    + _APPEND_TAIL.replace(
+        "message_count = v_count,",
+        "message_count = v_count,\n                activity = p_times[cardinality(p_times)],",
+    )
+)
+_PAST_COMMIT_BY: Final = "AK002"
+"""The SQLSTATE the commit-by trigger raises at a COMMIT the server reached after the transaction's
+``agentkeep.commit_by`` time (mapped to :class:`~agentkeep.errors.StorageUnavailableError`:
+the transaction is rolled back, nothing of it is stored)."""
+_CHECK_COMMIT_BY: Final = """CREATE FUNCTION {check_commit_by}() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            v_by text := current_setting('agentkeep.commit_by', true);
+        BEGIN
+            IF v_by <> '' AND clock_timestamp() > v_by::timestamptz THEN
+                RAISE EXCEPTION 'the server reached the commit at %, after the commit-by time %',
+                    clock_timestamp(), v_by::timestamptz USING ERRCODE = 'AK002';
+            END IF;
+            RETURN NULL;
+        END
+        $$"""
+
+
+def _commit_by_trigger(table: LiteralString, events: LiteralString) -> LiteralString:
+    """The statement creating the commit-by check of ``table``'s rows, run at COMMIT."""
+    return (
+        f"CREATE CONSTRAINT TRIGGER commit_by AFTER {events} ON {{{table}}} "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {check_commit_by}()"
+    )
+
+
+COMMIT_BY: Final = "set_config('agentkeep.commit_by', %s, true)"
+"""What a write statement evaluates (in its ``RETURNING`` or select list: once for each row it
+writes) to set its transaction's commit-by time, the statement's parameter there being
+:meth:`PostgresDatabase.commit_by`."""
 
 # An append-only list: never edit a released migration, add a new one.
 _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
@@ -223,23 +271,36 @@ _MIGRATIONS: Final[tuple[tuple[LiteralString, ...], ...]] = (
             SELECT time FROM {messages} WHERE conversation = c.key ORDER BY seq DESC LIMIT 1), c.activity)""",
         'CREATE INDEX ON {conversations} (activity, conversation_id COLLATE "C")',
         'CREATE INDEX ON {conversations} (tenant, activity, conversation_id COLLATE "C")',
-        "CREATE OR REPLACE FUNCTION "
-        + _APPEND_HEAD
-        + "            v_same bigint;\n"
-        + _CHECK_VERSIONS.replace("version > 4", "version > 5")
-        + _APPEND_BODY.removeprefix("        BEGIN\n")
-        + _RETRY_BY_WHOLE_BATCH
-        + _APPEND_TAIL.replace(
-            "message_count = v_count,",
-            "message_count = v_count,\n                activity = p_times[cardinality(p_times)],",
-        ),
+        _APPEND_WITH_ACTIVITY,
+    ),
+    # A write reported failed never commits later: every write transaction of agentkeep sets
+    # agentkeep.commit_by (a time on the server's clock, see PostgresDatabase.commit_by), and a
+    # deferred trigger on the rows its writes change refuses the COMMIT once the server's clock is
+    # past it (a server paused, or a message delayed, past the caller's deadline). A transaction
+    # that sets nothing (an older agentkeep, an administrator) is not checked, so the append
+    # function now accepts versions up to 6.
+    (
+        _CHECK_COMMIT_BY,
+        _commit_by_trigger("conversations", "INSERT OR UPDATE OR DELETE"),
+        _commit_by_trigger("sessions", "INSERT OR UPDATE OR DELETE"),
+        _commit_by_trigger("messages", "UPDATE OF body"),  # records rewritten in place (key rotation)
+        _commit_by_trigger("summaries", "UPDATE OF body"),
+        _APPEND_WITH_ACTIVITY.replace("version > 5", "version > 6"),
     ),
 )
 
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
 """The schema version this agentkeep creates (the number of migrations)."""
 
-_NAMES: Final = ("conversations", "messages", "summaries", "sessions", "schema_migrations", "append_messages")
+_NAMES: Final = (
+    "conversations",
+    "messages",
+    "summaries",
+    "sessions",
+    "schema_migrations",
+    "append_messages",
+    "check_commit_by",
+)
 
 _SETUP: Final[dict[str, LiteralString]] = {
     "versions": "SELECT coalesce(max(version), 0), coalesce(max(format_version), 0) FROM {schema_migrations}",
@@ -303,6 +364,12 @@ def _address(conninfo: object, kwargs: object) -> str:
     return f"postgresql://{user}{host}:{port}/{params.get('dbname') or ''}"
 
 
+_CLOCK_READ_EVERY: Final = 30.0
+"""Seconds a reading of the server's clock serves commit-by times for (two clocks drift apart by
+milliseconds in that time, where a commit-by time leaves a second)."""
+_ATTEMPT_STARTED: ContextVar[float | None] = ContextVar("agentkeep_postgres_attempt", default=None)
+"""When the attempt of the operation running in this context started (``time.monotonic()``)."""
+
 _SETUP_ROUNDS: Final = 3
 """Setups tried when a concurrent one created the schema's objects first (see ``_migrate``)."""
 _CREATED_CONCURRENTLY: Final = (
@@ -339,7 +406,7 @@ class PostgresDatabase:
             pooling mode (PgBouncer's ``pool_mode = transaction``): no startup ``options`` are
             sent and nothing is prepared, and every operation runs in a transaction of its own
             that sets ``statement_timeout`` and ``idle_in_transaction_session_timeout`` with
-            ``SET LOCAL``, so an operation the client gave up on never commits later (an injected
+            ``SET LOCAL``, so the server cancels an operation the client gave up on (an injected
             pool's connections are told to prepare nothing too; its ``kwargs`` must not hold
             ``options``). ``None`` (the default): a direct connection, timeouts set once per
             connection.
@@ -393,6 +460,9 @@ class PostgresDatabase:
         self._lock_key = int.from_bytes(
             hashlib.blake2b(f"agentkeep:{schema}".encode(), digest_size=8).digest(), "big", signed=True
         )
+        self._read_clock = self.query("SELECT extract(epoch FROM clock_timestamp())::float8")
+        self._clock_offset: float | None = None  # the server's clock minus time.monotonic()
+        self._clock_read_at = 0.0
         self._opened = not self._owns_pool
         self._ready = False
         self._closed = False
@@ -426,14 +496,45 @@ class PostgresDatabase:
             return await cur.fetchall() if cur.description is not None else []
 
     async def fetch_rows(
-        self, query: bytes, params: Sequence[Any] | Mapping[str, Any] = (), *, retry: bool = False
+        self,
+        query: bytes,
+        params: Sequence[Any] | Mapping[str, Any] = (),
+        *,
+        retry: bool = False,
+        commit_by: bool = False,
     ) -> list[Any]:
-        """Run one statement on a pooled connection (as :meth:`run` does); its rows as tuples."""
+        """Run one statement on a pooled connection (as :meth:`run` does); its rows as tuples.
+        With ``commit_by``, a write whose last parameter (or ``%(commit_by)s``) is filled in with
+        :meth:`commit_by` here."""
 
         async def operation(conn: PostgresConnection) -> list[Any]:
-            return await self.fetch(conn, query, params)
+            if not commit_by:
+                return await self.fetch(conn, query, params)
+            by = await self.commit_by(conn)
+            values = {**params, "commit_by": by} if isinstance(params, Mapping) else (*params, by)
+            return await self.fetch(conn, query, values)
 
         return await self.run(operation, retry=retry)
+
+    async def commit_by(self, conn: PostgresConnection) -> str:
+        """The commit-by time of the write an operation of :meth:`run` makes on ``conn``: the
+        time on the server's clock ``timeout`` seconds after the operation's attempt started, a
+        second before its caller stops waiting. Each write statement sets it for its transaction
+        (:data:`COMMIT_BY`), and the schema's trigger refuses the transaction's COMMIT once the
+        server's clock is past it: a write that a paused or overloaded server gets to after its
+        caller was told it failed is rolled back, not stored.
+
+        The server's clock is read on ``conn`` (one round trip) when the last reading is older
+        than 30 seconds, and taken as if read when the reply arrived: the time is never later
+        than the caller's deadline on the server's clock (earlier by at most that round trip).
+        """
+        started = _ATTEMPT_STARTED.get()
+        start = time.monotonic() if started is None else started
+        if self._clock_offset is None or time.monotonic() - self._clock_read_at > _CLOCK_READ_EVERY:
+            [(server_time,)] = await self.fetch(conn, self._read_clock, ())
+            self._clock_read_at = time.monotonic()
+            self._clock_offset = float(server_time) - self._clock_read_at
+        return datetime.fromtimestamp(start + self._clock_offset + self.timeout, UTC).isoformat()
 
     def unavailable(self, message: str, *, outcome_unknown: bool = False) -> StorageUnavailableError:
         """A :class:`StorageUnavailableError` for this database (an :class:`OutcomeUnknownError`
@@ -521,8 +622,9 @@ class PostgresDatabase:
                 (repeatable read).
 
         Raises:
-            StorageUnavailableError: No connection in time, a dead server or no answer in time
-                (``OutcomeUnknownError`` for a write that may have committed).
+            StorageUnavailableError: No connection in time, a dead server, no answer in time
+                (``OutcomeUnknownError`` for a write that may have committed), or a COMMIT the
+                server reached after the write's commit-by time (rolled back: nothing stored).
             StorageError: Any other database error.
         """
         self.check_open()
@@ -550,7 +652,11 @@ class PostgresDatabase:
                 async with self._connections().connection(timeout=self.timeout) as conn:
                     try:
                         async with asyncio.timeout(self.timeout + 1):
-                            return await operation(conn)
+                            started = _ATTEMPT_STARTED.set(time.monotonic())
+                            try:
+                                return await operation(conn)
+                            finally:
+                                _ATTEMPT_STARTED.reset(started)
                     except TimeoutError:
                         lost = writes
                         raise
@@ -578,6 +684,9 @@ class PostgresDatabase:
             except psycopg.Error as exc:
                 if exc.sqlstate == _NEWER_DATA:
                     raise self._newer(exc) from exc
+                if exc.sqlstate == _PAST_COMMIT_BY:  # rolled back: nothing of this attempt is stored
+                    message = f"not stored, too late: {exc.diag.message_primary or _describe(exc)}"
+                    raise self.unavailable(message, outcome_unknown=lost) from exc
                 raise StorageError(f"{BACKEND} at {self.address}: {_describe(exc)}", backend=BACKEND) from exc
             # The connection died (server restart, terminated backend): the pool has dropped it;
             # drop the other dead idle ones too before trying again.
@@ -644,6 +753,10 @@ class PostgresDatabase:
 
     async def _migrate_locked(self, conn: PostgresConnection) -> None:
         async with conn.transaction():
+            # The commit-by checks run after each statement here (a migration sets no commit-by
+            # time): a table with trigger events pending until COMMIT refuses ALTER TABLE and
+            # CREATE INDEX, which a migration may run after changing its rows.
+            await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             await conn.execute(self.query(_SETUP["create_schema"]))
             await conn.execute(self.query(_SETUP["create_migrations"]))

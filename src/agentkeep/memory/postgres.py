@@ -10,7 +10,10 @@ write keeps, so a search fetches only what changed since the last one. Cost grow
 of the *scope*, not of the table (figures in ``docs/memory.md``).
 
 The tables live in the schema of the message store (``agentkeep`` by default) and are created by
-:meth:`~PostgresMemoryStore.setup`. Needs psycopg 3 (extra ``[postgres]``) and numpy (extra
+:meth:`~PostgresMemoryStore.setup`. Every write changes its scope's row and sets its
+transaction's commit-by time, which a deferred trigger on that row checks at COMMIT (layout 4;
+see :mod:`agentkeep.message_stores.postgres`): a write the caller was told had failed is not
+stored later by a server that was paused. Needs psycopg 3 (extra ``[postgres]``) and numpy (extra
 ``[memory]``).
 """
 
@@ -33,7 +36,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "and pip install 'agentkeep[memory]'"
     ) from exc
 
-from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresConnection, PostgresDatabase, PostgresPool
+from .._db.postgres import (
+    COMMIT_BY,
+    DEFAULT_SCHEMA,
+    Pooler,
+    PostgresConnection,
+    PostgresDatabase,
+    PostgresPool,
+)
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
@@ -122,6 +132,12 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX IF NOT EXISTS memories_current ON {memories} (scope, updated_at) "
         "WHERE superseded_by IS NULL",
     ),
+    (  # 4: a write reported failed never commits later: every write changes its scope's row and
+        # sets its transaction's commit-by time, which the message store's check refuses to
+        # commit after (see agentkeep._db.postgres, migration 6 of the message store's schema)
+        "CREATE CONSTRAINT TRIGGER commit_by AFTER INSERT OR UPDATE OR DELETE ON {scopes} "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {check_commit_by}()",
+    ),
 )
 """The memory schema's layouts, in order: a schema of layout ``n`` runs the steps from index ``n``
 on, in one transaction (under an advisory lock), and records :data:`MEMORY_LAYOUT`."""
@@ -186,6 +202,7 @@ class PostgresMemoryStore(MemoryStore):
                 ("meta", "memory_meta"),
                 ("scopes", "memory_scopes"),
                 ("changes", "memory_changes"),
+                ("check_commit_by", "check_commit_by"),
             )
         }
         self._ready = False
@@ -282,6 +299,7 @@ class PostgresMemoryStore(MemoryStore):
 
         async def create(conn: PostgresConnection) -> None:
             async with conn.transaction():
+                await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")  # no COMMIT-time checks pending
                 await conn.execute(
                     sql.SQL("SELECT pg_advisory_xact_lock(hashtext({}))").format(
                         sql.Literal(f"agentkeep-memory:{self.schema}")
@@ -332,10 +350,11 @@ class PostgresMemoryStore(MemoryStore):
         updated = to_micros(record.updated_at or record.created_at)
 
         async def operation(conn: PostgresConnection) -> None:
+            commit_by = await self.db.commit_by(conn)
             for _ in range(_ATTEMPTS):
                 try:
                     async with conn.transaction():
-                        await self._add(conn, scope, record, replaces, vector, updated)
+                        await self._add(conn, scope, record, replaces, vector, updated, commit_by)
                     return
                 except psycopg.errors.UniqueViolation as exc:
                     if exc.diag.constraint_name != "memories_current_key":
@@ -359,6 +378,7 @@ class PostgresMemoryStore(MemoryStore):
         replaces: str | None,
         vector: bytes | None,
         updated: int,
+        commit_by: str,
     ) -> None:
         changed: list[int] = []
         vectors = 0
@@ -413,10 +433,16 @@ class PostgresMemoryStore(MemoryStore):
         if vector is not None and inserted is not None:
             changed.append(inserted[0])
             vectors += 1
-        await self._account(conn, scope.key, changed, vectors, 1 - superseded)
+        await self._account(conn, scope.key, changed, vectors, 1 - superseded, commit_by)
 
     async def _account(
-        self, conn: PostgresConnection, scope: str, rows: Sequence[int], vectors: int, memories: int
+        self,
+        conn: PostgresConnection,
+        scope: str,
+        rows: Sequence[int],
+        vectors: int,
+        memories: int,
+        commit_by: str,
     ) -> None:
         """Bring the scope's row up to date after a write of its memories, in the write
         transaction: its change counter goes up by one per row of ``rows`` (whose vectors
@@ -427,18 +453,20 @@ class PostgresMemoryStore(MemoryStore):
         The row's lock makes writers of one scope take turns from here to their commit, so the
         counter's order is commit order, and the newest time, read by a statement that starts
         once the lock is held, sees every earlier writer's memories; it is the last lock a write
-        takes (a purge takes its scopes' in order), so no two writes wait on each other."""
+        takes (a purge takes its scopes' in order), so no two writes wait on each other. It sets
+        the write's ``commit_by`` time (:meth:`PostgresDatabase.commit_by`), which the row's
+        trigger checks at COMMIT."""
         cursor = await conn.execute(
             self._q(
                 "INSERT INTO {scopes} AS s (scope, tenant, seq, vectors, memories) "
                 "VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (scope) DO UPDATE SET seq = s.seq + excluded.seq, "
                 "vectors = s.vectors + excluded.vectors, memories = s.memories + excluded.memories "
-                "RETURNING id, seq"
+                f"RETURNING id, seq, {COMMIT_BY}"
             ),
-            (scope, scope.partition("\x1f")[0], len(rows), vectors, memories),
+            (scope, scope.partition("\x1f")[0], len(rows), vectors, memories, commit_by),
         )
-        scope_id, seq = cast("tuple[int, int]", await cursor.fetchone())
+        scope_id, seq, _ = cast("tuple[int, int, str]", await cursor.fetchone())
         await conn.execute(
             self._q(
                 "UPDATE {scopes} SET newest = (SELECT max(updated_at) FROM {memories} "
@@ -487,6 +515,7 @@ class PostgresMemoryStore(MemoryStore):
         vector = update_vector(self, text, embedding)
 
         async def operation(conn: PostgresConnection) -> MemoryRecord:
+            commit_by = await self.db.commit_by(conn)
             async with conn.transaction():
                 cursor = await conn.execute(
                     self._q(
@@ -516,13 +545,15 @@ class PostgresMemoryStore(MemoryStore):
                 )
                 # a new vector, or a new time for the expiry filter; the scope's newest moved
                 logged = [row[0]] if vector is not None or row[1] else []
-                await self._account(conn, scope.key, logged, 1 if vector is not None and not row[1] else 0, 0)
+                new_vectors = 1 if vector is not None and not row[1] else 0
+                await self._account(conn, scope.key, logged, new_vectors, 0, commit_by)
                 return changed
 
         return await self._run(operation)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
         async def operation(conn: PostgresConnection) -> bool:
+            commit_by = await self.db.commit_by(conn)
             async with conn.transaction():
                 cursor = await conn.execute(
                     self._q(
@@ -540,6 +571,7 @@ class PostgresMemoryStore(MemoryStore):
                         [row] if had_vector else [],
                         -1 if had_vector else 0,
                         -int(was_current),
+                        commit_by,
                     )
                 return deleted is not None
 
@@ -842,16 +874,18 @@ class PostgresMemoryStore(MemoryStore):
         async def operation(conn: PostgresConnection) -> int:
             # The scopes' counters and logs go too: nothing that names the user stays. A scope
             # written again gets a new id, so a cache of the old one (anywhere) is rebuilt.
+            commit_by = await self.db.commit_by(conn)
             async with conn.transaction():
                 cursor = await conn.execute(
                     self._q("DELETE FROM {memories} WHERE user_key = %s"), (user_key,)
                 )
                 await conn.execute(
                     self._q(
-                        "WITH gone AS (DELETE FROM {scopes} WHERE starts_with(scope, %s) RETURNING id) "
+                        "WITH gone AS (DELETE FROM {scopes} WHERE starts_with(scope, %s) "
+                        f"RETURNING id, {COMMIT_BY}) "
                         "DELETE FROM {changes} WHERE scope_id IN (SELECT id FROM gone)"
                     ),
-                    (f"{user_key}\x1f",),
+                    (f"{user_key}\x1f", commit_by),
                 )
                 return cursor.rowcount
 
@@ -863,6 +897,7 @@ class PostgresMemoryStore(MemoryStore):
             return 0
 
         async def operation(conn: PostgresConnection) -> int:
+            commit_by = await self.db.commit_by(conn)
             async with conn.transaction():
                 cursor = await conn.execute(
                     self._q(
@@ -880,7 +915,7 @@ class PostgresMemoryStore(MemoryStore):
                     current[scope] += int(was_current)
                 for scope in sorted(removed.keys() | current.keys()):  # locked in one order: no deadlock
                     rows = removed[scope]
-                    await self._account(conn, scope, rows, -len(rows), -current[scope])
+                    await self._account(conn, scope, rows, -len(rows), -current[scope], commit_by)
                 return len(deleted)
 
         return await self._run(operation)

@@ -45,11 +45,19 @@ connections are checked and reads, appends and compactions run once more on a fr
 (a repeated append is recognised as a retry, so the turn is stored once). Records that do not
 decode raise :class:`~agentkeep.errors.CorruptRecordError`.
 
+**A write reported failed is not stored later.** Every write statement sets its transaction's
+commit-by time (``agentkeep.commit_by``, a time on the server's clock ``timeout`` seconds after
+the operation started: ``PostgresDatabase.commit_by``), and a deferred constraint trigger on the
+conversation's row (and on bodies rewritten in place) refuses the COMMIT once the server's clock
+is past it: a server paused or slowed past the caller's deadline rolls the write back when it
+gets to it, instead of storing a turn the caller was told had failed. A refusal the client still
+waits for raises :class:`~agentkeep.errors.StorageUnavailableError` (nothing was stored).
+
 **Behind a transaction pooler** (``pooler="transaction"``, ``?pooler=transaction`` in a URL: PgBouncer's
 ``pool_mode = transaction``), no startup options are sent and nothing is prepared; every
 operation runs in a transaction of its own that sets both timeouts with ``SET LOCAL``, so the
 server still cancels an operation the client gave up on, and no state stays on the shared
-server connection (the advisory locks are transaction-level).
+server connection (the advisory locks and the commit-by time are transaction-level).
 
 **Records as stored** (:class:`~agentkeep.message_stores.base.SupportsRecordRewrite`, for key rotation):
 :meth:`PostgresMessageStore.stored_records` is one statement (primary-key range scans of both
@@ -75,6 +83,7 @@ try:
 
     from .._db.postgres import (
         BACKEND,
+        COMMIT_BY,
         DEFAULT_SCHEMA,
         SCHEMA_VERSION,
         Pooler,
@@ -149,7 +158,8 @@ _VIEW_SUMMARY: Final = """anchor, 0 AS kind, seq, id, time, body, replaces
     FROM {summaries} WHERE conversation = c.key AND NOT excluded"""
 _QUERIES: Final[dict[str, LiteralString]] = {
     # -- append
-    "append": """SELECT {append_messages}(%s, %s::int8[], %s::bytea[], %s::bytea[], %s, %s, %s, %s)""",
+    "append": f"""SELECT {{append_messages}}(%s, %s::int8[], %s::bytea[], %s::bytea[], %s, %s, %s, %s),
+        {COMMIT_BY}""",
     "drop_messages": "DELETE FROM {messages} WHERE conversation = %s",
     "drop_summaries": "DELETE FROM {summaries} WHERE conversation = %s",
     # -- reads
@@ -213,9 +223,10 @@ _QUERIES: Final[dict[str, LiteralString]] = {
             WHERE s.conversation = c.key AND s.seq = ch.seq AND s.id = ch.id AND s.time = ch.time
                 AND (s.body = ch.old OR (%(again)s AND s.body = ch.new))
             RETURNING 1
-        ) SELECT (SELECT count(*) FROM done_m) + (SELECT count(*) FROM done_s)""",
+        ) SELECT (SELECT count(*) FROM done_m) + (SELECT count(*) FROM done_s),
+            set_config('agentkeep.commit_by', %(commit_by)s, true)""",
     # -- compaction, deletion, expiry
-    "lock_live": f"""SELECT key, last_seq FROM {{conversations}}
+    "lock_live": f"""SELECT key, last_seq, {COMMIT_BY} FROM {{conversations}}
         WHERE conversation_id = %s AND {_LIVE} FOR UPDATE""",
     "anchors": """SELECT id, seq, NULL::bytea[] FROM {messages} WHERE conversation = %s AND id = ANY(%s)
         UNION ALL SELECT id, anchor, replaces FROM {summaries} WHERE conversation = %s AND id = ANY(%s)""",
@@ -226,15 +237,15 @@ _QUERIES: Final[dict[str, LiteralString]] = {
     "insert_summary": """INSERT INTO {summaries} (conversation, seq, anchor, time, id, body, replaces)
         VALUES (%s, %s, %s, %s, %s, %s, %s)""",
     "compacted": "UPDATE {conversations} SET last_seq = %s, epoch = epoch + 1 WHERE key = %s RETURNING epoch",
-    "delete": f"DELETE FROM {{conversations}} WHERE conversation_id = %s RETURNING key, {_LIVE}",
+    "delete": f"DELETE FROM {{conversations}} WHERE conversation_id = %s RETURNING key, {_LIVE}, {COMMIT_BY}",
     "expire": f"""UPDATE {{conversations}} SET expires_at = now() + make_interval(secs => %s)
-        WHERE conversation_id = %s AND {_LIVE} RETURNING key""",
-    "purge": """WITH gone AS (
-            DELETE FROM {conversations} WHERE expires_at <= now() RETURNING key
+        WHERE conversation_id = %s AND {_LIVE} RETURNING key, {COMMIT_BY}""",
+    "purge": f"""WITH gone AS (
+            DELETE FROM {{conversations}} WHERE expires_at <= now() RETURNING key, {COMMIT_BY}
         ), m AS (
-            DELETE FROM {messages} WHERE conversation IN (SELECT key FROM gone)
+            DELETE FROM {{messages}} WHERE conversation IN (SELECT key FROM gone)
         ), s AS (
-            DELETE FROM {summaries} WHERE conversation IN (SELECT key FROM gone)
+            DELETE FROM {{summaries}} WHERE conversation IN (SELECT key FROM gone)
         ) SELECT count(*) FROM gone""",
 }
 
@@ -378,16 +389,17 @@ class PostgresMessageStore:
         async def operation(conn: PostgresConnection) -> list[int]:
             nonlocal attempts
             attempts += 1  # a second attempt may follow one that committed: it checks for a retry
-            return await self.append_held(conn, held, again=attempts > 1)
+            commit_by = await self.database.commit_by(conn)
+            return await self.append_held(conn, held, commit_by=commit_by, again=attempts > 1)
 
         return await self.database.run(operation, retry=True, writes=True)
 
     async def append_held(
-        self, conn: PostgresConnection, held: HeldAppend, *, again: bool = False
+        self, conn: PostgresConnection, held: HeldAppend, *, commit_by: str, again: bool = False
     ) -> list[int]:
         """Write ``held`` (one :meth:`hold_append` made) on ``conn``, a connection to this store's
-        database, inside the caller's transaction (``again``: an earlier attempt may have
-        committed it).
+        database, inside the caller's transaction, which must not commit after ``commit_by`` (see
+        ``PostgresDatabase.commit_by``; ``again``: an earlier attempt may have committed it).
 
         Raises:
             MessageIdConflictError: A message reuses a stored message's id.
@@ -402,8 +414,9 @@ class PostgresMessageStore:
             DEDUP_WINDOW,
             self.max_messages,
             self.ttl,
+            commit_by,
         )
-        [(found,)] = await self.database.fetch(conn, self._q["append"], params)
+        [(found, _)] = await self.database.fetch(conn, self._q["append"], params)
         first = int(found)
         if first < 0:
             raise id_conflict(self.backend, held.conversation_id, held.messages[-first - 1].message_id or "")
@@ -509,14 +522,15 @@ class PostgresMessageStore:
         rows: list[tuple[bytes, int, bytes, list[bytes]]],
     ) -> int:
         q = self._q
+        commit_by = await self.database.commit_by(conn)
         async with conn.transaction(), conn.cursor(row_factory=psycopg_rows.tuple_row, binary=True) as cur:
-            await cur.execute(q["lock_live"], (conversation_id,))
+            await cur.execute(q["lock_live"], (commit_by, conversation_id))
             found = await cur.fetchone()
             if found is None:
                 if summaries:
                     raise ValueError(f"conversation {conversation_id!r} does not exist")
                 return 0
-            key, last_seq = found
+            key, last_seq, _ = found
             anchors: dict[bytes, int] = {}
             stored_replaces: dict[bytes, list[bytes] | None] = {}  # None: a message's id
             if rows:
@@ -583,8 +597,9 @@ class PostgresMessageStore:
         async def operation(conn: PostgresConnection) -> int:
             nonlocal attempts
             attempts += 1  # a second attempt may follow one that committed
-            [(count,)] = await self.database.fetch(
-                conn, self._q["replace_records"], {**params, "again": attempts > 1}
+            commit_by = await self.database.commit_by(conn)
+            [(count, _)] = await self.database.fetch(
+                conn, self._q["replace_records"], {**params, "again": attempts > 1, "commit_by": commit_by}
             )
             return int(count)
 
@@ -618,8 +633,9 @@ class PostgresMessageStore:
         q = self._q
 
         async def operation(conn: PostgresConnection) -> bool:
+            commit_by = await self.database.commit_by(conn)
             async with conn.transaction(), conn.cursor(row_factory=psycopg_rows.tuple_row) as cur:
-                await cur.execute(q["delete"], (conversation_id,))
+                await cur.execute(q["delete"], (conversation_id, commit_by))
                 row = await cur.fetchone()
                 if row is None:
                     return False
@@ -633,12 +649,13 @@ class PostgresMessageStore:
         """Expire the conversation ``ttl`` seconds from now (``None``: never); ``False`` if absent."""
         self.database.check_open()
         # make_interval(NULL) is NULL: expires_at = NULL, never
-        return bool(await self.database.fetch_rows(self._q["expire"], (ttl, conversation_id), retry=True))
+        params = (ttl, conversation_id)
+        return bool(await self.database.fetch_rows(self._q["expire"], params, retry=True, commit_by=True))
 
     async def purge_expired(self) -> int:
         """Delete every expired conversation with its messages and summaries; returns how many."""
         self.database.check_open()
-        [(count,)] = await self.database.fetch_rows(self._q["purge"], retry=True)
+        [(count,)] = await self.database.fetch_rows(self._q["purge"], retry=True, commit_by=True)
         return int(count)
 
 

@@ -11,7 +11,10 @@ timeouts and the mapping of failures to :class:`~agentkeep.errors.StorageUnavail
 NOTHING``. When no row changed, someone else saved first (or deleted it) and
 :class:`~agentkeep.errors.ConflictError` is raised; the stored session is left as it was. The row
 lock the statement takes makes this hold between tasks and processes. Saves are not retried on a
-dead connection (a retry of a save that committed would report a conflict); reads are.
+dead connection (a retry of a save that committed would report a conflict); reads are. Each
+write sets its transaction's commit-by time, which the row's trigger checks at COMMIT (see
+:mod:`agentkeep.message_stores.postgres`): a save the caller was told had failed is not stored
+later by a server that was paused.
 
 **Encryption at rest.** Given a :class:`~agentkeep.encryption.KeyRing`, the store keeps payloads in
 their encrypted envelope, bound to the agent, the conversation id and the version they are stored
@@ -24,7 +27,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from .._db.postgres import DEFAULT_SCHEMA, Pooler, PostgresConnection, PostgresDatabase, PostgresPool
+from .._db.postgres import (
+    COMMIT_BY,
+    DEFAULT_SCHEMA,
+    Pooler,
+    PostgresConnection,
+    PostgresDatabase,
+    PostgresPool,
+)
 from ..message_stores.postgres import PostgresMessageStore
 from ..sessions import AgentSession
 from .base import (
@@ -53,24 +63,27 @@ class _Conflict(Exception):
     """The session's version moved: the turn's transaction rolls back."""
 
 
-_INSERT: Final = """INSERT INTO {sessions} (agent, conversation_id, version, payload)
-    VALUES (%s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING version"""
-_UPDATE: Final = """UPDATE {sessions} SET version = version + 1, payload = %s, updated_at = now()
-    WHERE agent = %s AND conversation_id = %s AND version = %s RETURNING version"""
+# Each write sets its transaction's commit-by time (the last parameter) for each row it writes.
+_INSERT: Final = f"""INSERT INTO {{sessions}} (agent, conversation_id, version, payload)
+    VALUES (%s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING version, {COMMIT_BY}"""
+_UPDATE: Final = f"""UPDATE {{sessions}} SET version = version + 1, payload = %s, updated_at = now()
+    WHERE agent = %s AND conversation_id = %s AND version = %s RETURNING version, {COMMIT_BY}"""
 _SELECT: Final = "SELECT version, payload FROM {sessions} WHERE agent = %s AND conversation_id = %s"
 _SELECT_IF_CHANGED: Final = (
     "SELECT version, CASE WHEN version = %s THEN NULL ELSE payload END FROM {sessions} "
     "WHERE agent = %s AND conversation_id = %s"
 )
-_DELETE: Final = "DELETE FROM {sessions} WHERE agent = %s AND conversation_id = %s RETURNING version"
+_DELETE: Final = f"""DELETE FROM {{sessions}} WHERE agent = %s AND conversation_id = %s
+    RETURNING version, {COMMIT_BY}"""
 # Keyset pages in the primary key's order (the database's collation of text), so each page is an
 # index range scan of ``limit`` rows.
 _LIST_FIRST: Final = """SELECT agent, conversation_id, version, payload FROM {sessions}
     ORDER BY agent, conversation_id LIMIT %s"""
 _LIST_AFTER: Final = """SELECT agent, conversation_id, version, payload FROM {sessions}
     WHERE (agent, conversation_id) > (%s, %s) ORDER BY agent, conversation_id LIMIT %s"""
-_REPLACE: Final = """UPDATE {sessions} SET payload = %s
-    WHERE agent = %s AND conversation_id = %s AND version = %s AND payload = %s RETURNING version"""
+_REPLACE: Final = f"""UPDATE {{sessions}} SET payload = %s
+    WHERE agent = %s AND conversation_id = %s AND version = %s AND payload = %s
+    RETURNING version, {COMMIT_BY}"""
 
 
 class PostgresSessionStore(AgentSessionStore):
@@ -201,11 +214,12 @@ class PostgresSessionStore(AgentSessionStore):
             query, params = self._update, (payload, key, conversation_id, expected)
 
         async def operation(conn: PostgresConnection) -> bool:
+            commit_by = await self.database.commit_by(conn)  # one for the whole transaction
             try:
                 async with conn.transaction():
                     for store, held in writers:
-                        await store.append_held(conn, held)
-                    if not await self.database.fetch(conn, query, params):
+                        await store.append_held(conn, held, commit_by=commit_by)
+                    if not await self.database.fetch(conn, query, (*params, commit_by)):
                         raise _Conflict  # rolls the appends back too
             except _Conflict:
                 return False
@@ -214,7 +228,7 @@ class PostgresSessionStore(AgentSessionStore):
         saved = (
             await self.database.run(operation, writes=True)
             if writers
-            else await self.database.fetch_rows(query, params)
+            else await self.database.fetch_rows(query, params, commit_by=True)
         )
         if not saved:
             raise conflict_error(self.backend, key, conversation_id, expected=expected)
@@ -265,7 +279,8 @@ class PostgresSessionStore(AgentSessionStore):
         """Forget the session; ``False`` if none was stored."""
         self.database.check_open()
         check_conversation_id(conversation_id)
-        return bool(await self.database.fetch_rows(self._delete, (agent_key(agent), conversation_id)))
+        params = (agent_key(agent), conversation_id)
+        return bool(await self.database.fetch_rows(self._delete, params, commit_by=True))
 
     # -- payloads as stored (SupportsPayloadRewrite, for key rotation) ---------------------------
     async def stored_payloads(
@@ -300,7 +315,7 @@ class PostgresSessionStore(AgentSessionStore):
         """
         self.database.check_open()
         params = (payload, stored.agent, stored.conversation_id, stored.version, stored.payload)
-        return bool(await self.database.fetch_rows(self._replace, params))
+        return bool(await self.database.fetch_rows(self._replace, params, commit_by=True))
 
     async def aclose(self) -> None:
         """Close the pool if the store created it; idempotent. The store refuses work afterwards."""
