@@ -117,7 +117,8 @@ async def stored_bytes(store: MessageStore) -> bytes:
     parts: list[bytes] = []
     async with await psycopg.AsyncConnection.connect(URL, autocommit=True) as conn:
         cursor = await conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (store.schema,)
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY table_name",
+            (store.schema,),
         )
         for (table,) in await cursor.fetchall():
             query = sql.SQL("COPY {} TO STDOUT (FORMAT binary)").format(sql.Identifier(store.schema, table))
