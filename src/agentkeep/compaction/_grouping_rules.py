@@ -79,6 +79,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
+    unnamed_lengths = state.unnamed_lengths
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
@@ -88,9 +89,9 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             plain = type(only) is TextContent
             text: str = only.text if plain else message_token_text(message)  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
             if per_token:
+                message_id = message.message_id
                 if plain and not only.additional_properties and not only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
-                    message_id = message.message_id  # reference_payload_length's plain text, inline
-                    length = (
+                    length = (  # reference_payload_length's plain text, inline
                         PLAIN_TEXT_PAYLOAD_CHARS
                         + len(encode_basestring(text))
                         + (4 if message_id is None else len(encode_basestring(message_id)))
@@ -98,6 +99,8 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                     )
                 else:
                     length = payload_length(message)
+                if message_id is None:
+                    unnamed_lengths[len(all_messages)] = length
                 tokens = max(1, length // per_token)
             elif text_per_token:
                 tokens = -(-len(text) // text_per_token) + overhead

@@ -36,6 +36,7 @@ from __future__ import annotations
 import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from json.encoder import encode_basestring
 from typing import Final
 
 from ..messages import Message, Role, message_id_generator
@@ -364,14 +365,19 @@ class MessageIndex:
         if None not in (message.message_id for message in named):
             return
         per_token = state.payload_chars_per_token
-        tokens, group_of = state.tokens, state.group_of
+        tokens, group_of, unnamed_lengths = state.tokens, state.group_of, state.unnamed_lengths
         for message, at in zip(named, positions, strict=True):
             if message.message_id is not None:
                 continue
-            message.message_id = new_id()
+            message.message_id = message_id = new_id()
             if not per_token:
                 continue
-            fresh = max(1, reference_payload_length(message) // per_token)
+            length = unnamed_lengths.pop(at, None)
+            if length is None:  # not measured unnamed here (it was named and renamed since)
+                length = reference_payload_length(message)
+            else:  # the id replaces the payload's null
+                length += len(encode_basestring(message_id)) - 4
+            fresh = max(1, length // per_token)
             if change := fresh - tokens[at]:
                 tokens[at] = fresh
                 owner = group_of[at]
