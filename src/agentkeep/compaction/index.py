@@ -37,8 +37,9 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring
-from typing import Final
+from typing import Final, cast
 
+from .._json_values import check_text
 from ..messages import Message, Role, message_id_generator
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
@@ -47,12 +48,17 @@ from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
-    fill_message_ids,
     mark_summary,
     order_key,
     summarized_message_ids,
 )
-from .tokenizers import CharacterEstimatorTokenizer, Tokenizer, message_token_text, reference_payload_length
+from .tokenizers import (
+    PLAIN_TEXT_PAYLOAD_CHARS,
+    CharacterEstimatorTokenizer,
+    Tokenizer,
+    message_token_text,
+    reference_payload_length,
+)
 
 __all__ = ["MessageIndex"]
 
@@ -354,22 +360,25 @@ class MessageIndex:
         """
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
-    def _name(self, named: Sequence[Message], positions: Sequence[int], new_id: Callable[[], str]) -> None:
+    def _name(
+        self, named: Sequence[Message], positions: Sequence[int], new_id: Callable[[], str]
+    ) -> list[str]:
         """Give each of ``named`` (the messages at ``positions``) that has no id one from ``new_id``
-        (a summary names what it replaces). The default estimator measures the reference's
-        payload, which holds the id: its count is corrected from the payload length (no tokenizer
-        call), so the count kept for the message stays what a recount gives wherever it is counted
-        later. Other tokenizers are not called again (a message is counted once); one that
-        measures ids keeps the count of the unnamed message."""
+        (a summary names what it replaces), and return their ids in order. The default estimator
+        measures the reference's payload, which holds the id: its count is corrected from the
+        payload length kept at append (no tokenizer call), so the count kept for the message stays
+        what a recount gives wherever it is counted later. Other tokenizers are not called again
+        (a message is counted once); one that measures ids keeps the count of the unnamed message."""
+        ids = [message.message_id for message in named]
+        if None not in ids:
+            return cast("list[str]", ids)
         state = self._state
-        if None not in (message.message_id for message in named):
-            return
         per_token = state.payload_chars_per_token
         tokens, group_of, unnamed_lengths = state.tokens, state.group_of, state.unnamed_lengths
-        for message, at in zip(named, positions, strict=True):
+        for slot, (message, at) in enumerate(zip(named, positions, strict=True)):
             if message.message_id is not None:
                 continue
-            message.message_id = message_id = new_id()
+            message.message_id = ids[slot] = message_id = new_id()
             if not per_token:
                 continue
             length = unnamed_lengths.pop(at, None)
@@ -385,6 +394,7 @@ class MessageIndex:
                 state.total_tokens += change
                 if not owner.excluded:
                     state.included_token_count += change
+        return cast("list[str]", ids)
 
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
@@ -420,7 +430,9 @@ class MessageIndex:
             state.groups,
         )
         journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
-        count_message = state.count_message
+        count_message, per_token = state.count_message, state.payload_chars_per_token
+        if summarize is None:
+            Message(role)  # the role is checked once (MessageFormatError), before anything changes
         summary_kind, tool_kind, system_kind = (
             MessageGroupKind.SUMMARY,
             MessageGroupKind.TOOL_CALL,
@@ -438,27 +450,26 @@ class MessageIndex:
                 own = [first, *map(messages.__getitem__, later)] if later else [first]
                 if listed is None:
                     named = own
-                    self._name(own, [group.first_index, *later] if later else [group.first_index], new_id)
+                    ids = self._name(
+                        own, [group.first_index, *later] if later else [group.first_index], new_id
+                    )
                 else:
                     named = [messages[at] for at in listed]
-                    self._name(named, listed, new_id)
+                    ids = self._name(named, listed, new_id)
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    ids = fill_message_ids(named, new_id)
-                    summary = Message(
-                        role, text, message_id=new_id(), additional_properties={SUMMARY_PROPERTY: ids}
-                    )
+                    summary, tokens = _text_summary(role, text, ids, new_id(), per_token, count_message)
                 else:
                     summary = summarize(group)
                     text = message_token_text(summary)
                     mark_summary(summary, named, new_id)
                     if summary.message_id is None:
                         summary.message_id = new_id()
+                    tokens = count_message(summary)
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                tokens = count_message(summary)
                 size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 position = len(messages)
                 messages.append(summary)
@@ -617,3 +628,18 @@ class MessageIndex:
             f"MessageIndex(messages={len(state.messages)}, groups={len(state.groups)}, "
             f"turns={len(state.turn_live)}, included_tokens={state.included_token_count})"
         )
+
+
+def _text_summary(
+    role: Role, text: str, ids: list[str], summary_id: str, per_token: int, count: Callable[[Message], int]
+) -> tuple[Message, int]:
+    """A summary of ``text`` replacing the messages ``ids``, and its token count: the payload of a
+    plain text counted inline, as an appended one is (``per_token``: the default estimator's
+    payload measure), else by ``count``. The role was checked once for the whole pass."""
+    check_text(text, "text")
+    summary = Message.from_checked_text(role, text, None, summary_id, None)
+    summary.additional_properties = {SUMMARY_PROPERTY: ids}
+    if not per_token:
+        return summary, count(summary)
+    length = PLAIN_TEXT_PAYLOAD_CHARS + len(encode_basestring(text)) + len(encode_basestring(summary_id))
+    return summary, max(1, (length + len(role)) // per_token)
