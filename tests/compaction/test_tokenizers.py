@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from json.encoder import encode_basestring
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from agentkeep.compaction import (
     count_message_tokens,
     message_token_text,
 )
-from agentkeep.compaction.tokenizers import reference_payload, reference_payload_length
+from agentkeep.compaction.tokenizers import json_string_length, reference_payload, reference_payload_length
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("", 1), ("a", 1), ("abcd", 1), ("abcde", 1), ("x" * 401, 100)])
@@ -211,3 +212,15 @@ def test_the_payload_length_is_the_payloads(
     except MessageFormatError:
         return  # text a message cannot hold (a lone surrogate)
     assert reference_payload_length(message) == len(reference_payload(message))
+
+
+def test_the_fast_json_string_length_is_the_standard_one_for_every_ascii_character() -> None:
+    for code in range(128):
+        text = f"a{chr(code)}b{chr(code)}"
+        assert json_string_length(text) == len(encode_basestring(text)), code
+
+
+@given(st.text())
+@settings(max_examples=300)
+def test_the_fast_json_string_length_is_the_standard_one_for_any_text(text: str) -> None:
+    assert json_string_length(text) == len(encode_basestring(text))

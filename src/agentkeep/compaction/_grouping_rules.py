@@ -36,6 +36,7 @@ from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     PLAIN_TEXT_PAYLOAD_CHARS,
+    ascii_json_string,
     message_token_text,
     reference_payload_length,
 )
@@ -79,7 +80,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
-    unnamed_lengths = state.unnamed_lengths
+    unnamed_lengths, ascii_json = state.unnamed_lengths, ascii_json_string
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
@@ -93,7 +94,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 if plain and not only.additional_properties and not only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
                     length = (  # reference_payload_length's plain text, inline
                         PLAIN_TEXT_PAYLOAD_CHARS
-                        + len(encode_basestring(text))
+                        + (len(ascii_json(text)) if text.isascii() else len(encode_basestring(text)))
                         + (4 if message_id is None else len(encode_basestring(message_id)))
                         + len(message.role)
                     )

@@ -56,6 +56,7 @@ from .tokenizers import (
     PLAIN_TEXT_PAYLOAD_CHARS,
     CharacterEstimatorTokenizer,
     Tokenizer,
+    json_string_length,
     message_token_text,
     reference_payload_length,
 )
@@ -641,5 +642,5 @@ def _text_summary(
     summary.additional_properties = {SUMMARY_PROPERTY: ids}
     if not per_token:
         return summary, count(summary)
-    length = PLAIN_TEXT_PAYLOAD_CHARS + len(encode_basestring(text)) + len(encode_basestring(summary_id))
+    length = PLAIN_TEXT_PAYLOAD_CHARS + json_string_length(text) + len(encode_basestring(summary_id))
     return summary, max(1, (length + len(role)) // per_token)

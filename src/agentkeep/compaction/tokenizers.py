@@ -327,6 +327,19 @@ _RESULT_FIXED: Final = _fixed(Message("tool", [FunctionResultContent("", "")], m
 
 _MEASURED: Final = (TextContent, FunctionCallContent, FunctionResultContent)
 
+ascii_json_string: Final = msgspec.json.Encoder().encode
+"""The JSON of an ASCII string as bytes, one per character: for ASCII text msgspec writes exactly
+what ``encode_basestring`` does (the same escapes, checked for every ASCII character by a test),
+several times faster for texts of a few hundred characters. ``len(ascii_json_string(text)) if
+text.isascii() else len(encode_basestring(text))`` is the length of ``text`` in a payload
+(``str.isascii`` reads a flag: it costs nothing)."""
+
+
+def json_string_length(text: str) -> int:
+    """``len(encode_basestring(text))``: the characters ``text`` takes in a payload (quoted,
+    escaped, non-ASCII as it is)."""
+    return len(ascii_json_string(text)) if text.isascii() else len(encode_basestring(text))
+
 
 def reference_payload_length(message: Message) -> int:
     """``len(reference_payload(message))``, without building it for the common messages (one
@@ -339,22 +352,26 @@ def reference_payload_length(message: Message) -> int:
             message_id = message.message_id
             head = (4 if message_id is None else len(encode_basestring(message_id))) + len(message.role)
             if kind is TextContent:
-                return PLAIN_TEXT_PAYLOAD_CHARS + len(encode_basestring(only.text)) + head
+                text = only.text
+                written = len(ascii_json_string(text)) if text.isascii() else len(encode_basestring(text))
+                return PLAIN_TEXT_PAYLOAD_CHARS + written + head
             if kind is FunctionCallContent:
                 args = only.arguments
                 names = len(encode_basestring(only.call_id)) + len(encode_basestring(only.name))
                 if args is None:
                     return _CALL_NO_ARGS_FIXED + names + head
-                written = len(encode_basestring(args)) if type(args) is str else _json_length(args)
+                written = json_string_length(args) if type(args) is str else _json_length(args)
                 return _CALL_FIXED + names + written + head
             if only.exception is None:  # a function result
                 value = only.result
                 if value is None:
                     text_length = 2
                 elif type(value) is str:
-                    text_length = len(encode_basestring(value))
+                    text_length = (
+                        len(ascii_json_string(value)) if value.isascii() else len(encode_basestring(value))
+                    )
                 else:
-                    text_length = len(encode_basestring(_dumps(value)))
+                    text_length = json_string_length(_dumps(value))
                 return _RESULT_FIXED + len(encode_basestring(only.call_id)) + text_length + head
     return len(reference_payload(message))
 
