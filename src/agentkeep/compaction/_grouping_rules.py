@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from json.encoder import encode_basestring
-from typing import Final
+from typing import Any, Final
 
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
@@ -36,6 +36,7 @@ from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
     MESSAGE_OVERHEAD_TOKENS,
     PLAIN_TEXT_PAYLOAD_CHARS,
+    RESULT_PAYLOAD_CHARS,
     ascii_json_string,
     message_token_text,
     reference_payload_length,
@@ -85,30 +86,48 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
         for message in messages:
+            position = len(all_messages)
             contents = message.contents
-            only = contents[0] if len(contents) == 1 else None
-            plain = type(only) is TextContent
-            text: str = only.text if plain else message_token_text(message)  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
+            only: Any = contents[0] if len(contents) == 1 else None  # read by type below, without casts
+            kind_of_only: object = type(only)  # pyright: ignore[reportUnknownVariableType]
+            plain = kind_of_only is TextContent
+            ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
+            text: str
+            if plain:
+                text = only.text
+            elif (
+                kind_of_only is FunctionResultContent
+                and type(value := only.result) is str
+                and value.isascii()
+                and only.exception is None
+            ):
+                text = ascii_json(value).decode()  # message_token_text's JSON of the result
+                ascii_result = True
+            else:
+                text = message_token_text(message)
             if per_token:
                 message_id = message.message_id
-                if plain and not only.additional_properties and not only.extra_fields:  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
-                    length = (  # reference_payload_length's plain text, inline
-                        PLAIN_TEXT_PAYLOAD_CHARS
-                        + (len(ascii_json(text)) if text.isascii() else len(encode_basestring(text)))
-                        + (4 if message_id is None else len(encode_basestring(message_id)))
-                        + len(message.role)
+                if (plain or ascii_result) and not only.additional_properties and not only.extra_fields:
+                    # reference_payload_length's plain text and string result, inline
+                    head = (4 if message_id is None else len(encode_basestring(message_id))) + len(
+                        message.role
                     )
+                    if plain:
+                        written = len(ascii_json(text)) if text.isascii() else len(encode_basestring(text))
+                        length = PLAIN_TEXT_PAYLOAD_CHARS + written + head
+                    else:  # the result's JSON is its payload text
+                        answered: str = only.call_id
+                        length = RESULT_PAYLOAD_CHARS + len(encode_basestring(answered)) + len(text) + head
                 else:
                     length = payload_length(message)
                 if message_id is None:
-                    unnamed_lengths[len(all_messages)] = length
-                tokens = max(1, length // per_token)
+                    unnamed_lengths[position] = length
+                tokens = length // per_token or 1  # max(1, ...) without a call
             elif text_per_token:
                 tokens = -(-len(text) // text_per_token) + overhead
             else:
                 tokens = count_message(message)
             size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
-            position = len(all_messages)
             all_messages.append(message)
             token_list.append(tokens)
             total_tokens += tokens
@@ -127,13 +146,13 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             elif plain and (role != "tool" or open_group is None):
                 kind = role_kinds[role]
             elif type(only) is FunctionCallContent and not tail and role == "assistant":
-                kind, call_id = _TOOL, only.call_id  # one call: a new tool-call group  # pyright: ignore[reportOptionalMemberAccess]
+                kind, call_id = _TOOL, only.call_id  # one call: a new tool-call group
             else:
                 owner = None
                 if plain:  # a tool-role text right after an open group: it joins by adjacency
                     owner = open_group
                 elif type(only) is FunctionResultContent:
-                    result_id = only.call_id  # pyright: ignore[reportOptionalMemberAccess]
+                    result_id = only.call_id
                     pending = calls.get(result_id)
                     paired = pending[0] if pending is not None and len(pending) == 1 else None
                     adjacent = open_group if role == "tool" else None

@@ -322,7 +322,11 @@ def _fixed(message: Message, *values: str) -> int:
 
 _CALL_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "", "")], message_id=""), "", "", "", "")
 _CALL_NO_ARGS_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "")], message_id=""), "", "", "")
-_RESULT_FIXED: Final = _fixed(Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", "")
+RESULT_PAYLOAD_CHARS: Final = _fixed(
+    Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", ""
+)
+"""The characters of a one-result message's payload besides its escaped call id and result text,
+its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
 
 
 _MEASURED: Final = (TextContent, FunctionCallContent, FunctionResultContent)
@@ -372,7 +376,7 @@ def reference_payload_length(message: Message) -> int:
                     )
                 else:
                     text_length = json_string_length(_dumps(value))
-                return _RESULT_FIXED + len(encode_basestring(only.call_id)) + text_length + head
+                return RESULT_PAYLOAD_CHARS + len(encode_basestring(only.call_id)) + text_length + head
     return len(reference_payload(message))
 
 
