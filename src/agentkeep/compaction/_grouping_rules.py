@@ -81,7 +81,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
-    unnamed_lengths, ascii_json = state.unnamed_lengths, ascii_json_string
+    payload_lengths, ascii_json = state.payload_lengths, ascii_json_string
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
@@ -120,8 +120,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                         length = RESULT_PAYLOAD_CHARS + len(encode_basestring(answered)) + len(text) + head
                 else:
                     length = payload_length(message)
-                if message_id is None:
-                    unnamed_lengths[position] = length
+                payload_lengths.append(length if message_id is None else -1)
                 tokens = length // per_token or 1  # max(1, ...) without a call
             elif text_per_token:
                 tokens = -(-len(text) // text_per_token) + overhead

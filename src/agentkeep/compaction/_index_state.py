@@ -66,9 +66,10 @@ class IndexState:
         layout_seen: The ``layout`` ``pinned`` was collected at.
         summaries: Positions of the summaries ``replace`` put in that may be included.
         journal: Since ``track_changes()``: the groups excluded, and the summaries made.
-        unnamed_lengths: With the payload measure, the payload length of each message (by
-            position) that was appended without an id: naming it (a summary names what it
-            replaces) corrects its count from this, without measuring the message again.
+        payload_lengths: With the payload measure, by position: the payload length of each
+            message that was appended without an id (``-1`` for the others and for summaries):
+            naming it (a summary names what it replaces) corrects its count from this, without
+            measuring the message again. A list, appended as ``messages`` is: cheaper than a dict.
     """
 
     __slots__ = (
@@ -91,6 +92,7 @@ class IndexState:
         "open_group",
         "owner",
         "payload_chars_per_token",
+        "payload_lengths",
         "pinned",
         "pinned_upto",
         "reasoning_tail",
@@ -103,7 +105,6 @@ class IndexState:
         "total_bytes",
         "total_tokens",
         "turn_live",
-        "unnamed_lengths",
     )
 
     def __init__(self, owner: MessageIndex, tokenizer: Tokenizer) -> None:
@@ -120,7 +121,7 @@ class IndexState:
         measure = tokenizer.measure if isinstance(tokenizer, CharacterEstimatorTokenizer) else None
         self.payload_chars_per_token = tokenizer.chars_per_token if estimator and measure == "payload" else 0
         self.text_chars_per_token = tokenizer.chars_per_token if estimator and measure == "text" else 0
-        self.unnamed_lengths: dict[int, int] = {}
+        self.payload_lengths: list[int] = []
         self.calls: dict[str, list[MessageGroup]] = {}
         self.reasoning_tail: list[MessageGroup] = []
         self.open_group: MessageGroup | None = None

@@ -375,19 +375,21 @@ class MessageIndex:
             return cast("list[str]", ids)
         state = self._state
         per_token = state.payload_chars_per_token
-        tokens, group_of, unnamed_lengths = state.tokens, state.group_of, state.unnamed_lengths
-        for slot, (message, at) in enumerate(zip(named, positions, strict=True)):
+        tokens, group_of, payload_lengths = state.tokens, state.group_of, state.payload_lengths
+        for slot, message in enumerate(named):
             if message.message_id is not None:
                 continue
+            at = positions[slot]
             message.message_id = ids[slot] = message_id = new_id()
             if not per_token:
                 continue
-            length = unnamed_lengths.pop(at, None)
-            if length is None:  # not measured unnamed here (it was named and renamed since)
+            length = payload_lengths[at]
+            if length < 0:  # not measured unnamed here (it was named and renamed since)
                 length = reference_payload_length(message)
             else:  # the id replaces the payload's null
                 length += len(encode_basestring(message_id)) - 4
-            fresh = max(1, length // per_token)
+                payload_lengths[at] = -1
+            fresh = length // per_token or 1
             if change := fresh - tokens[at]:
                 tokens[at] = fresh
                 owner = group_of[at]
@@ -431,6 +433,7 @@ class MessageIndex:
             state.groups,
         )
         journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
+        payload_lengths = state.payload_lengths
         count_message, per_token = state.count_message, state.payload_chars_per_token
         if summarize is None:
             Message(role)  # the role is checked once (MessageFormatError), before anything changes
@@ -462,11 +465,7 @@ class MessageIndex:
                     text = summary_text(own)
                     summary, tokens = _text_summary(role, text, ids, new_id(), per_token, count_message)
                 else:
-                    summary = summarize(group)
-                    text = message_token_text(summary)
-                    mark_summary(summary, named, new_id)
-                    if summary.message_id is None:
-                        summary.message_id = new_id()
+                    summary, text = _given_summary(summarize(group), named, new_id)
                     tokens = count_message(summary)
                 tail = state.reasoning_tail
                 if tail and group in tail:
@@ -475,6 +474,8 @@ class MessageIndex:
                 position = len(messages)
                 messages.append(summary)
                 token_list.append(tokens)
+                if per_token:
+                    payload_lengths.append(-1)
                 order, turn, kind = group.order, group.turn, group.kind
                 if order > last_order:  # in logical order: the slot lies after the previous one
                     slot += 1
@@ -629,6 +630,14 @@ class MessageIndex:
             f"MessageIndex(messages={len(state.messages)}, groups={len(state.groups)}, "
             f"turns={len(state.turn_live)}, included_tokens={state.included_token_count})"
         )
+
+
+def _given_summary(summary: Message, named: list[Message], new_id: Callable[[], str]) -> tuple[Message, str]:
+    """A summary that a strategy made, marked as replacing ``named`` and given an id, and its text."""
+    mark_summary(summary, named, new_id)
+    if summary.message_id is None:
+        summary.message_id = new_id()
+    return summary, message_token_text(summary)
 
 
 def _text_summary(
