@@ -188,29 +188,46 @@ def test_openai_tokenizer_names_the_package_when_missing(monkeypatch: pytest.Mon
         OpenAITokenizer()
 
 
-@settings(max_examples=200, deadline=None)
+_CONTENT_KINDS = st.lists(
+    st.sampled_from(["text", "reasoning", "call", "result", "error_result", "text_with_properties"]),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(["user", "assistant", "tool", "system"]),
     st.one_of(st.none(), st.text(max_size=12)),
     st.text(max_size=40),
-    st.one_of(st.none(), st.text(max_size=20), st.dictionaries(st.text(max_size=5), st.integers())),
-    st.sampled_from(["text", "call", "result", "error_result"]),
+    st.one_of(
+        st.none(),
+        st.text(max_size=20),
+        st.dictionaries(st.text(max_size=5), st.integers()),
+        st.lists(st.floats(allow_nan=False), max_size=2),
+    ),
+    _CONTENT_KINDS,
 )
 def test_the_payload_length_is_the_payloads(
-    role: str, message_id: str | None, text: str, value: Any, kind: str
+    role: str, message_id: str | None, text: str, value: Any, kinds: list[str]
 ) -> None:
-    if kind == "text":
-        contents: list[Content] = [Content.from_text(text)]
-    elif kind == "call":
-        contents = [Content.from_function_call(text or "c", "tool", arguments=value)]
-    elif kind == "result":
-        contents = [Content.from_function_result(text or "c", result=value)]
-    else:
-        contents = [Content.from_function_result("c", exception=text or "boom")]
+    contents: list[Content] = []
+    for kind in kinds:
+        if kind == "text":
+            contents.append(Content.from_text(text))
+        elif kind == "reasoning":
+            contents.append(Content.from_text_reasoning(text))
+        elif kind == "text_with_properties":
+            contents.append(Content.from_text(text, additional_properties={"k": value}))
+        elif kind == "call":
+            contents.append(Content.from_function_call(text or "c", "tool", arguments=value))
+        elif kind == "result":
+            contents.append(Content.from_function_result(text or "c", result=value))
+        else:
+            contents.append(Content.from_function_result("c", exception=text or "boom"))
     try:
         message = Message(role, contents, message_id=message_id or None)  # type: ignore[arg-type]
-    except MessageFormatError:
-        return  # text a message cannot hold (a lone surrogate)
+    except (MessageFormatError, TypeError, ValueError):
+        return  # what a message cannot hold (a lone surrogate, arguments of a list)
     assert reference_payload_length(message) == len(reference_payload(message))
 
 

@@ -313,23 +313,33 @@ def reference_payload(message: Message) -> str:
     return _dumps(payload)
 
 
-# The fixed characters of a one-call / one-result message's payload (besides the escaped values,
-# the id and the role's letters), read off the payload of an empty one so they cannot drift from it.
+# The fixed characters of a payload besides the escaped values, the id and the role's letters, read
+# off the payloads of empty messages and contents so they cannot drift from them: the envelope of a
+# message without contents, and what each measured content adds to it.
 def _fixed(message: Message, *values: str) -> int:
     escaped = sum(len(encode_basestring(v)) for v in values)
     return len(reference_payload(message)) - escaped - len(message.role)
 
 
-_CALL_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "", "")], message_id=""), "", "", "", "")
-_CALL_NO_ARGS_FIXED: Final = _fixed(Message("tool", [FunctionCallContent("", "")], message_id=""), "", "", "")
-RESULT_PAYLOAD_CHARS: Final = _fixed(
-    Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", ""
+_ENVELOPE: Final = _fixed(Message("tool", [], message_id=""), "")
+_TEXT_ADDS: Final = _fixed(Message("tool", [TextContent("")], message_id=""), "", "") - _ENVELOPE
+_REASONING_ADDS: Final = (
+    _fixed(Message("tool", [TextReasoningContent("")], message_id=""), "", "") - _ENVELOPE
 )
+_CALL_ADDS: Final = (
+    _fixed(Message("tool", [FunctionCallContent("", "", "")], message_id=""), "", "", "", "") - _ENVELOPE
+)
+_CALL_NO_ARGS_ADDS: Final = (
+    _fixed(Message("tool", [FunctionCallContent("", "")], message_id=""), "", "", "") - _ENVELOPE
+)
+_RESULT_ADDS: Final = (
+    _fixed(Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", "") - _ENVELOPE
+)
+RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
 
-
-_MEASURED: Final = (TextContent, FunctionCallContent, FunctionResultContent)
+_MEASURED: Final = (TextContent, TextReasoningContent, FunctionCallContent, FunctionResultContent)
 
 ascii_json_string: Final = msgspec.json.Encoder().encode
 """The JSON of an ASCII string as bytes, one per character: for ASCII text msgspec writes exactly
@@ -345,39 +355,57 @@ def json_string_length(text: str) -> int:
     return len(ascii_json_string(text)) if text.isascii() else len(encode_basestring(text))
 
 
+_ITEM_SEPARATOR: Final = len(", ")
+
+
 def reference_payload_length(message: Message) -> int:
-    """``len(reference_payload(message))``, without building it for the common messages (one
-    plain text, one function call, or one function result without an exception)."""
+    """``len(reference_payload(message))``, without building it for messages of the common
+    contents (texts, reasoning, function calls, and function results without an exception, none
+    with additional properties), whatever their number."""
     contents = message.contents
-    if len(contents) == 1:
-        only: Any = contents[0]  # one of the kinds below (checked by type), read without casts
-        kind: object = type(only)  # pyright: ignore[reportUnknownVariableType]
-        if kind in _MEASURED and not only.additional_properties and not only.extra_fields:
-            message_id = message.message_id
-            head = (4 if message_id is None else len(encode_basestring(message_id))) + len(message.role)
-            if kind is TextContent:
-                text = only.text
-                written = len(ascii_json_string(text)) if text.isascii() else len(encode_basestring(text))
-                return PLAIN_TEXT_PAYLOAD_CHARS + written + head
-            if kind is FunctionCallContent:
-                args = only.arguments
-                names = len(encode_basestring(only.call_id)) + len(encode_basestring(only.name))
-                if args is None:
-                    return _CALL_NO_ARGS_FIXED + names + head
-                written = json_string_length(args) if type(args) is str else _json_length(args)
-                return _CALL_FIXED + names + written + head
-            if only.exception is None:  # a function result
-                value = only.result
-                if value is None:
-                    text_length = 2
-                elif type(value) is str:
-                    text_length = (
-                        len(ascii_json_string(value)) if value.isascii() else len(encode_basestring(value))
-                    )
-                else:
-                    text_length = json_string_length(_dumps(value))
-                return RESULT_PAYLOAD_CHARS + len(encode_basestring(only.call_id)) + text_length + head
-    return len(reference_payload(message))
+    if len(contents) == 1:  # the common message, without the loop
+        total = _content_length(contents[0])
+        if total < 0:
+            return len(reference_payload(message))
+    else:
+        total = 0
+        for content in contents:
+            written = _content_length(content)
+            if written < 0:
+                return len(reference_payload(message))
+            total += written + _ITEM_SEPARATOR
+        total = max(total - _ITEM_SEPARATOR, 0)  # separators between the contents only
+    message_id = message.message_id
+    head = len(message.role) + (4 if message_id is None else len(encode_basestring(message_id)))
+    return _ENVELOPE + total + head
+
+
+def _content_length(content: Any) -> int:
+    """What ``content`` adds to its message's payload (its JSON object), or -1 for a content not
+    measured here (another kind, additional properties, an exception)."""
+    kind: object = type(content)  # pyright: ignore[reportUnknownVariableType]
+    if kind not in _MEASURED or content.additional_properties or content.extra_fields:
+        return -1
+    if kind is TextContent or kind is TextReasoningContent:
+        text: str = content.text
+        written = len(ascii_json_string(text)) if text.isascii() else len(encode_basestring(text))
+        return (_TEXT_ADDS if kind is TextContent else _REASONING_ADDS) + written
+    if kind is FunctionCallContent:
+        args = content.arguments
+        names = len(encode_basestring(content.call_id)) + len(encode_basestring(content.name))
+        if args is None:
+            return _CALL_NO_ARGS_ADDS + names
+        return _CALL_ADDS + names + (json_string_length(args) if type(args) is str else _json_length(args))
+    if content.exception is not None:  # a function result that failed: measured whole
+        return -1
+    value = content.result
+    if value is None:
+        written = 2
+    elif type(value) is str:
+        written = len(ascii_json_string(value)) if value.isascii() else len(encode_basestring(value))
+    else:
+        written = json_string_length(_dumps(value))
+    return _RESULT_ADDS + len(encode_basestring(content.call_id)) + written
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}
