@@ -36,13 +36,16 @@ module holds the clients, their configuration and lifecycle, and the error mappi
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
 import re
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import Any, ClassVar, Self, cast
+
+import msgspec
 
 from ..contents import (
     Content,
@@ -58,13 +61,17 @@ from ..messages import Message
 from ..tools import FunctionTool
 from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from .openai_wire import (
+    MessageEncoder,
     OutputFormat,
     PartialCall,
+    chat_items,
     chat_usage,
+    encode_body,
     one_line,
     output_format,
     parse_arguments,
     reasoning_of,
+    response_items,
     responses_usage,
     server_message,
     stream_error,
@@ -76,13 +83,21 @@ from .openai_wire import (
 # second, which must not happen inside the event loop that constructs the first client.
 try:
     import openai
-    from openai import AsyncOpenAI, OpenAIError
+    from openai import AsyncOpenAI, AsyncStream, OpenAIError
+    from openai._models import FinalRequestOptions  # pyright: ignore[reportPrivateUsage]
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response, ResponseStreamEvent
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the OpenAI clients need the openai package: pip install 'agentkeep[openai]'") from exc
 
-if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-    from openai.types.responses import Response
+# Whether this SDK's ``post`` takes a body as bytes (``content=``), and the per-request options
+# its own ``create`` methods pass (they authenticate with the API key only).
+_RAW_POST = "content" in inspect.signature(AsyncOpenAI.post).parameters
+_POST_OPTIONS: Any = (
+    {"security": {"bearer_auth": True}}
+    if "security" in getattr(FinalRequestOptions, "model_fields", {})
+    else {}
+)
 
 __all__ = [
     "OpenAIChatClient",
@@ -105,7 +120,18 @@ _KEY_PATTERNS = (
 
 
 class _OpenAIClientBase(BaseChatClient[ChatOptions]):
-    """Configuration, lifecycle and error mapping shared by both clients."""
+    """Configuration, lifecycle, request encoding and error mapping shared by both clients."""
+
+    _PATH: ClassVar[str]  # the endpoint, under the base URL
+    _ITEMS: ClassVar[str]  # the body's key for the messages
+    _RESULT: ClassVar[type[Any]]  # what a non-streamed answer parses into
+    _STREAM: ClassVar[type[AsyncStream[Any]]]  # what a streamed answer parses into
+    _STREAM_EXTRA: ClassVar[Mapping[str, Any]] = {}  # more body for a streamed call
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        """One message's wire form."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -141,6 +167,7 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
             self._base_url = (base_url or _DEFAULT_BASE_URL).rstrip("/")
             self._api_key = api_key
         self._closed = False
+        self._encoder = MessageEncoder(self._wire_items)
 
     def _make_client(self) -> AsyncOpenAI:
         return openai.AsyncOpenAI(
@@ -270,19 +297,85 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
     def _request(
         self, messages: Sequence[Message], options: ChatOptions
     ) -> tuple[dict[str, Any], OutputFormat | None]:
-        """The SDK keyword arguments for ``messages`` and ``options``, and the structured output asked for."""
+        """The SDK keyword arguments for ``messages`` and ``options`` (for the SDK's own ``create``),
+        and the structured output asked for."""
         model = self._model_for(options)  # first: a closed client or no model is the error to report
         output = output_format(options.get("response_format"))
-        request = {"model": model, **self._body(messages, options, output)}
+        items = [*self._leading(options)]
+        for message in messages:
+            items.extend(self._wire_items(message))
+        request = {"model": model, self._ITEMS: items, **self._settings(options, output)}
         extra = options.get("additional_properties")
         if extra:
             request["extra_body"] = dict(extra)
         return request, output
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        """The client's own part of the request: messages, tools, sampling, output format."""
+    def _encoded(
+        self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
+    ) -> tuple[bytes, OutputFormat | None]:
+        """The request body the SDK's ``create`` would send for :meth:`_request` (the same JSON),
+        encoded here: each message once (see :class:`MessageEncoder`), the rest with msgspec.
+
+        Raises:
+            TypeError: ``additional_properties`` hold a value with no JSON form here.
+        """
+        model = self._model_for(options)
+        output = output_format(options.get("response_format"))
+        rest: dict[str, Any] = {"model": model, "stream": stream, **self._settings(options, output)}
+        if stream:
+            rest.update(self._STREAM_EXTRA)
+        extra = options.get("additional_properties")
+        if extra:
+            rest.update(extra)
+        try:
+            items = (
+                b"" if self._ITEMS in rest else self._encoder.encode(messages, leading=self._leading(options))
+            )
+            return encode_body(self._ITEMS, items, rest), output
+        except msgspec.EncodeError as exc:
+            raise TypeError(str(exc)) from exc
+
+    async def _post(
+        self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
+    ) -> tuple[Any, OutputFormat | None]:
+        """Send ``messages`` through the SDK client's own ``post`` (its connection pool, headers,
+        authentication, retries, timeouts, error types and SSE parsing) with the body encoded here
+        (:meth:`_encoded`), skipping the SDK's per-call walk through every message of the prompt.
+        Falls back to the SDK's ``create`` when the installed SDK cannot post raw bytes or the
+        options hold a value msgspec cannot encode. The SDK's errors are raised as they are."""
+        sdk = await self._sdk()
+        body: bytes | None = None
+        output: OutputFormat | None = None
+        if _RAW_POST:
+            try:
+                body, output = self._encoded(messages, options, stream=stream)
+            except TypeError:
+                body = None
+        if body is None:
+            request, output = self._request(messages, options)
+            if stream:
+                request.update(self._STREAM_EXTRA)
+            return await self._create(sdk, request, stream=stream), output
+        result: Any = await sdk.post(
+            self._PATH,
+            cast_to=self._RESULT,
+            content=body,
+            options=_POST_OPTIONS,
+            stream=stream,
+            stream_cls=self._STREAM,
+        )
+        return result, output
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        """The SDK's own ``create`` for ``request`` (:meth:`_request`)."""
+        raise NotImplementedError
+
+    def _leading(self, options: ChatOptions) -> list[dict[str, Any]]:
+        """Items sent before the messages (the Chat Completions client's instructions)."""
+        return []
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        """The client's own part of the request besides the messages: tools, sampling, output format."""
         raise NotImplementedError
 
     @staticmethod
@@ -332,12 +425,25 @@ class OpenAIChatClient(_OpenAIClientBase):
         ```
     """
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "messages": to_chat_messages(messages, instructions=options.get("instructions"))
-        }
+    _PATH = "/chat/completions"
+    _ITEMS = "messages"
+    _RESULT = ChatCompletion
+    _STREAM = AsyncStream[ChatCompletionChunk]
+    _STREAM_EXTRA: ClassVar[Mapping[str, Any]] = {"stream_options": {"include_usage": True}}
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        return chat_items(message)
+
+    def _leading(self, options: ChatOptions) -> list[dict[str, Any]]:
+        instructions = options.get("instructions")
+        return [{"role": "system", "content": instructions}] if instructions else []
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        return await sdk.chat.completions.create(stream=stream, **request)
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        request: dict[str, Any] = {}
         tools = options.get("tools") or []
         if tools:
             request["tools"] = [tool.schema() for tool in tools]
@@ -359,11 +465,8 @@ class OpenAIChatClient(_OpenAIClientBase):
             ChatClientError: The answer cannot be used (no choices, structured output that does
                 not fit ``response_format``).
         """
-        request, output = self._request(messages, options)
         with self._mapped_errors():
-            completion: ChatCompletion = await (await self._sdk()).chat.completions.create(
-                stream=False, **request
-            )
+            completion, output = await self._post(messages, options, stream=False)
         return self._with_value(self._from_completion(completion), output)
 
     def _from_completion(self, completion: ChatCompletion) -> ChatResponse:
@@ -410,16 +513,14 @@ class OpenAIChatClient(_OpenAIClientBase):
             ModelUnavailableError: As :meth:`get_response`, also when the stream breaks off.
             ChatRequestError: As :meth:`get_response`.
         """
-        request, _ = self._request(messages, options)
         calls: dict[int, PartialCall] = {}
         usage: UsageDetails | None = None
         finish_reason: str | None = None
         response_id: str | None = None
         model: str | None = None
         with self._mapped_errors():
-            stream = await (await self._sdk()).chat.completions.create(
-                stream=True, stream_options={"include_usage": True}, **request
-            )
+            stream: AsyncStream[ChatCompletionChunk]
+            stream, _ = await self._post(messages, options, stream=True)
             async with stream:
                 async for chunk in stream:
                     response_id = chunk.id or response_id
@@ -501,10 +602,20 @@ class OpenAIResponsesClient(_OpenAIClientBase):
 
     stores_by_default = True
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {"input": to_response_items(messages)}
+    _PATH = "/responses"
+    _ITEMS = "input"
+    _RESULT = Response
+    _STREAM = AsyncStream[ResponseStreamEvent]
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        return response_items(message)
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        return await sdk.responses.create(stream=stream, **request)
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        request: dict[str, Any] = {}
         instructions = options.get("instructions")
         if instructions:
             request["instructions"] = instructions
@@ -605,9 +716,8 @@ class OpenAIResponsesClient(_OpenAIClientBase):
                 ``previous_response_id``, ...), or no model name is set.
             ChatClientError: The response failed, or its structured output does not fit.
         """
-        request, output = self._request(messages, options)
         with self._mapped_errors():
-            response: Response = await (await self._sdk()).responses.create(stream=False, **request)
+            response, output = await self._post(messages, options, stream=False)
         return self._with_value(self._from_response(response, options), output)
 
     async def get_streaming_response(
@@ -625,12 +735,12 @@ class OpenAIResponsesClient(_OpenAIClientBase):
             ChatRequestError: As :meth:`get_response`, also for an ``error`` event with a code.
             ChatClientError: The response failed.
         """
-        request, _ = self._request(messages, options)
         calls: list[Content] = []
         final: Response | None = None
         response_id: str | None = None
         with self._mapped_errors():
-            stream = await (await self._sdk()).responses.create(stream=True, **request)
+            stream: AsyncStream[ResponseStreamEvent]
+            stream, _ = await self._post(messages, options, stream=True)
             async with stream:
                 async for event in stream:
                     if event.type == "response.created":

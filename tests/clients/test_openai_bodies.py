@@ -1,0 +1,263 @@
+"""The OpenAI clients' own request bodies against the ones the SDK's ``create`` builds.
+
+The clients encode each request themselves (msgspec, each message once) and post it through the
+SDK client. For the same messages, tools and options, the SDK's ``chat.completions.create`` /
+``responses.create`` called with the keyword arguments the client builds (``_request``, the old
+path) must send the same JSON, to the same path, with the same headers: both requests go to a
+real HTTP server that records them (:class:`tests.clients.servers.CaptureServer`).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agentkeep.clients.base import ChatOptions
+from agentkeep.clients.openai import OpenAIChatClient, OpenAIResponsesClient
+from agentkeep.clients.openai_wire import MessageEncoder, chat_items
+from agentkeep.contents import (
+    DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
+    TextReasoningContent,
+    UriContent,
+)
+from agentkeep.messages import Message
+from agentkeep.tools import FunctionTool
+from tests.clients import servers
+from tests.clients.servers import Captured, CaptureServer
+
+# the fixture this module uses, from tests/clients/servers.py
+capture_server = servers.capture_server
+
+Client = OpenAIChatClient | OpenAIResponsesClient
+
+# Headers that differ between any two requests, or that the body's length decides.
+_VOLATILE = {"content-length", "x-stainless-retry-count", "x-stainless-read-timeout"}
+
+
+def get_weather(city: str, days: int = 1) -> str:
+    """The weather in a city.
+
+    Args:
+        city: The city's name.
+        days: How many days ahead.
+    """
+    return f"Sunny in {city}"
+
+
+def lookup(term: str) -> str:
+    """Look a term up.
+
+    Args:
+        term: What to look up.
+    """
+    return term
+
+
+WEATHER = FunctionTool(get_weather)
+LOOKUP = FunctionTool(lookup)
+PIXEL = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n-pixel").decode()
+WAV = "data:audio/wav;base64," + base64.b64encode(b"RIFF....WAVEfmt ").decode()
+PDF = "data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4 tiny").decode()
+
+
+@dataclass
+class Answer:
+    city: str
+    degrees: float
+
+
+def _conversation() -> list[Message]:
+    """A conversation with most of what the clients map: system text, unicode, tool calls with
+    their results (one failed), an image, reasoning (not sent) and a multi-part user message."""
+    return [
+        Message("system", ["Be brief. — «ünïcödé» 日本語 ✓ 😀"]),
+        Message("user", ['What is the weather in Zürich? Quote: "hi"\n\ttab \\ backslash']),
+        Message(
+            "assistant",
+            [
+                TextReasoningContent("thinking..."),
+                TextContent("Let me check."),
+                FunctionCallContent("call_1", "get_weather", {"city": "Zürich", "days": 2}),
+                FunctionCallContent("call_2", "lookup", '{"term": "föhn"}'),
+            ],
+        ),
+        Message(
+            "tool",
+            [
+                FunctionResultContent("call_1", {"forecast": ["sun", "☁"], "high": 21.5, "ok": True}),
+                FunctionResultContent("call_2", exception="KeyError: 'föhn'"),
+            ],
+        ),
+        Message("assistant", ["Sunny, 21.5 °C."]),
+        Message(
+            "user", [TextContent("And this picture?"), UriContent("https://example.com/a.png", "image/png")]
+        ),
+        Message("assistant", [FunctionCallContent("call_3", "lookup", None)]),
+        Message("user", [FunctionResultContent("call_3", None), TextContent("thanks")]),
+        Message("user", ["Part one, ", "part two."]),
+    ]
+
+
+def _media() -> list[Message]:
+    """Inline data: an image, an audio clip, a file and a link of no stated type."""
+    return [
+        Message(
+            "user",
+            [
+                TextContent("Describe these."),
+                DataContent(PIXEL),
+                DataContent(WAV, "audio/wav"),
+                DataContent(PDF, "application/pdf"),
+                UriContent("https://example.com/photo"),
+                UriContent("https://example.com/notes.txt", "text/plain"),
+            ],
+        )
+    ]
+
+
+CASES: dict[str, tuple[Callable[[], list[Message]], ChatOptions]] = {
+    "plain": (lambda: [Message("user", ["Hello"])], {}),
+    "conversation": (
+        _conversation,
+        {
+            "instructions": "You are terse. Ünïcode ✓",
+            "tools": [WEATHER, LOOKUP],
+            "temperature": 0.25,
+            "top_p": 0.9,
+            "max_tokens": 64,
+            "stop": ["END", "ÆND"],
+            "seed": 7,
+            "user": "user-1",
+        },
+    ),
+    "media": (_media, {"max_tokens": 8}),
+    "one tool required": (
+        lambda: [Message("user", ["Weather in Oslo?"])],
+        {"tools": [WEATHER], "tool_choice": "required"},
+    ),
+    "tool choice none": (
+        lambda: [Message("user", ["Hi"])],
+        {"tools": [WEATHER, LOOKUP], "tool_choice": "none", "metadata": {"k": "v"}},
+    ),
+    "typed output": (lambda: [Message("user", ["Weather as JSON"])], {"response_format": Answer}),
+    "schema output": (
+        lambda: [Message("user", ["JSON"])],
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object"}},
+            }
+        },
+    ),
+    "json object": (lambda: [Message("user", ["JSON"])], {"response_format": {"type": "json_object"}}),
+    "extra body": (
+        lambda: [Message("user", ["Hi"])],
+        {
+            "additional_properties": {"top_k": 40, "temperature": 0.5, "nested": {"a": [1, None]}},
+            "temperature": 1.0,
+        },
+    ),
+    "empty": (list, {"instructions": "Only instructions."}),
+}
+
+RESPONSES_CASES: dict[str, tuple[Callable[[], list[Message]], ChatOptions]] = {
+    "continued": (lambda: [Message("user", ["Next"])], {"conversation_id": "resp_123", "store": False}),
+    "conversation object": (lambda: [Message("user", ["Next"])], {"conversation_id": "conv_9"}),
+}
+
+
+async def _sdk_path(client: Client, messages: list[Message], options: ChatOptions, *, stream: bool) -> None:
+    """Send the request the old way: the SDK's ``create`` with the client's keyword arguments."""
+    request, _ = client._request(messages, options)  # pyright: ignore[reportPrivateUsage]
+    sdk = await client._sdk()  # pyright: ignore[reportPrivateUsage]
+    if isinstance(client, OpenAIChatClient):
+        if stream:
+            request["stream_options"] = {"include_usage": True}
+        answer: Any = await sdk.chat.completions.create(stream=stream, **request)
+    else:
+        answer = await sdk.responses.create(stream=stream, **request)
+    if stream:
+        async with answer:
+            async for _ in answer:
+                pass
+
+
+async def _own_path(client: Client, messages: list[Message], options: ChatOptions, *, stream: bool) -> str:
+    """Send the request the clients' way (their own encoding, posted through the SDK client);
+    returns the answer's text."""
+    if stream:
+        updates = [u async for u in client.get_streaming_response(messages, options=options)]
+        return "".join(u.text for u in updates)
+    response = await client.get_response(messages, options=options)
+    if isinstance(options.get("response_format"), type):
+        assert response.value is not None
+    return response.text
+
+
+def _assert_same(ours: Captured, sdk: Captured) -> None:
+    assert ours.path == sdk.path
+    assert ours.json() == sdk.json()
+    strip = lambda headers: {k: v for k, v in headers.items() if k not in _VOLATILE}  # noqa: E731
+    assert strip(ours.headers) == strip(sdk.headers)
+
+
+PAIRS = [(OpenAIChatClient, case) for case in CASES] + [
+    (OpenAIResponsesClient, case) for case in [*CASES, *RESPONSES_CASES]
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("kind", "case"), PAIRS, ids=[f"{k.__name__[6:-6]}-{c}" for k, c in PAIRS])
+async def test_the_same_body_as_the_sdk(
+    capture_server: CaptureServer, kind: type[Client], case: str, stream: bool
+) -> None:
+    make, options = {**CASES, **RESPONSES_CASES}[case]
+    messages = make()
+    capture_server.reply = '{"city": "Oslo", "degrees": 1.5}' if "response_format" in options else "ok"
+    async with kind("m", base_url=capture_server.base_url, api_key="sk-test-key", max_retries=0) as client:
+        await _sdk_path(client, messages, options, stream=stream)
+        sdk = capture_server.pop()
+        assert await _own_path(client, messages, options, stream=stream) == capture_server.reply
+        _assert_same(capture_server.pop(), sdk)
+        # again, now from the client's cache of encoded messages, with copies of the messages
+        await _own_path(client, [m.copy() for m in messages], options, stream=stream)
+        _assert_same(capture_server.pop(), sdk)
+
+
+async def test_a_growing_conversation_matches_the_sdk_at_every_turn(capture_server: CaptureServer) -> None:
+    messages: list[Message] = []
+    async with OpenAIChatClient("m", base_url=capture_server.base_url, max_retries=0) as client:
+        for turn in range(4):
+            messages.append(Message("user", [f"turn {turn} ✓"]))
+            await _sdk_path(client, messages, {"instructions": "Hi"}, stream=True)
+            sdk = capture_server.pop()
+            await _own_path(client, messages, {"instructions": "Hi"}, stream=True)
+            _assert_same(capture_server.pop(), sdk)
+            messages.append(Message("assistant", ["ok"]))
+
+
+def test_the_encoder_encodes_a_message_again_when_it_changed() -> None:
+    encoder = MessageEncoder(chat_items)
+    message = Message("user", ["one"])
+    assert encoder.encode([message]) == b'[{"role":"user","content":"one"}]'
+    message.contents.append(TextContent(" two"))  # grown in place
+    assert encoder.encode([message]) == b'[{"role":"user","content":"one two"}]'
+    message.role = "system"
+    assert encoder.encode([message]) == b'[{"role":"system","content":"one two"}]'
+    assert encoder.encode([Message("tool", [TextReasoningContent("not sent")])]) == b"[]"
+
+
+def test_the_encoder_keeps_at_most_its_limit() -> None:
+    encoder = MessageEncoder(chat_items, limit=16)
+    messages = [Message("user", [f"m{i}"]) for i in range(100)]
+    body = encoder.encode(messages)
+    assert body.count(b'"role"') == 100
+    assert len(encoder) <= 16
+    assert encoder.encode(messages) == body
