@@ -61,11 +61,13 @@ from ..messages import Message
 from ..tools import FunctionTool
 from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from .openai_wire import (
+    ChatChunk,
     MessageEncoder,
     OutputFormat,
     PartialCall,
     chat_items,
     chat_usage,
+    decode_chunk,
     encode_body,
     one_line,
     output_format,
@@ -98,6 +100,45 @@ _POST_OPTIONS: Any = (
     if "security" in getattr(FinalRequestOptions, "model_fields", {})
     else {}
 )
+
+
+class _ChunkStream(AsyncStream[ChatChunk]):
+    """The SDK's stream of a chat completion, its chunks decoded by msgspec into
+    :class:`~.openai_wire.ChatChunk` (the fields the client reads) instead of into the SDK's
+    models: the SDK reads the response and splits its server-sent events; an ``error`` in an
+    event raises :class:`openai.APIError` as the SDK's stream does, and the events after
+    ``[DONE]`` are read, so the connection can serve the next request."""
+
+    async def __stream__(self) -> AsyncIterator[ChatChunk]:  # pyright: ignore[reportIncompatibleMethodOverride]
+        events = self._iter_events()
+        try:
+            async for event in events:
+                if event.data.startswith("[DONE]"):
+                    async for _ in events:
+                        pass
+                    break
+                try:
+                    chunk = decode_chunk(event.data)
+                except msgspec.DecodeError as exc:
+                    raise openai.APIResponseValidationError(
+                        self.response, event.data, message=f"a stream chunk that does not fit: {exc}"
+                    ) from exc
+                if chunk.error:
+                    error: Any = chunk.error
+                    message: Any = (
+                        cast("dict[str, Any]", error).get("message") if isinstance(error, dict) else None
+                    )
+                    raise openai.APIError(
+                        message
+                        if isinstance(message, str) and message
+                        else "An error occurred during streaming",
+                        self.response.request,
+                        body=chunk.error,
+                    )
+                yield chunk
+        finally:
+            await self.response.aclose()
+
 
 __all__ = [
     "OpenAIChatClient",
@@ -428,7 +469,7 @@ class OpenAIChatClient(_OpenAIClientBase):
     _PATH = "/chat/completions"
     _ITEMS = "messages"
     _RESULT = ChatCompletion
-    _STREAM = AsyncStream[ChatCompletionChunk]
+    _STREAM = _ChunkStream
     _STREAM_EXTRA: ClassVar[Mapping[str, Any]] = {"stream_options": {"include_usage": True}}
 
     @staticmethod
@@ -519,7 +560,7 @@ class OpenAIChatClient(_OpenAIClientBase):
         response_id: str | None = None
         model: str | None = None
         with self._mapped_errors():
-            stream: AsyncStream[ChatCompletionChunk]
+            stream: AsyncStream[ChatChunk] | AsyncStream[ChatCompletionChunk]
             stream, _ = await self._post(messages, options, stream=True)
             async with stream:
                 async for chunk in stream:

@@ -33,12 +33,19 @@ if TYPE_CHECKING:
     from openai.types.responses import ResponseUsage
 
 __all__ = [
+    "ChatChunk",
+    "ChunkChoice",
+    "ChunkDelta",
+    "ChunkFunction",
+    "ChunkToolCall",
+    "ChunkUsage",
     "MessageEncoder",
     "OutputFormat",
     "PartialCall",
     "arguments_text",
     "chat_items",
     "chat_usage",
+    "decode_chunk",
     "encode_body",
     "json_text",
     "one_line",
@@ -423,7 +430,7 @@ def stream_error(code: str | None, message: str, what: str) -> ChatClientError:
 # -- usage --------------------------------------------------------------------------------------
 
 
-def chat_usage(usage: CompletionUsage | None) -> UsageDetails | None:
+def chat_usage(usage: CompletionUsage | ChunkUsage | None) -> UsageDetails | None:
     if usage is None:
         return None
     return UsageDetails(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
@@ -445,9 +452,66 @@ class PartialCall:
 
 
 def reasoning_of(message: object) -> str | None:
-    """The ``reasoning_content`` some servers (DeepSeek, vLLM, llama.cpp) add to a message or delta."""
-    extra: Any = getattr(message, "model_extra", None)
-    if not isinstance(extra, dict):
-        return None
-    value = cast("dict[str, Any]", extra).get("reasoning_content")
+    """The ``reasoning_content`` some servers (DeepSeek, vLLM, llama.cpp) add to a message or delta
+    (an extra field of the SDK's models, a field of :class:`ChatChunk`'s deltas)."""
+    value = getattr(message, "reasoning_content", None)
     return value if isinstance(value, str) and value else None
+
+
+# -- streamed chat completion chunks ------------------------------------------------------------
+
+
+class ChunkFunction(msgspec.Struct, frozen=True):
+    """A piece of a streamed tool call's function: its name (first piece) and an arguments fragment."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(msgspec.Struct, frozen=True):
+    """A piece of a streamed tool call, ``index`` saying which call of the answer it belongs to."""
+
+    index: int = 0
+    id: str | None = None
+    function: ChunkFunction | None = None
+
+
+class ChunkDelta(msgspec.Struct, frozen=True):
+    """What one chunk adds to the answer."""
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(msgspec.Struct, frozen=True):
+    """One choice of a chunk."""
+
+    index: int = 0
+    delta: ChunkDelta = ChunkDelta()
+    finish_reason: str | None = None
+
+
+class ChunkUsage(msgspec.Struct, frozen=True):
+    """The token counts of a chunk (the last one, when ``include_usage`` was asked for)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class ChatChunk(msgspec.Struct, frozen=True):
+    """One streamed Chat Completions chunk: the fields the chat client reads, with the names and
+    shapes of the SDK's ``ChatCompletionChunk`` (other fields are skipped). ``error`` is set when a
+    server reports an error inside the stream."""
+
+    id: str | None = None
+    model: str | None = None
+    choices: list[ChunkChoice] = []
+    usage: ChunkUsage | None = None
+    error: Any = None
+
+
+decode_chunk = msgspec.json.Decoder(ChatChunk).decode
+"""One chunk's JSON text (an SSE event's data) as a :class:`ChatChunk`; raises
+:class:`msgspec.DecodeError` (or its subclass ``ValidationError``) for what is not one."""
