@@ -324,6 +324,8 @@ class CaptureServer(ThreadedUvicorn):
         base_url: ``http://127.0.0.1:<port>/v1``.
         requests: What it received, oldest first.
         reply: The text it answers.
+        chunks: When set, the events of a streamed chat completion (each sent as an SSE event,
+            then ``[DONE]``) instead of the answer made of ``reply``.
     """
 
     def __init__(self) -> None:
@@ -334,6 +336,7 @@ class CaptureServer(ThreadedUvicorn):
         self.base_url = f"{self.url}/v1"
         self.requests: list[Captured] = []
         self.reply = "ok"
+        self.chunks: list[dict[str, Any]] | None = None
 
     def pop(self) -> Captured:
         """The only request received since the last pop (fails when there is not exactly one)."""
@@ -353,6 +356,8 @@ class CaptureServer(ThreadedUvicorn):
         self.requests.append(Captured(scope["path"], headers, body))
         stream = bool(body) and json.loads(body).get("stream") is True
         replies = (_response if scope["path"].endswith("/responses") else _completion)(stream, self.reply)
+        if stream and self.chunks is not None and not scope["path"].endswith("/responses"):
+            replies = self.chunks
         if stream:
             kind = b"text/event-stream"
             payload = b"".join(b"data: " + json.dumps(r).encode() + b"\n\n" for r in replies)

@@ -1,4 +1,5 @@
-"""The OpenAI clients' own request bodies against the ones the SDK's ``create`` builds.
+"""The OpenAI clients' own request bodies against the ones the SDK's ``create`` builds, and the
+streamed chat chunks the chat client decodes itself.
 
 The clients encode each request themselves (msgspec, each message once) and post it through the
 SDK client. For the same messages, tools and options, the SDK's ``chat.completions.create`` /
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agentkeep.clients.base import ChatOptions
+from agentkeep.clients.base import ChatOptions, merge_updates
 from agentkeep.clients.openai import OpenAIChatClient, OpenAIResponsesClient
 from agentkeep.clients.openai_wire import MessageEncoder, chat_items
 from agentkeep.contents import (
@@ -27,6 +28,7 @@ from agentkeep.contents import (
     TextReasoningContent,
     UriContent,
 )
+from agentkeep.errors import ChatClientError
 from agentkeep.messages import Message
 from agentkeep.tools import FunctionTool
 from tests.clients import servers
@@ -261,3 +263,73 @@ def test_the_encoder_keeps_at_most_its_limit() -> None:
     assert body.count(b'"role"') == 100
     assert len(encoder) <= 16
     assert encoder.encode(messages) == body
+
+
+# -- streamed chat chunks, decoded by the client ---------------------------------------------------
+
+
+def _chunk(**fields: Any) -> dict[str, Any]:
+    return {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 0, "model": "m", **fields}
+
+
+def _delta(finish: str | None = None, **delta: Any) -> dict[str, Any]:
+    return _chunk(choices=[{"index": 0, "delta": delta, "finish_reason": finish}])
+
+
+async def test_a_stream_of_reasoning_text_and_fragmented_tool_calls(capture_server: CaptureServer) -> None:
+    capture_server.chunks = [
+        _delta(role="assistant", reasoning_content="hmm, "),
+        _delta(reasoning_content="weather"),
+        _delta(content="Checking ✓"),
+        _delta(
+            tool_calls=[{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather"}}]
+        ),
+        _delta(tool_calls=[{"index": 0, "function": {"name": "get_weather", "arguments": '{"city": '}}]),
+        _delta(tool_calls=[{"index": 1, "id": "call_b", "function": {"name": "lookup", "arguments": "{}"}}]),
+        _delta(tool_calls=[{"index": 0, "function": {"arguments": '"Zürich"}'}}]),
+        _chunk(choices=[{"index": 1, "delta": {"content": "another choice"}, "finish_reason": None}]),
+        _delta("tool_calls"),
+        _chunk(choices=[], usage={"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}),
+    ]
+    try:
+        async with OpenAIChatClient("m", base_url=capture_server.base_url, max_retries=0) as client:
+            for _ in range(2):  # the second call on the connection the first one left
+                updates = [
+                    u async for u in client.get_streaming_response([Message("user", ["Hi"])], options={})
+                ]
+                capture_server.pop()
+                response = merge_updates(updates)
+                assert response.text == "Checking ✓"
+                reasoning = [c for c in response.messages[0].contents if isinstance(c, TextReasoningContent)]
+                assert "".join(c.text for c in reasoning) == "hmm, weather"
+                calls = response.messages[0].function_calls
+                assert [(c.call_id, c.name, c.arguments) for c in calls] == [
+                    ("call_a", "get_weather", {"city": "Zürich"}),
+                    ("call_b", "lookup", {}),
+                ]
+                assert response.finish_reason == "tool_calls"
+                assert response.response_id == "chatcmpl-9"
+                assert response.usage is not None
+                assert response.usage.total_token_count == 12
+    finally:
+        capture_server.chunks = None
+
+
+async def test_an_error_inside_a_stream_is_a_client_error(capture_server: CaptureServer) -> None:
+    capture_server.chunks = [
+        _delta(content="par"),
+        {"error": {"message": "the model crashed", "code": "boom"}},
+    ]
+    try:
+        async with OpenAIChatClient("m", base_url=capture_server.base_url, max_retries=0) as client:
+            with pytest.raises(ChatClientError, match="the model crashed"):
+                async for _ in client.get_streaming_response([Message("user", ["Hi"])], options={}):
+                    pass
+            capture_server.pop()
+            capture_server.chunks = [_delta(content=["not", "text"])]
+            with pytest.raises(ChatClientError, match="does not fit"):
+                async for _ in client.get_streaming_response([Message("user", ["Hi"])], options={}):
+                    pass
+            capture_server.pop()
+    finally:
+        capture_server.chunks = None
