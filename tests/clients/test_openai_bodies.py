@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic
 import pytest
 
 from agentkeep.clients.base import ChatOptions, merge_updates
@@ -226,10 +227,34 @@ async def test_the_same_body_as_the_sdk(
     async with kind("m", base_url=capture_server.base_url, api_key="sk-test-key", max_retries=0) as client:
         await _sdk_path(client, messages, options, stream=stream)
         sdk = capture_server.pop()
+        # the client's own encoding, not the fallback to the SDK's create()
+        assert client._encoded(messages, options, stream=stream)[0] is not None  # pyright: ignore[reportPrivateUsage]
         assert await _own_path(client, messages, options, stream=stream) == capture_server.reply
         _assert_same(capture_server.pop(), sdk)
         # again, now from the client's cache of encoded messages, with copies of the messages
         await _own_path(client, [m.copy() for m in messages], options, stream=stream)
+        _assert_same(capture_server.pop(), sdk)
+
+
+class Extra(pydantic.BaseModel):
+    level: int
+    tags: list[str]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_options_msgspec_cannot_encode_go_through_the_sdk(
+    capture_server: CaptureServer, stream: bool
+) -> None:
+    """A pydantic model in ``additional_properties`` has no msgspec JSON form: the request is
+    made by the SDK's ``create()``, which encodes it (the same request either way)."""
+    messages = _conversation()
+    options: ChatOptions = {"additional_properties": {"extra": Extra(level=2, tags=["ü"])}}
+    async with OpenAIChatClient("m", base_url=capture_server.base_url, max_retries=0) as client:
+        assert client._encoded(messages, options, stream=stream)[0] is None  # pyright: ignore[reportPrivateUsage]
+        await _sdk_path(client, messages, options, stream=stream)
+        sdk = capture_server.pop()
+        assert sdk.json()["extra"] == {"level": 2, "tags": ["ü"]}
+        assert await _own_path(client, messages, options, stream=stream) == "ok"
         _assert_same(capture_server.pop(), sdk)
 
 

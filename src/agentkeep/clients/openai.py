@@ -353,13 +353,11 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
 
     def _encoded(
         self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
-    ) -> tuple[bytes, OutputFormat | None]:
+    ) -> tuple[bytes | None, OutputFormat | None]:
         """The request body the SDK's ``create`` would send for :meth:`_request` (the same JSON),
-        encoded here: each message once (see :class:`MessageEncoder`), the rest with msgspec.
-
-        Raises:
-            TypeError: ``additional_properties`` hold a value with no JSON form here.
-        """
+        encoded here: each message once (see :class:`MessageEncoder`), the rest with msgspec;
+        ``None`` for options holding a value msgspec has no JSON form for (a pydantic model in
+        ``additional_properties``, say), which the SDK's own encoder may have."""
         model = self._model_for(options)
         output = output_format(options.get("response_format"))
         rest: dict[str, Any] = {"model": model, "stream": stream, **self._settings(options, output)}
@@ -368,13 +366,11 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         extra = options.get("additional_properties")
         if extra:
             rest.update(extra)
+        items = b"" if self._ITEMS in rest else self._encoder.encode(messages, leading=self._leading(options))
         try:
-            items = (
-                b"" if self._ITEMS in rest else self._encoder.encode(messages, leading=self._leading(options))
-            )
             return encode_body(self._ITEMS, items, rest), output
-        except msgspec.EncodeError as exc:
-            raise TypeError(str(exc)) from exc
+        except (TypeError, msgspec.EncodeError):
+            return None, output
 
     async def _post(
         self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
@@ -385,13 +381,7 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         Falls back to the SDK's ``create`` when the installed SDK cannot post raw bytes or the
         options hold a value msgspec cannot encode. The SDK's errors are raised as they are."""
         sdk = await self._sdk()
-        body: bytes | None = None
-        output: OutputFormat | None = None
-        if _RAW_POST:
-            try:
-                body, output = self._encoded(messages, options, stream=stream)
-            except TypeError:
-                body = None
+        body, output = self._encoded(messages, options, stream=stream) if _RAW_POST else (None, None)
         if body is None:
             request, output = self._request(messages, options)
             if stream:
