@@ -29,6 +29,17 @@ Configuration comes from the arguments or the environment: ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY`` and ``OPENAI_MODEL``. A local server needs no real key: when a base URL is
 set and no key is given, the key ``"not-needed"`` is sent.
 
+**Requests.** The clients encode each request body themselves, with msgspec, and hand the bytes
+to the SDK client's ``post()``, which sends them with its connections, headers, authentication,
+retries and timeouts, and raises its error types. A conversation is resent whole on every call:
+each message's JSON is kept (:class:`~.openai_wire.MessageEncoder`), so an earlier message costs a
+look-up, where the SDK's ``create()`` walked every field of every message against its parameter
+types on every call. The JSON is the one ``create()`` sends for the same arguments (which
+:meth:`_OpenAIClientBase._request` still builds: ``create()`` is used when the SDK's ``post()``
+takes no bytes, or for options msgspec cannot encode). The chat client decodes streamed chunks
+with msgspec into :class:`~.openai_wire.ChatChunk` (the SDK still reads the stream and splits its
+events).
+
 The mapping to and from the wire format (pure functions) lives in :mod:`.openai_wire`; this
 module holds the clients, their configuration and lifecycle, and the error mapping.
 """
@@ -92,14 +103,30 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the OpenAI clients need the openai package: pip install 'agentkeep[openai]'") from exc
 
+__all__ = [
+    "OpenAIChatClient",
+    "OpenAIEmbedder",
+    "OpenAIResponsesClient",
+    "to_chat_messages",
+    "to_response_items",
+]
+
+_NOT_NEEDED = "not-needed"
+_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_USERINFO = re.compile(r"//[^/@]*@")
+_KEY_PATTERNS = (
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=]{6,}"),
+)
+
 # Whether this SDK's ``post`` takes a body as bytes (``content=``), and the per-request options
 # its own ``create`` methods pass (they authenticate with the API key only).
 _RAW_POST = "content" in inspect.signature(AsyncOpenAI.post).parameters
-_POST_OPTIONS: Any = (
-    {"security": {"bearer_auth": True}}
-    if "security" in getattr(FinalRequestOptions, "model_fields", {})
-    else {}
-)
+_POST_SECURITY = "security" in getattr(FinalRequestOptions, "model_fields", {})
+
+
+def _post_options() -> Any:
+    return {"security": {"bearer_auth": True}} if _POST_SECURITY else {}
 
 
 class _ChunkStream(AsyncStream[ChatChunk]):
@@ -138,23 +165,6 @@ class _ChunkStream(AsyncStream[ChatChunk]):
                 yield chunk
         finally:
             await self.response.aclose()
-
-
-__all__ = [
-    "OpenAIChatClient",
-    "OpenAIEmbedder",
-    "OpenAIResponsesClient",
-    "to_chat_messages",
-    "to_response_items",
-]
-
-_NOT_NEEDED = "not-needed"
-_DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_USERINFO = re.compile(r"//[^/@]*@")
-_KEY_PATTERNS = (
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=]{6,}"),
-)
 
 
 # -- the clients --------------------------------------------------------------------------------
@@ -391,7 +401,7 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
             self._PATH,
             cast_to=self._RESULT,
             content=body,
-            options=_POST_OPTIONS,
+            options=_post_options(),
             stream=stream,
             stream_cls=self._STREAM,
         )
