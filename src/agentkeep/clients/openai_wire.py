@@ -1,8 +1,10 @@
 """Wire mapping for the OpenAI-compatible clients of :mod:`agentkeep.clients.openai`.
 
-Pure functions, no I/O and no ``openai`` import at run time: agentkeep messages to Chat Completions
-messages and Responses API input items, ``response_format`` to JSON-schema formats and back to
-values, error bodies to one-line messages, and usage to :class:`~agentkeep.contents.UsageDetails`.
+No I/O and no ``openai`` import at run time: agentkeep messages to Chat Completions messages and
+Responses API input items, and request bodies encoded from them (:class:`MessageEncoder` keeps
+each message's JSON, :func:`encode_body` adds the rest); ``response_format`` to JSON-schema
+formats and back to values; streamed chat chunks decoded into :class:`ChatChunk`; error bodies
+to one-line messages; and usage to :class:`~agentkeep.contents.UsageDetails`.
 """
 
 from __future__ import annotations
