@@ -313,6 +313,8 @@ async def test_a_stream_of_reasoning_text_and_fragmented_tool_calls(capture_serv
         _delta(tool_calls=[{"index": 1, "id": "call_b", "function": {"name": "lookup", "arguments": "{}"}}]),
         _delta(tool_calls=[{"index": 0, "function": {"arguments": '"Zürich"}'}}]),
         _chunk(choices=[{"index": 1, "delta": {"content": "another choice"}, "finish_reason": None}]),
+        _chunk(choices=None, usage=None),  # nulls some servers send
+        _chunk(choices=[{"index": 0, "delta": None, "finish_reason": None}]),
         _delta("tool_calls"),
         _chunk(choices=[], usage={"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}),
     ]

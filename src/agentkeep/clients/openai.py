@@ -568,11 +568,13 @@ class OpenAIChatClient(_OpenAIClientBase):
                     model = chunk.model or model
                     if chunk.usage is not None:
                         usage = chat_usage(chunk.usage)
-                    for choice in chunk.choices:
+                    for choice in chunk.choices or ():
                         if choice.index != 0:
                             continue
                         finish_reason = choice.finish_reason or finish_reason
                         delta = choice.delta
+                        if delta is None:  # some servers send null for an empty delta
+                            continue
                         contents: list[Content] = []
                         reasoning = reasoning_of(delta)
                         if reasoning:

@@ -490,7 +490,7 @@ class ChunkChoice(msgspec.Struct, frozen=True):
     """One choice of a chunk."""
 
     index: int = 0
-    delta: ChunkDelta = ChunkDelta()
+    delta: ChunkDelta | None = None
     finish_reason: str | None = None
 
 
@@ -504,12 +504,13 @@ class ChunkUsage(msgspec.Struct, frozen=True):
 
 class ChatChunk(msgspec.Struct, frozen=True):
     """One streamed Chat Completions chunk: the fields the chat client reads, with the names and
-    shapes of the SDK's ``ChatCompletionChunk`` (other fields are skipped). ``error`` is set when a
-    server reports an error inside the stream."""
+    shapes of the SDK's ``ChatCompletionChunk`` (other fields are skipped; ``null`` is taken
+    where servers are known to send it). ``error`` is set when a server reports an error inside
+    the stream."""
 
     id: str | None = None
     model: str | None = None
-    choices: list[ChunkChoice] = []
+    choices: list[ChunkChoice] | None = None
     usage: ChunkUsage | None = None
     error: Any = None
 
