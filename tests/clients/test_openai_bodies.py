@@ -360,3 +360,18 @@ async def test_an_error_inside_a_stream_is_a_client_error(capture_server: Captur
             capture_server.pop()
     finally:
         capture_server.chunks = None
+
+
+@pytest.mark.parametrize("kind", [OpenAIChatClient, OpenAIResponsesClient], ids=["chat", "responses"])
+async def test_a_closed_client_refuses_before_making_an_sdk_client(
+    capture_server: CaptureServer, kind: type[Client]
+) -> None:
+    client = kind("m", base_url=capture_server.base_url)
+    await client.aclose()
+    with pytest.raises(ChatClientError, match="is closed"):
+        await client.get_response([Message("user", ["Hi"])], options={})
+    with pytest.raises(ChatClientError, match="is closed"):
+        async for _ in client.get_streaming_response([Message("user", ["Hi"])], options={}):
+            pass
+    assert client._client is None  # pyright: ignore[reportPrivateUsage]
+    assert capture_server.requests == []

@@ -390,13 +390,15 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         (:meth:`_encoded`), skipping the SDK's per-call walk through every message of the prompt.
         Falls back to the SDK's ``create`` when the installed SDK cannot post raw bytes or the
         options hold a value msgspec cannot encode. The SDK's errors are raised as they are."""
-        sdk = await self._sdk()
+        # encoded first: a closed client or no model name is the error to report, before an SDK
+        # client is made
         body, output = self._encoded(messages, options, stream=stream) if _RAW_POST else (None, None)
         if body is None:
             request, output = self._request(messages, options)
             if stream:
                 request.update(self._STREAM_EXTRA)
-            return await self._create(sdk, request, stream=stream), output
+            return await self._create(await self._sdk(), request, stream=stream), output
+        sdk = await self._sdk()
         result: Any = await sdk.post(
             self._PATH,
             cast_to=self._RESULT,
