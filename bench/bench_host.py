@@ -34,8 +34,16 @@ by phase, so drift on a shared machine falls on both.
    how many of the 8 are stored afterwards (ours: the SQLite raw log of ``local::<threadId>``;
    the reference: its endpoint's replay of the stored thread), with the instant model and with
    the 50 ms one.
+4. The model behind HTTP: a fake OpenAI-compatible server in a process of its own (plain asyncio,
+   answers "ok" at once, streamed; counts each prompt's messages), ``agentkeep serve --base-url
+   URL --api-model NAME --history-limit 1000000`` (as shipped: with uvicorn's access log, a line
+   per request, which the reference is run without) against the reference with
+   ``agent-framework-openai``'s ``OpenAIChatCompletionClient`` on it. One turn after 10, 40, 100
+   and 1,000 prior turns (``--remote-sizes``), the client sending only the new message: server
+   CPU per turn, latency, the prompt size the model got; and, timed in this process over the same
+   prompt sizes, our chat client's body encoding and the SDK's own preparation of that body.
 
-Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3]``.
+Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3,4]``.
 Every load loop is bounded in count and by ``--budget`` seconds per phase.
 """
 
