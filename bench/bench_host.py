@@ -34,8 +34,16 @@ by phase, so drift on a shared machine falls on both.
    how many of the 8 are stored afterwards (ours: the SQLite raw log of ``local::<threadId>``;
    the reference: its endpoint's replay of the stored thread), with the instant model and with
    the 50 ms one.
+4. The model behind HTTP: a fake OpenAI-compatible server in a process of its own (plain asyncio,
+   answers "ok" at once, streamed; counts each prompt's messages), ``agentkeep serve --base-url
+   URL --api-model NAME --history-limit 1000000`` (as shipped: with uvicorn's access log, a line
+   per request, which the reference is run without) against the reference with
+   ``agent-framework-openai``'s ``OpenAIChatCompletionClient`` on it. One turn after 10, 40, 100
+   and 1,000 prior turns (``--remote-sizes``), the client sending only the new message: server
+   CPU per turn, latency, the prompt size the model got; and, timed in this process over the same
+   prompt sizes, our chat client's body encoding and the SDK's own preparation of that body.
 
-Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3]``.
+Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3,4]``.
 Every load loop is bounded in count and by ``--budget`` seconds per phase.
 """
 
@@ -71,11 +79,17 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 REF_VENV = HERE / ".venv-ref"
-REF_PACKAGES = ["agent-framework-ag-ui>=1.7,<1.8", "agent-framework-core", "uvicorn"]
-REF_FALLBACK = ["agent-framework-ag-ui", "agent-framework-core", "uvicorn"]
+REF_PACKAGES = [
+    "agent-framework-ag-ui>=1.7,<1.8",
+    "agent-framework-core",
+    "agent-framework-openai",
+    "uvicorn",
+]
+REF_FALLBACK = ["agent-framework-ag-ui", "agent-framework-core", "agent-framework-openai", "uvicorn"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RACE = 8  # concurrent turns on one thread in section 3
 SLOW, SLOW_SECONDS = "slow:", 0.05  # a user message starting so: the fake model takes 50 ms
+FAKE_MODEL = "bench-fake"  # the model name the fake OpenAI-compatible server offers (section 4)
 
 # The reference server, run by bench/.venv-ref's python (kept as text here: the project's own
 # environment has no agent_framework to type-check or lint it against).
@@ -128,10 +142,22 @@ _REFERENCE_SERVER = textwrap.dedent(
         return "bench-single-user"  # one stable application scope (documented single-user setup)
 
 
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--profile")
+    parser.add_argument("--model-url", help="an OpenAI-compatible server's base URL (section 4)")
+    args = parser.parse_args()
+
+    if args.model_url:
+        from agent_framework.openai import OpenAIChatCompletionClient
+
+        model = OpenAIChatCompletionClient(model=%(model)r, api_key="not-needed", base_url=args.model_url)
+    else:
+        model = InstantChatClient()
     app = FastAPI(title="reference AG-UI host")
     add_agent_framework_fastapi_endpoint(
         app,
-        Agent(InstantChatClient(), name="chat"),
+        Agent(model, name="chat"),
         path="/agents/chat",
         snapshot_store=InMemoryAGUIThreadSnapshotStore(max_snapshots=100_000),
         authorization_scope_resolver=scope,
@@ -143,10 +169,6 @@ _REFERENCE_SERVER = textwrap.dedent(
         return {"status": "ok"}
 
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--profile")
-    args = parser.parse_args()
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=args.port, loop="asyncio", http="h11",
                        log_level="warning", access_log=False)
@@ -273,6 +295,89 @@ def serve_floor(port: int) -> None:
         uvicorn.Server(config).run()
 
 
+def _reference_script() -> str:
+    return _REFERENCE_SERVER % {"slow": SLOW, "seconds": SLOW_SECONDS, "model": FAKE_MODEL}
+
+
+def serve_fake_model(port: int) -> None:
+    """The ``--serve fake-model`` subprocess: an OpenAI-compatible Chat Completions server that
+    answers "ok" at once (streamed as the SDKs ask: a text chunk, a finish chunk, a usage chunk and
+    ``[DONE]``), on plain asyncio with keep-alive connections, so it costs the machine little.
+    It counts the messages of each prompt (``"role":`` in the body), read and reset by
+    ``GET /stats``; ``GET /v1/models`` lists the one model."""
+    prompts: list[int] = []
+    served = 0
+    models = _encode(
+        {"object": "list", "data": [{"id": FAKE_MODEL, "object": "model", "created": 0, "owned_by": "bench"}]}
+    )
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
+    def completion(stream: bool) -> tuple[bytes, bytes]:
+        nonlocal served
+        served += 1
+        base = {"id": f"chatcmpl-{served}", "created": 0, "model": FAKE_MODEL}
+        if not stream:
+            choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+            return b"application/json", _encode(
+                {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+            )
+        chunk = {**base, "object": "chat.completion.chunk"}
+        delta = {"role": "assistant", "content": "ok"}
+        chunks = [
+            {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+            {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {**chunk, "choices": [], "usage": usage},
+        ]
+        events = b"".join(b"data: " + _encode(c) + b"\n\n" for c in chunks)
+        return b"text/event-stream", events + b"data: [DONE]\n\n"
+
+    def answer(method: str, path: str, body: bytes) -> tuple[int, bytes, bytes]:
+        if method == "POST" and path.endswith("/chat/completions"):
+            prompts.append(body.count(b'"role":'))
+            return (200, *completion(b'"stream":true' in body))
+        if path.endswith("/models"):
+            return 200, b"application/json", models
+        if path.endswith("/stats"):
+            out = _encode({"prompts": prompts})
+            prompts.clear()
+            return 200, b"application/json", out
+        if path == "/healthz":
+            return 200, b"application/json", b'{"status":"ok"}'
+        return 404, b"application/json", b'{"error":{"message":"not found"}}'
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+                request, *lines = head.split("\r\n")
+                method, path, _ = request.split(" ", 2)
+                length = 0
+                for line in lines:
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = await reader.readexactly(length) if length else b""
+                status, kind, payload = answer(method, path, body)
+                writer.write(
+                    b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n"
+                    % (status, b"OK" if status == 200 else b"Not Found", kind, len(payload))
+                    + payload
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def run() -> None:
+        server = await asyncio.start_server(connection, "127.0.0.1", port, backlog=256)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -335,7 +440,11 @@ class Server:
 def _ensure_reference() -> tuple[Path | None, str]:
     """bench/.venv-ref's python with the reference installed, and its versions (or why not)."""
     python = REF_VENV / "bin" / "python"
-    probe = [str(python), "-c", "import agent_framework_ag_ui, agent_framework, uvicorn"]
+    probe = [
+        str(python),
+        "-c",
+        "import agent_framework_ag_ui, agent_framework, agent_framework_openai, uvicorn",
+    ]
     try:
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(REF_VENV)], check=True)
@@ -349,7 +458,8 @@ def _ensure_reference() -> tuple[Path | None, str]:
                 str(python),
                 "-c",
                 "import importlib.metadata as m; print(', '.join(f'{p} {m.version(p)}' for p in "
-                "('agent-framework-ag-ui', 'agent-framework-core', 'ag-ui-protocol', 'fastapi', 'uvicorn')))",
+                "('agent-framework-ag-ui', 'agent-framework-core', 'agent-framework-openai', 'openai', "
+                "'ag-ui-protocol', 'fastapi', 'uvicorn')))",
             ],
             capture_output=True,
             text=True,
@@ -652,6 +762,205 @@ async def section_race(server: Server, prior: int, db: Path | None, *, slow: boo
     return out
 
 
+# -- section 4: the model behind HTTP ---------------------------------------------------------------------
+async def _prompt_sizes(model_url: str) -> list[int]:
+    """The message counts of the prompts the fake model server got since the last call."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        reply = await client.get(f"{model_url}/stats")
+        return [int(n) for n in reply.json()["prompts"]]
+
+
+async def section_remote(
+    server: Server, model_url: str, size: int, samples: int, budget: float, *, seed_whole: bool
+) -> dict[str, Any]:
+    """Threads of ``size`` prior turns, then ``samples`` turns sending only the new message, the
+    model behind HTTP. Ours builds its threads turn by turn; the reference gets each thread's
+    history in one whole-history request (built turn by turn, its per-turn cost growing with the
+    history, 1,000 turns would take minutes), which it keeps as the thread's snapshot."""
+    rounds = max(1, min(samples, size // 20))  # turns per thread: drift <= ~5%
+    threads = [Thread() for _ in range(math.ceil(samples / rounds))]
+    deadline = time.monotonic() + budget
+    async with _client(2) as client:
+        build_start = time.perf_counter()
+        for thread in threads:
+            if seed_whole:
+                for k in range(size - 1):
+                    thread.messages.append(user(f"turn {k + 1} of {thread.id}"))
+                    thread.messages.append({"id": uuid.uuid4().hex, "role": "assistant", "content": "ok"})
+                thread.turns = size - 1
+            while thread.turns < size and time.monotonic() < deadline:
+                done = await thread.turn(client, server.url, whole=seed_whole)
+                if done.error:
+                    raise RuntimeError(f"{server.name}: building turn failed: {done.error}")
+        build = time.perf_counter() - build_start
+        prior = min(t.turns for t in threads)
+        await _prompt_sizes(model_url)
+        latencies: list[float] = []
+        errors: list[str] = []
+        case_deadline = time.monotonic() + budget / 2
+        cpu = server.cpu()
+        for _ in range(rounds):
+            for thread in threads:
+                if len(latencies) >= samples or (len(latencies) >= 3 and time.monotonic() > case_deadline):
+                    break
+                done = await thread.turn(client, server.url, whole=False)
+                latencies.append(done.seconds)
+                if done.error:
+                    errors.append(done.error)
+        await asyncio.sleep(0.3)
+        cpu = server.cpu() - cpu
+        prompts = await _prompt_sizes(model_url)
+    return {
+        "prior": prior,
+        "build_s": build,
+        "median": statistics.median(latencies) * 1000,
+        "cpu": cpu * 1000 / len(latencies),
+        "n": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+        "prompt": statistics.median(prompts) if prompts else 0,
+        "calls": len(prompts),
+    }
+
+
+def encode_costs(sizes: list[int], budget: float = 5.0) -> dict[int, dict[str, float]]:
+    """In this process, per N: what our chat client spends encoding the request body of a turn
+    after N prior turns (2N + 1 messages and the instructions, all but the new message encoded
+    before, as in a warm host), and what the SDK's ``create`` spends on the same body before
+    sending it (its type-directed transform of the keyword arguments, then its JSON encoding)."""
+    from openai._utils import async_maybe_transform  # pyright: ignore[reportPrivateImportUsage]
+    from openai._utils._json import openapi_dumps
+    from openai.types.chat import completion_create_params
+
+    from agentkeep import Message
+    from agentkeep.clients.openai import OpenAIChatClient
+
+    out: dict[int, dict[str, float]] = {}
+    client = OpenAIChatClient(FAKE_MODEL, base_url="http://127.0.0.1:9/v1")
+    options: Any = {"instructions": "You are a helpful assistant. Answer briefly."}
+    for size in sizes:
+        history: list[Message] = []
+        for k in range(size):
+            history += [Message("user", [f"turn {k + 1} of bench-thread"]), Message("assistant", ["ok"])]
+        client._encoded(history, options, stream=True)  # pyright: ignore[reportPrivateUsage]
+        calls, start = 0, time.perf_counter()
+        while calls < 2000 and (calls < 20 or time.perf_counter() - start < budget / 2):
+            turn = [*history, Message("user", [f"turn {size + calls} of bench-thread"])]
+            client._encoded(turn, options, stream=True)  # pyright: ignore[reportPrivateUsage]
+            calls += 1
+        ours = (time.perf_counter() - start) / calls
+        request, _ = client._request([*history, Message("user", ["new"])], options)  # pyright: ignore[reportPrivateUsage]
+        body = {**request, "stream": True, "stream_options": {"include_usage": True}}
+
+        async def sdk_encode(body: dict[str, Any] = body) -> tuple[int, float]:
+            n, begin = 0, time.perf_counter()
+            while n < 200 and (n < 3 or time.perf_counter() - begin < budget / 2):
+                params = completion_create_params.CompletionCreateParamsStreaming
+                openapi_dumps(await async_maybe_transform(body, params))
+                n += 1
+            return n, (time.perf_counter() - begin) / n
+
+        _, sdk = asyncio.run(sdk_encode())
+        out[size] = {"ours_us": ours * 1e6, "sdk_ms": sdk * 1000, "messages": 2 * size + 2}
+    return out
+
+
+async def measure_remote(servers: list[Server], model: Server, plan: Plan) -> tuple[dict[str, Any], str]:
+    """Section 4 on each AG-UI server (the fake model server shared), the servers taking turns
+    size by size (the order flipped every other size). A reference failure drops the reference."""
+    results: dict[str, Any] = {server.name: {} for server in servers}
+    model_url = f"{model.url}/v1"
+    active = list(servers)
+    failure = ""
+    await model.ready()
+    for server in servers:
+        await server.ready()
+        await warm_up(server, 10)
+    for index, size in enumerate(plan.remote_sizes):
+        for server in active if index % 2 == 0 else active[::-1]:
+            print(
+                f"  [{server.name}] model over HTTP: one turn after {size:,} prior turns ...", file=sys.stderr
+            )
+            try:
+                results[server.name][size] = await section_remote(
+                    server, model_url, size, plan.samples, plan.budget, seed_whole=server.name != "ours"
+                )
+            except Exception as exc:
+                if server.name == "ours":
+                    raise
+                failure = f"{server.name} failed at {size} prior turns: {type(exc).__name__}: {exc}"
+                print(failure, file=sys.stderr)
+                active.remove(server)
+    for server in servers:
+        if server not in active:
+            results.pop(server.name, None)
+    return results, failure
+
+
+def report_remote(
+    plan: Plan, results: dict[str, Any], encode: dict[int, dict[str, float]], note: str
+) -> None:
+    ours, ref = results["ours"], results.get("reference") or {}
+    print(f"\n4. The model behind HTTP (reference: {note})")
+    print(
+        "   `agentkeep serve --base-url URL --api-model NAME --history-limit 1000000` (whole history to the"
+        " model) against agent-framework-ag-ui with its OpenAIChatCompletionClient, both on a fake"
+        " OpenAI-compatible server in its own process (instant 'ok', streamed); one turn after N prior"
+        f" turns, the client sending the new message only (median of up to {plan.samples} turns;"
+        " CPU = the AG-UI server's CPU ms per turn)"
+    )
+    header = (
+        f"{'N':>6} | {'prompt msgs':>11} | {'ours ms':>8} | {'ours CPU':>8} | {'ref ms':>8} | "
+        f"{'ref CPU':>8} | {'ours/ref CPU':>12} | {'encode us':>9} | {'encode/CPU':>10} | "
+        f"{'SDK encode ms':>13} | {'n ours/ref':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for size in plan.remote_sizes:
+        o, r, e = ours[size], ref.get(size), encode.get(size)
+        prompt = f"{o['prompt']:.0f}/{r['prompt']:.0f}" if r else f"{o['prompt']:.0f}/-"
+        r_ms = f"{r['median']:8.2f}" if r else f"{'-':>8}"
+        r_cpu = f"{r['cpu']:8.2f}" if r else f"{'-':>8}"
+        enc = f"{e['ours_us']:9.1f}" if e else f"{'-':>9}"
+        share = f"{e['ours_us'] / 10 / o['cpu']:9.1f}%" if e else f"{'-':>10}"
+        sdk = f"{e['sdk_ms']:13.2f}" if e else f"{'-':>13}"
+        n = f"{o['n']}/{r['n'] if r else '-'}"
+        print(
+            f"{size:>6,} | {prompt:>11} | {o['median']:8.2f} | {o['cpu']:8.2f} | {r_ms} | {r_cpu} | "
+            f"{_ratio(o['cpu'], r['cpu'] if r else None):>12} | {enc} | {share} | {sdk} | {n:>10}"
+        )
+        for name, x in (("ours", o), ("reference", r)):
+            if x and x["errors"]:
+                print(f"{'':>6}   {name}: {x['errors']} errors, first: {x['first_error']}")
+            if x and x["prior"] < size:
+                print(f"{'':>6}   {name}: only {x['prior']} prior turns reached in the time budget")
+    print(
+        "  prompt msgs: messages per model request, as the fake server counted them; encode us: our client"
+        " encoding that request's body (all but the new message encoded before), in the bench process;"
+        " SDK encode: the openai SDK's transform + JSON of the same body, as its create() does"
+    )
+    sizes = [n for n in plan.remote_sizes if n in ours]
+    lo, hi = min(sizes), max(sizes)
+    if 40 in ours:
+        cpu40 = ours[40]["cpu"]
+        print(
+            f"  target: ours CPU per turn at 40 prior turns <= 3 ms: {cpu40:.2f} ms ({_verdict(cpu40 <= 3)})"
+        )
+    if hi != lo and ours[hi]["prompt"] > ours[lo]["prompt"]:
+        growth = (ours[hi]["cpu"] - ours[lo]["cpu"]) * 1000 / (ours[hi]["prompt"] - ours[lo]["prompt"])
+        print(
+            f"  target: growth per prior message, {lo:,} -> {hi:,} prior turns, <= 2 us: {growth:.2f} us "
+            f"({_verdict(growth <= 2)})"
+        )
+    for size in sizes:
+        if size in ref:
+            ratio = ours[size]["cpu"] / ref[size]["cpu"]
+            print(
+                f"  target: ours/reference CPU per turn at {size:,} prior turns <= 0.2: {ratio:.3f} "
+                f"({_verdict(ratio <= 0.2)})"
+            )
+
+
 # -- running and printing ---------------------------------------------------------------------------------
 @dataclass
 class Plan:
@@ -662,6 +971,7 @@ class Plan:
     race_prior: int
     budget: float
     sections: set[str]
+    remote_sizes: list[int] = field(default_factory=lambda: [10, 40, 100, 1000])
 
 
 async def measure_all(servers: list[Server], plan: Plan, db: Path) -> tuple[dict[str, dict[str, Any]], str]:
@@ -927,14 +1237,129 @@ def _print_profile(name: str, path: Path, limit: int = 25) -> None:
     pstats.Stats(str(path), stream=sys.stdout).sort_stats("cumulative").print_stats(package, limit)
 
 
+def run_instant(
+    plan: Plan, folder: Path, ref_python: Path | None, ref_note: str, *, profile: bool, split_db: bool
+) -> None:
+    """Sections 1-3: the servers with the instant in-process fake model."""
+    db = folder / "host.db"
+    profiles = {"ours": folder / "ours.prof", "reference": folder / "reference.prof"}
+    ours_argv = [sys.executable, str(Path(__file__).resolve()), "--serve", "ours", "--db", str(db)]
+    port = _free_port()
+    ours_argv += ["--port", str(port)]
+    if profile:
+        ours_argv += ["--profile-out", str(profiles["ours"])]
+    if split_db:
+        ours_argv += ["--session-db", str(folder / "sessions.db")]
+    servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
+    if "1" in plan.sections:
+        port = _free_port()
+        floor_argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve",
+            "floor",
+            "--port",
+            str(port),
+        ]
+        servers.append(Server("floor", floor_argv, port, folder / "floor.log", None))
+    if ref_python is not None:
+        port = _free_port()
+        script = _reference_script()
+        ref_argv = [str(ref_python), "-c", script, "--port", str(port)]
+        if profile:
+            ref_argv += ["--profile", str(profiles["reference"])]
+        servers.append(Server("reference", ref_argv, port, folder / "reference.log", profiles["reference"]))
+    try:
+        for server in servers:
+            server.start()
+        results, failure = asyncio.run(measure_all(servers, plan, db))
+    finally:
+        for server in servers:
+            server.stop()
+    if failure:
+        ref_note = f"{ref_note}; {failure}"
+    report(plan, results, ref_note)
+    if profile:
+        print("\n(--profile: every figure above is inflated by cProfile)")
+        for server in servers:
+            if server.profile is not None:
+                _print_profile(server.name, server.profile)
+    for server in servers:
+        text = server.log.read_text(errors="replace").strip()
+        if text:
+            print(f"\n{server.name} server log (last lines):")
+            print(textwrap.indent("\n".join(text.splitlines()[-10:]), "  "))
+
+
+def run_remote(plan: Plan, folder: Path, ref_python: Path | None, ref_note: str) -> None:
+    """Section 4: the AG-UI servers with the model behind HTTP (a fake OpenAI-compatible server)."""
+    this = str(Path(__file__).resolve())
+    port = _free_port()
+    model = Server(
+        "fake model",
+        [sys.executable, this, "--serve", "fake-model", "--port", str(port)],
+        port,
+        folder / "model.log",
+        None,
+    )
+    port = _free_port()
+    ours_argv = [
+        sys.executable,
+        "-m",
+        "agentkeep",
+        "serve",
+        "--store",
+        f"sqlite://{folder / 'remote.db'}",
+        "--base-url",
+        f"{model.url}/v1",
+        "--api-model",
+        FAKE_MODEL,
+        "--port",
+        str(port),
+        "--history-limit",
+        "1000000",
+    ]
+    servers = [Server("ours", ours_argv, port, folder / "ours-remote.log", None)]
+    if ref_python is not None:
+        port = _free_port()
+        ref_argv = [
+            str(ref_python),
+            "-c",
+            _reference_script(),
+            "--port",
+            str(port),
+            "--model-url",
+            f"{model.url}/v1",
+        ]
+        servers.append(Server("reference", ref_argv, port, folder / "reference-remote.log", None))
+    try:
+        for server in [model, *servers]:
+            server.start()
+        results, failure = asyncio.run(measure_remote(servers, model, plan))
+    finally:
+        for server in [*servers, model]:
+            server.stop()
+    print("  [bench] timing the request encoding in this process ...", file=sys.stderr)
+    encode = encode_costs(plan.remote_sizes)
+    report_remote(plan, results, encode, f"{ref_note}; {failure}" if failure else ref_note)
+    for server in [*servers, model]:
+        text = server.log.read_text(errors="replace").strip()
+        if text:
+            print(f"\n{server.name} server log, model over HTTP (last lines):")
+            print(textwrap.indent("\n".join(text.splitlines()[-10:]), "  "))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer turns and samples")
     parser.add_argument("--no-reference", action="store_true", help="measure ours only")
     parser.add_argument("--profile", action="store_true", help="cProfile both servers (figures inflated)")
-    parser.add_argument("--sections", default="1,2,3", help="comma-separated sections to run")
+    parser.add_argument("--sections", default="1,2,3,4", help="comma-separated sections to run")
     parser.add_argument("--sizes", help="prior-turn counts for section 2 (default 10,100,1000)")
     parser.add_argument("--levels", default="1,8,32", help="concurrent clients for section 1")
+    parser.add_argument(
+        "--remote-sizes", default="10,40,100,1000", help="prior-turn counts for section 4 (model over HTTP)"
+    )
     parser.add_argument("--samples", type=int, help="measured turns per case in section 2 (default 20)")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds at most per phase")
     parser.add_argument(
@@ -942,7 +1367,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="diagnostic: our message store and session store in two SQLite files instead of one",
     )
-    parser.add_argument("--serve", choices=["ours", "floor"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["ours", "floor", "fake-model"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--session-db", help=argparse.SUPPRESS)
@@ -950,6 +1375,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.serve == "floor":
         serve_floor(args.port)
+        return
+    if args.serve == "fake-model":
+        serve_fake_model(args.port)
         return
     if args.serve:
         serve_ours(args.port, args.db, args.session_db or args.db, args.profile_out)
@@ -963,66 +1391,22 @@ def main(argv: list[str] | None = None) -> None:
         race_prior=3,
         budget=args.budget,
         sections=set(args.sections.split(",")),
+        remote_sizes=[int(s) for s in args.remote_sizes.split(",")],
     )
     started = time.perf_counter()
+    ref_python: Path | None = None
+    ref_note = "not run (--no-reference)"
+    if not args.no_reference:
+        ref_python, ref_note = _ensure_reference()
+        if ref_python is None:
+            ref_note = f"unavailable: {ref_note}"
+            print(f"reference {ref_note}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-host-") as tmp:
         folder = Path(tmp)
-        db = folder / "host.db"
-        profiles = {"ours": folder / "ours.prof", "reference": folder / "reference.prof"}
-        ours_argv = [sys.executable, str(Path(__file__).resolve()), "--serve", "ours", "--db", str(db)]
-        port = _free_port()
-        ours_argv += ["--port", str(port)]
-        if args.profile:
-            ours_argv += ["--profile-out", str(profiles["ours"])]
-        if args.split_db:
-            ours_argv += ["--session-db", str(folder / "sessions.db")]
-        servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
-        if "1" in plan.sections:
-            port = _free_port()
-            floor_argv = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--serve",
-                "floor",
-                "--port",
-                str(port),
-            ]
-            servers.append(Server("floor", floor_argv, port, folder / "floor.log", None))
-        ref_note = "not run (--no-reference)"
-        if not args.no_reference:
-            python, ref_note = _ensure_reference()
-            if python is None:
-                ref_note = f"unavailable: {ref_note}"
-                print(f"reference {ref_note}", file=sys.stderr)
-            else:
-                port = _free_port()
-                script = _REFERENCE_SERVER % {"slow": SLOW, "seconds": SLOW_SECONDS}
-                ref_argv = [str(python), "-c", script, "--port", str(port)]
-                if args.profile:
-                    ref_argv += ["--profile", str(profiles["reference"])]
-                servers.append(
-                    Server("reference", ref_argv, port, folder / "reference.log", profiles["reference"])
-                )
-        try:
-            for server in servers:
-                server.start()
-            results, failure = asyncio.run(measure_all(servers, plan, db))
-        finally:
-            for server in servers:
-                server.stop()
-        if failure:
-            ref_note = f"{ref_note}; {failure}"
-        report(plan, results, ref_note)
-        if args.profile:
-            print("\n(--profile: every figure above is inflated by cProfile)")
-            for server in servers:
-                if server.profile is not None:
-                    _print_profile(server.name, server.profile)
-        for server in servers:
-            text = server.log.read_text(errors="replace").strip()
-            if text:
-                print(f"\n{server.name} server log (last lines):")
-                print(textwrap.indent("\n".join(text.splitlines()[-10:]), "  "))
+        if plan.sections & {"1", "2", "3"}:
+            run_instant(plan, folder, ref_python, ref_note, profile=args.profile, split_db=args.split_db)
+        if "4" in plan.sections:
+            run_remote(plan, folder, ref_python, ref_note)
     print(
         f"\n(took {time.perf_counter() - started:.0f} s; pid {os.getpid()}, python {sys.version.split()[0]}, "
         f"{os.cpu_count()} cores)"

