@@ -664,7 +664,10 @@ class PostgresMemoryStore(MemoryStore):
             scores = dict(nearest)
             missing = [r for r in order if r not in scores]
             if missing:  # found by words only: their similarity too
-                scores.update(await self._cosines(conn, query, missing))
+                try:
+                    scores.update(await self._cosines(conn, query, missing))
+                except DamagedVector as exc:
+                    raise await self._damaged_vector(conn, exc) from exc
             records = await self._records_by_row(conn, scope.key, order)
             words = dict(lexical)
             hits = checked_hits(

@@ -402,7 +402,8 @@ def render_memories(hits: Sequence[MemoryHit], *, today: datetime | None = None)
     for hit in hits:
         record = hit.record
         speaker = record.metadata.get("speaker")
-        who = f"{speaker}: " if isinstance(speaker, str) and speaker else ""
+        named = isinstance(speaker, str) and speaker and speaker != record.metadata.get("role")
+        who = f"{speaker}: " if named else ""  # a name, not just the role
         source = f" (session {record.source_session_id})" if record.source_session_id else ""
         lines.append(f"- [{record.created_at.date().isoformat()}] {who}{record.text}{source}")
     return "\n".join(lines)
