@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import shutil
@@ -250,17 +251,18 @@ def recall_table(
 
 def sweep(
     ranked: Sequence[tuple[Question, dict[str, list[str]]]],
-) -> dict[tuple[float, float], dict[str, float]]:
-    """recall@5 by category of the fusion of the same two rankings at other weights."""
-    out: dict[tuple[float, float], dict[str, float]] = {}
-    for vector_weight, lexical_weight in WEIGHTS:
+) -> dict[tuple[float, float, int], dict[str, float]]:
+    """recall@5 by category of the fusion of the same two rankings at other weights, and with
+    only the top ``n`` of the lexical ranking."""
+    out: dict[tuple[float, float, int], dict[str, float]] = {}
+    for (vector_weight, lexical_weight), n in itertools.product(WEIGHTS, (5, 10, 20, POOL)):
         refused = [
             (
                 question,
                 {
                     "fused": fused(
                         found["vector"],
-                        found["lexical"],
+                        found["lexical"][:n],
                         vector_weight=vector_weight,
                         lexical_weight=lexical_weight,
                     )
@@ -269,7 +271,7 @@ def sweep(
             for question, found in ranked
         ]
         table = recall_table(refused)["fused"]
-        out[(vector_weight, lexical_weight)] = {c: table[c][5] for c in table}
+        out[(vector_weight, lexical_weight, n)] = {c: table[c][5] for c in table}
     return out
 
 
@@ -317,10 +319,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
         figures[data.name] = {"counts": counts, "recall": table}
         if args.sweep:
             swept = sweep(ranked)
-            print("recall@5 of the fusion by weights (vector, lexical):")
+            print("recall@5 of the fusion by weights (vector, lexical) and lexical pool:")
             for weights, by_category in swept.items():
                 print(f"  {weights}: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(by_category.items())))
-            figures[data.name]["sweep"] = {f"{v},{w}": r for (v, w), r in swept.items()}
+            figures[data.name]["sweep"] = {f"{v},{w},{n}": r for (v, w, n), r in swept.items()}
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
     close = getattr(embedder, "aclose", None)
