@@ -239,6 +239,14 @@ class ScopeVectors:
             self._position[moved] = at
         self._count = last
 
+    def similarities(self, query: FloatArray, rowids: Iterable[int]) -> dict[int, float]:
+        """The cosine similarity to the unit vector ``query`` of each of ``rowids`` held here."""
+        found = {rowid: self._position[rowid] for rowid in rowids if rowid in self._position}
+        if not found:
+            return {}
+        scores = np.vecdot(self._matrix[list(found.values())], query)
+        return {rowid: float(score) for rowid, score in zip(found, scores, strict=True)}
+
     def nearest(
         self,
         query: FloatArray,

@@ -114,17 +114,19 @@ class _Filters:
     since: datetime | None
     until: datetime | None
 
-    def where(self, *, lead: str = "WHERE") -> tuple[str, list[Any]]:
-        """The conditions on ``agentkeep_memories AS m``, and their arguments. "+m.scope": checked
-        on the rows another index (words, or the time they were said) finds, not walked."""
-        scope = "m.scope" if self.since is not None or self.until is not None else "+m.scope"
-        parts = [f"{scope} = ?", "m.superseded_by IS NULL"]
+    def where(self, *, lead: str = "WHERE", checked: bool = False) -> tuple[str, list[Any]]:
+        """The conditions on ``agentkeep_memories AS m``, and their arguments. ``checked``: only
+        checked on the rows the word index finds ("+": no index of the memories' is walked
+        instead, which would run the full-text query once per memory); otherwise the scope's
+        memories are read by their index (by the time they were said, in a window)."""
+        plus = "+" if checked else ""
+        parts = [f"{plus}m.scope = ?", "m.superseded_by IS NULL"]
         args: list[Any] = [self.scope]
         for condition, value in (
-            ("m.kind = ?", self.kind),
-            ("m.updated_at >= ?", self.cutoff),
-            ("m.created_at >= ?", None if self.since is None else to_micros(self.since)),
-            ("m.created_at < ?", None if self.until is None else to_micros(self.until)),
+            (f"{plus}m.kind = ?", self.kind),
+            (f"{plus}m.updated_at >= ?", self.cutoff),
+            (f"{plus}m.created_at >= ?", None if self.since is None else to_micros(self.since)),
+            (f"{plus}m.created_at < ?", None if self.until is None else to_micros(self.until)),
         ):
             if value is not None:
                 parts.append(condition)
@@ -443,7 +445,7 @@ class SQLiteMemoryStore(MemoryStore):
                 scores = dict(nearest)
                 missing = [r for r in order if r not in scores]
                 if missing:  # found by words only: their similarity too
-                    scores.update(self._cosines(db, query, missing))
+                    scores.update(self._cosines(db, scope.key, query, missing))
                 found = self._records_of(db, scope.key, [(r, scores[r]) for r in order])
             words = dict(lexical)
             return checked_hits(
@@ -495,23 +497,29 @@ class SQLiteMemoryStore(MemoryStore):
             )
         return 1.0 - float(distance)
 
-    def _cosines(self, db: VecConnection, query: bytes, rowids: list[int]) -> dict[int, float]:
-        """The cosine similarity of each of ``rowids``' vectors to ``query``."""
-        marks = ", ".join("?" * len(rowids))
-        rows = db.rows(
-            "SELECT v.memory_rowid, m.id, vec_distance_cosine(v.embedding, ?) "
-            "FROM agentkeep_memory_vectors AS v JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid "
-            f"WHERE v.memory_rowid IN ({marks})",
-            [query, *rowids],
-        )
-        return {rowid: self._similarity(memory_id, distance) for rowid, memory_id, distance in rows}
+    def _cosines(self, db: VecConnection, scope: str, query: bytes, rowids: list[int]) -> dict[int, float]:
+        """The cosine similarity of each of ``rowids``' vectors to ``query``: from the scope's
+        cached matrix, just caught up in this transaction, or read one by one by row id."""
+        vectors = self._cache.get(scope)
+        if vectors is not None:
+            return vectors.similarities(np.frombuffer(query, dtype=np.float32), rowids)
+        found: dict[int, float] = {}
+        for rowid in rowids:
+            row = db.one(
+                "SELECT m.id, vec_distance_cosine(v.embedding, ?) FROM agentkeep_memory_vectors AS v "
+                "JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid WHERE v.memory_rowid = ?",
+                (query, rowid),
+            )
+            if row is not None:
+                found[rowid] = self._similarity(row[0], row[1])
+        return found
 
     def _by_words(
         self, db: VecConnection, terms: Sequence[str], n: int, filters: _Filters
     ) -> list[tuple[int, float]]:
         """The ``n`` memories of the scope whose words best match ``terms`` (row id, BM25 as
         FTS5 computes it, negated: larger is better), best first."""
-        where, args = filters.where(lead="AND")
+        where, args = filters.where(lead="AND", checked=True)
         return [
             (rowid, float(score))
             for rowid, score in db.rows(
