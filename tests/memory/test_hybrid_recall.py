@@ -11,17 +11,20 @@ from pathlib import Path
 import apsw
 import pytest
 import sqlite_vec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
 from agentkeep.memory import InMemoryMemoryStore, MemoryRecord, MemoryScope
-from agentkeep.memory._lexical import fused, query_terms
+from agentkeep.memory._lexical import fused, query_terms, words
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.semantic import CHUNK_KEY_PREFIX, SemanticMemoryProvider, set_memory_user
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.testing import HashingEmbedder
+from tests.memory.test_scope_summary import SCOPES, Op, apply, opened, ops
 from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
 ANA = MemoryScope("ana", tenant_id="t")
@@ -209,3 +212,40 @@ async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
             await upgraded.aclose()
     finally:
         await drop_schema(schema)
+
+
+# -- the word index after any writes ---------------------------------------------------------------
+async def words_after(sequence: list[Op], backend: str) -> None:
+    """After every write, a search by each word finds exactly the memories a search by meaning
+    can find (current, unexpired, with a vector) whose text holds that word, in each scope."""
+    async with opened(backend) as store:
+        added: list[tuple[MemoryScope, str]] = []
+        start = datetime.now(UTC)
+        for op in sequence:
+            await apply(op, store, added, start)
+            for scope in SCOPES:
+                findable = await store.search(scope, [1.0, 1.0, 1.0, 1.0], k=1_000)
+                vocabulary = {"memory", "moved"} | {w for h in findable for w in words(h.record.text)}
+                for word in sorted(vocabulary):
+                    expected = {h.record.id for h in findable if word in words(h.record.text)}
+                    hits = await store.search(scope, None, k=1_000, text=word, mode="lexical")
+                    assert {h.record.id for h in hits} == expected, (scope, word)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=20))
+def test_the_sqlite_word_index_follows_any_writes(sequence: list[Op]) -> None:
+    asyncio.run(words_after(sequence, "sqlite"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=20))
+def test_the_in_process_word_index_follows_any_writes(sequence: list[Op]) -> None:
+    asyncio.run(words_after(sequence, "memory"))
+
+
+@pytest.mark.postgres
+@settings(max_examples=8, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=12))
+def test_the_postgres_word_index_follows_any_writes(sequence: list[Op]) -> None:
+    asyncio.run(words_after(sequence, "postgres"))
