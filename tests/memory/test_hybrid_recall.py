@@ -17,11 +17,16 @@ from psycopg import sql
 
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
-from agentkeep.memory import InMemoryMemoryStore, MemoryRecord, MemoryScope
+from agentkeep.memory import InMemoryMemoryStore, MemoryHit, MemoryRecord, MemoryScope
 from agentkeep.memory._lexical import fused, query_terms, words
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
-from agentkeep.memory.semantic import CHUNK_KEY_PREFIX, SemanticMemoryProvider, set_memory_user
+from agentkeep.memory.semantic import (
+    CHUNK_KEY_PREFIX,
+    SemanticMemoryProvider,
+    render_memories,
+    set_memory_user,
+)
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.testing import HashingEmbedder
 from tests.memory.test_scope_summary import SCOPES, Op, apply, opened, ops
@@ -135,6 +140,25 @@ async def test_recall_finds_by_words_and_renders_dates(tmp_path: Path) -> None:
     assert f"today is {datetime.now(UTC).date().isoformat()}" in recalled
     assert "- [2023-04-12] Ana: I signed up for pottery classes at Kilnworks. (session spring)" in recalled
     await store.aclose()
+
+
+def test_recalled_memories_may_be_listed_oldest_first() -> None:
+    later = MemoryRecord("We moved to Porto.", created_at=SPRING + timedelta(days=40))
+    earlier = MemoryRecord(
+        "We visited Porto.", created_at=SPRING, metadata={"speaker": "Ana", "role": "user"}
+    )
+    hits = [MemoryHit(later, 0.9), MemoryHit(earlier, 0.5)]
+    today = datetime(2024, 1, 2, tzinfo=UTC)
+    by_relevance = render_memories(hits, today=today).splitlines()
+    assert by_relevance[0].endswith("(most relevant first; today is 2024-01-02):")
+    assert by_relevance[1:] == ["- [2023-05-22] We moved to Porto.", "- [2023-04-12] Ana: We visited Porto."]
+    by_time = render_memories(hits, today=today, order="time").splitlines()
+    assert "oldest first" in by_time[0]
+    assert by_time[1:] == ["- [2023-04-12] Ana: We visited Porto.", "- [2023-05-22] We moved to Porto."]
+    with pytest.raises(ValueError, match="order"):
+        SemanticMemoryProvider(
+            InMemoryMemoryStore(dimensions=8), HashingEmbedder(dimensions=8), order="random"
+        )  # pyright: ignore[reportArgumentType]
 
 
 def test_the_provider_refuses_an_unknown_mode() -> None:

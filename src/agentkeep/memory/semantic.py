@@ -181,6 +181,8 @@ class SemanticMemoryProvider(ContextProvider):
             shares the input's words is recalled whatever its similarity).
         mode: How memories are found: ``"hybrid"`` (meaning and words, fused), ``"vector"`` or
             ``"lexical"`` (see :meth:`~agentkeep.memory.MemoryStore.search`).
+        order: How the recalled memories are listed to the model: most relevant first
+            (``"relevance"``) or oldest first (``"time"``: a story in the order it happened).
         dedupe_threshold: From this similarity on, a new memory is the same as an existing one.
         role: The role of the recalled-memories message.
         source_id: Unique id within the agent.
@@ -202,6 +204,7 @@ class SemanticMemoryProvider(ContextProvider):
         top_k: int = 5,
         min_score: float = 0.2,
         mode: SearchMode = "hybrid",
+        order: Literal["relevance", "time"] = "relevance",
         dedupe_threshold: float = 0.95,
         role: Literal["system", "user"] = "system",
         source_id: str = DEFAULT_SOURCE_ID,
@@ -224,6 +227,9 @@ class SemanticMemoryProvider(ContextProvider):
         if mode not in ("hybrid", "vector", "lexical"):
             raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
         self.mode: SearchMode = mode
+        if order not in ("relevance", "time"):
+            raise ValueError(f"order must be 'relevance' or 'time', not {order!r}")
+        self.order: Literal["relevance", "time"] = order
         self.dedupe_threshold = dedupe_threshold
         self.role: Literal["system", "user"] = role
 
@@ -273,7 +279,7 @@ class SemanticMemoryProvider(ContextProvider):
             return None
         if not hits:
             return None
-        return AIContext(messages=[Message(self.role, render_memories(hits))])
+        return AIContext(messages=[Message(self.role, render_memories(hits, order=self.order))])
 
     async def after_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
@@ -391,14 +397,22 @@ def _same_subject(found: MemoryRecord, record: MemoryRecord) -> bool:
     return found.key == record.key
 
 
-def render_memories(hits: Sequence[MemoryHit], *, today: datetime | None = None) -> str:
+def render_memories(
+    hits: Sequence[MemoryHit],
+    *,
+    today: datetime | None = None,
+    order: Literal["relevance", "time"] = "relevance",
+) -> str:
     """The recalled-memories message: today's date, then one line per memory with the date it
-    was said, its speaker and its session (most relevant first)."""
+    was said, its speaker and its session, most relevant first (``order="time"``: oldest
+    first)."""
     now = today or datetime.now(UTC)
+    listed = "most relevant first" if order == "relevance" else "oldest first"
     lines = [
-        f"Memories from earlier conversations with this user (most relevant first; today is "
-        f"{now.date().isoformat()}):"
+        f"Memories from earlier conversations with this user ({listed}; today is {now.date().isoformat()}):"
     ]
+    if order == "time":
+        hits = sorted(hits, key=lambda hit: (hit.record.created_at, hit.record.id))
     for hit in hits:
         record = hit.record
         speaker = record.metadata.get("speaker")
