@@ -49,6 +49,7 @@ __all__ = [
     "MAX_K",
     "NO_CURRENT",
     "MemoryStore",
+    "SearchMode",
     "check_page",
     "check_query",
     "check_replaces",
