@@ -14,7 +14,8 @@ ratio; scopes under 5,000 vectors are searched without the cache either way.
 Vectors for the store timings are random unit vectors (their values do not change the cost); the
 provider overhead uses the real model.
 
-Searches by words (``--hybrid``): the SQLite store filled with memories of 8 to 20 words drawn
+Searches by words (``--hybrid``): the SQLite store (and the PostgreSQL one, its table analyzed
+once filled, as autovacuum would have by then) filled with memories of 8 to 20 words drawn
 from a vocabulary of 5,000 words by Zipf's law (as word frequencies in text are), all in one
 scope, then the median of 100 searches of 4 content words each (drawn alike, less the 100 most
 frequent: those are a text's function words, which queries leave out), k=5: by meaning, by
@@ -240,12 +241,14 @@ def _vocabulary(rng: random.Random, size: int = 5_000) -> tuple[list[str], list[
     return sorted(words), [1 / n for n in range(1, size + 1)]
 
 
-async def hybrid_timings(size: int) -> dict[str, float]:
-    """Median ms of searches of one scope of ``size`` memories on SQLite, by mode."""
+async def hybrid_timings(backend: str, size: int) -> dict[str, float]:
+    """Median ms of searches of one scope of ``size`` memories, by mode (PostgreSQL: after an
+    ``ANALYZE``, as autovacuum's would be by then)."""
     rng = random.Random(size)
     words, weights = _vocabulary(rng)
     folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
-    store = SQLiteMemoryStore(folder / "memory.db", dimensions=DIMENSIONS)
+    schema = f"bench_memory_{uuid.uuid4().hex[:10]}"
+    store = open_store(backend, folder, schema)
     await store.setup()
     try:
         scope = MemoryScope("user-0", tenant_id="bench")
@@ -257,6 +260,8 @@ async def hybrid_timings(size: int) -> dict[str, float]:
             await store.add(scope, MemoryRecord(text, embedding=unit(rng), created_at=said))
             if time.monotonic() > deadline:
                 raise SystemExit(f"filling {size} memories took more than 15 minutes")
+        if backend == "postgres":
+            await analyze(schema)
         # Queries of content words: the 100 most frequent words of text are function words,
         # which a query's lexical side leaves out (agentkeep.memory._lexical.STOPWORDS).
         content, content_weights = words[100:], weights[100:]
@@ -279,6 +284,16 @@ async def hybrid_timings(size: int) -> dict[str, float]:
     finally:
         await store.aclose()
         shutil.rmtree(folder, ignore_errors=True)
+        if backend == "postgres":
+            await drop_schema(schema)
+
+
+async def analyze(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
+        await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "memories")))
 
 
 @dataclass
@@ -296,15 +311,24 @@ async def main() -> None:
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     if args.hybrid:
-        print("SQLite memory store, one scope, median of 100 searches, k=5 (fusion of the top 50 of each)")
-        print(f"{'memories':>9} | {'vector':>9} | {'lexical':>9} | {'hybrid':>9} | {'hybrid, 30 days':>15}")
-        print("-" * 62)
-        for size in sizes:
-            t = await hybrid_timings(size)
+        for backend in ("sqlite", "postgres"):
+            if args.backend not in (None, backend):
+                continue
+            name = "SQLite" if backend == "sqlite" else "PostgreSQL"
             print(
-                f"{size:>9,} | {t['vector']:>6.2f} ms | {t['lexical']:>6.2f} ms | {t['hybrid']:>6.2f} ms | "
-                f"{t['hybrid, 30 days']:>12.2f} ms"
+                f"{name} memory store, one scope, median of 100 searches, k=5 (fusion of the top 50 of each)"
             )
+            print(
+                f"{'memories':>9} | {'vector':>9} | {'lexical':>9} | {'hybrid':>9} | {'hybrid, 30 days':>15}"
+            )
+            print("-" * 62)
+            for size in sizes:
+                t = await hybrid_timings(backend, size)
+                print(
+                    f"{size:>9,} | {t['vector']:>6.2f} ms | {t['lexical']:>6.2f} ms | "
+                    f"{t['hybrid']:>6.2f} ms | {t['hybrid, 30 days']:>12.2f} ms"
+                )
+            print()
         return
     for backend, title in (
         ("sqlite", "SQLite memory store (sqlite-vec; large scopes from the search cache)"),
