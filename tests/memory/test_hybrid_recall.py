@@ -222,8 +222,7 @@ async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
     try:
         await _written_at_the_previous_layout(old)
         await old.aclose()
-        for index in ("memories_words", "memories_said"):
-            await execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, index)))
+        await execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, "memories_words")))
         memories, meta = (sql.Identifier(schema, t) for t in ("memories", "memory_meta"))
         await execute(sql.SQL("ALTER TABLE {} DROP COLUMN words").format(memories))
         await execute(sql.SQL("UPDATE {} SET value = '4' WHERE name = 'layout'").format(meta))
