@@ -14,8 +14,17 @@ ratio; scopes under 5,000 vectors are searched without the cache either way.
 Vectors for the store timings are random unit vectors (their values do not change the cost); the
 provider overhead uses the real model.
 
-Run: ``.venv/bin/python bench/bench_memory.py [--quick] [--stores-only] [--backend sqlite]``
-(``--quick``: 1k and 10k only; ``--stores-only``: the store tables, not the model's figures).
+Searches by words (``--hybrid``): the SQLite store (and the PostgreSQL one, its table analyzed
+once filled, as autovacuum would have by then) filled with memories of 8 to 20 words drawn
+from a vocabulary of 5,000 words by Zipf's law (as word frequencies in text are), all in one
+scope, then the median of 100 searches of 4 content words each (drawn alike, less the 100 most
+frequent: those are a text's function words, which queries leave out), k=5: by meaning, by
+words, both fused, and fused within a 30-day window of when the memories were said (spread
+over a year).
+
+Run: ``.venv/bin/python bench/bench_memory.py [--quick] [--stores-only] [--backend sqlite]
+[--hybrid]`` (``--quick``: 1k and 10k only; ``--stores-only``: the store tables, not the model's
+figures; ``--hybrid``: the searches by words only).
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agentkeep import Agent, ChatOptions, Message
@@ -222,6 +232,70 @@ async def other_providers_overhead() -> tuple[float, float, float]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _vocabulary(rng: random.Random, size: int = 5_000) -> tuple[list[str], list[float]]:
+    """Made-up words and their Zipf weights (the n-th most frequent word: weight 1/n)."""
+    syllables = ["ka", "lo", "mi", "ren", "tu", "sa", "vel", "dor", "ni", "po", "ash", "el", "qua", "zin"]
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))))
+    return sorted(words), [1 / n for n in range(1, size + 1)]
+
+
+async def hybrid_timings(backend: str, size: int) -> dict[str, float]:
+    """Median ms of searches of one scope of ``size`` memories, by mode (PostgreSQL: after an
+    ``ANALYZE``, as autovacuum's would be by then)."""
+    rng = random.Random(size)
+    words, weights = _vocabulary(rng)
+    folder = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    schema = f"bench_memory_{uuid.uuid4().hex[:10]}"
+    store = open_store(backend, folder, schema)
+    await store.setup()
+    try:
+        scope = MemoryScope("user-0", tenant_id="bench")
+        start = datetime(2024, 1, 1, tzinfo=UTC)
+        deadline = time.monotonic() + 900
+        for _ in range(size):  # bounded in count and time
+            text = " ".join(rng.choices(words, weights, k=rng.randint(8, 20)))
+            said = start + timedelta(minutes=rng.randrange(365 * 24 * 60))
+            await store.add(scope, MemoryRecord(text, embedding=unit(rng), created_at=said))
+            if time.monotonic() > deadline:
+                raise SystemExit(f"filling {size} memories took more than 15 minutes")
+        if backend == "postgres":
+            await analyze(schema)
+        # Queries of content words: the 100 most frequent words of text are function words,
+        # which a query's lexical side leaves out (agentkeep.memory._lexical.STOPWORDS).
+        content, content_weights = words[100:], weights[100:]
+        queries = [(" ".join(rng.choices(content, content_weights, k=4)), unit(rng)) for _ in range(100)]
+        window = {"since": start + timedelta(days=100), "until": start + timedelta(days=130)}
+        await store.search(scope, queries[0][1], k=5)  # the scope's cache, built
+        out = {
+            "vector": await median_ms(lambda n: store.search(scope, queries[n][1], k=5), 100),
+            "lexical": await median_ms(
+                lambda n: store.search(scope, None, k=5, text=queries[n][0], mode="lexical"), 100
+            ),
+            "hybrid": await median_ms(
+                lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0]), 100
+            ),
+            "hybrid, 30 days": await median_ms(
+                lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0], **window), 100
+            ),
+        }
+        return out
+    finally:
+        await store.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
+        if backend == "postgres":
+            await drop_schema(schema)
+
+
+async def analyze(schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(POSTGRES_URL, autocommit=True) as conn:
+        await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(schema, "memories")))
+
+
 @dataclass
 class _Profile:
     name: str | None = None
@@ -233,8 +307,29 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1k and 10k memories only")
     parser.add_argument("--stores-only", action="store_true", help="the store tables only (no model)")
     parser.add_argument("--backend", choices=["sqlite", "postgres"], help="one store only")
+    parser.add_argument("--hybrid", action="store_true", help="searches by words and fused only (SQLite)")
     args = parser.parse_args()
     sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    if args.hybrid:
+        for backend in ("sqlite", "postgres"):
+            if args.backend not in (None, backend):
+                continue
+            name = "SQLite" if backend == "sqlite" else "PostgreSQL"
+            print(
+                f"{name} memory store, one scope, median of 100 searches, k=5 (fusion of the top 50 of each)"
+            )
+            print(
+                f"{'memories':>9} | {'vector':>9} | {'lexical':>9} | {'hybrid':>9} | {'hybrid, 30 days':>15}"
+            )
+            print("-" * 62)
+            for size in sizes:
+                t = await hybrid_timings(backend, size)
+                print(
+                    f"{size:>9,} | {t['vector']:>6.2f} ms | {t['lexical']:>6.2f} ms | "
+                    f"{t['hybrid']:>6.2f} ms | {t['hybrid, 30 days']:>12.2f} ms"
+                )
+            print()
+        return
     for backend, title in (
         ("sqlite", "SQLite memory store (sqlite-vec; large scopes from the search cache)"),
         ("postgres", "PostgreSQL memory store (bytea vectors; large scopes from the search cache)"),

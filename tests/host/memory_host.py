@@ -29,7 +29,7 @@ def recalling(messages: Sequence[Message]) -> str:
     for message in messages:
         if message.role == "system" and message.text.startswith(MEMORY_HEADER):
             return "recalled: " + " / ".join(
-                line[2:].split(" (")[0] for line in message.text.splitlines()[1:]
+                line.split("] ", 1)[-1].split(" (")[0] for line in message.text.splitlines()[1:]
             )
     return "recalled nothing"
 

@@ -344,8 +344,8 @@ async def test_a_budget_smaller_than_a_scope_searches_by_sqlite_vec() -> None:
 
 
 def downgrade_to_layout_1(path: Path) -> None:
-    """Make ``path`` a file of layout 1 (no change log: the tables of layout 2 dropped, and the
-    index of current memories that layout 3 added)."""
+    """Make ``path`` a file of layout 1 (no change log: the tables of layout 2 dropped, the
+    index of current memories that layout 3 added, and layout 4's word index)."""
     connection = apsw.Connection(str(path))
     try:
         connection.enable_load_extension(True)
@@ -353,6 +353,8 @@ def downgrade_to_layout_1(path: Path) -> None:
         connection.execute("DROP TABLE agentkeep_memory_changes")
         connection.execute("DROP TABLE agentkeep_memory_scopes")
         connection.execute("DROP INDEX agentkeep_memories_current")
+        connection.execute("DROP TABLE agentkeep_memory_words")
+        connection.execute("DROP INDEX agentkeep_memories_said")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '1' WHERE name = 'layout'")
     finally:
         connection.close()

@@ -172,13 +172,17 @@ async def test_facts_with_a_key_replace_older_ones(store: SQLiteMemoryStore, min
     session = agent.create_session()
     scope = set_memory_user(session, "maren")
     await agent.run("I live in Lisbon.", session=session)
-    await agent.run("I live in Lisbon.", session=session)  # unchanged: refreshed, not added
+    await agent.run("I live in Lisbon.", session=session)  # said again: the newer one replaces it
     await agent.run("I moved to Porto last week.", session=session)
     await agent.run("Hello again.", session=session)  # no facts
     current = await store.list_memories(scope)
     assert [(r.key, r.text) for r in current] == [("fact.home_city", "The user lives in Porto.")]
     history = await store.history(scope, "fact.home_city")
-    assert [r.text for r in history] == ["The user lives in Lisbon.", "The user lives in Porto."]
+    assert [r.text for r in history] == [
+        "The user lives in Lisbon.",
+        "The user lives in Lisbon.",
+        "The user lives in Porto.",
+    ]
     await agent.run("Where do I live?", session=session)
     answer_call = -2  # the last call is the run's extraction
     assert "Porto" in _recalled(client, answer_call)

@@ -30,7 +30,8 @@ async def list_user(
 
 
 async def search_user(store: MemoryStore, scope: MemoryScope, query: str, *, k: int) -> list[MemoryHit]:
-    """The scope's memories most like ``query`` (with the packaged embedding model).
+    """The scope's memories that best match ``query``, by meaning (the packaged embedding model)
+    and by words, fused.
 
     Raises:
         CLIError: An empty query.
@@ -45,7 +46,7 @@ async def search_user(store: MemoryStore, scope: MemoryScope, query: str, *, k: 
         (vector,) = await embedder.embed([query])
     finally:
         await embedder.aclose()
-    return await store.search(scope, vector, k=k)
+    return await store.search(scope, vector, k=k, text=query)  # by meaning and words, fused
 
 
 async def forget_user(store: MemoryStore, *, user: str, tenant: str | None) -> int:

@@ -266,7 +266,8 @@ class MemoryAPI:
         return [memory_json(r) for r in records]
 
     async def search(self, scope: MemoryScope, query: str | None, *, k: int) -> list[dict[str, Any]]:
-        """The ``k`` memories of ``scope`` nearest to ``query``, with their scores.
+        """The ``k`` memories of ``scope`` that best match ``query`` (by meaning and words, fused),
+        with their cosine scores.
 
         Raises:
             HTTPProblem: 501 on a host without an embedder; 400 for an empty query or a bad ``k``.
@@ -282,7 +283,7 @@ class MemoryAPI:
         except (ImportError, ChatClientError) as exc:
             raise HTTPProblem(503, "model_unavailable", f"the embedding model cannot run: {exc}") from exc
         async with _store_errors():
-            hits = await self.store.search(scope, vector, k=k)
+            hits = await self.store.search(scope, vector, k=k, text=text)  # meaning and words, fused
         return [{"score": round(hit.score, 4), **memory_json(hit.record)} for hit in hits]
 
     async def history(self, scope: MemoryScope, key: str | None) -> list[dict[str, Any]]:

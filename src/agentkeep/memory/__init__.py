@@ -1,11 +1,12 @@
 """Long-term memory: facts and conversation chunks kept across sessions, by tenant, user and
-agent, with embeddings for recall (the guide is ``docs/memory.md``).
+agent, with embeddings and a full-text index for recall by meaning and words (the guide is
+``docs/memory.md``).
 
 What lives where:
 
 * :mod:`.records` — :class:`MemoryRecord`, :class:`MemoryScope`, :class:`MemoryHit`,
   :class:`MemoryScopeSummary`;
-* :mod:`.base` — the :class:`MemoryStore` contract;
+* :mod:`.base` — the :class:`MemoryStore` contract (and :data:`SearchMode`);
 * :mod:`.in_memory` — :class:`InMemoryMemoryStore`; :mod:`.sqlite` —
   :class:`~agentkeep.memory.sqlite.SQLiteMemoryStore`, vector search with sqlite-vec (extra
   ``[memory]``); :mod:`.postgres` — :class:`~agentkeep.memory.postgres.PostgresMemoryStore`
@@ -17,7 +18,7 @@ What lives where:
   (:class:`MemoryBlocksProvider`, blocks the model edits with tools).
 """
 
-from .base import MemoryStore, cosine, normalized
+from .base import MemoryStore, SearchMode, cosine, normalized
 from .blocks import MemoryBlock, MemoryBlocksProvider
 from .embedders import CachedEmbedder, Embedder, MiniLMEmbedder
 from .in_memory import InMemoryMemoryStore
@@ -58,6 +59,7 @@ __all__ = [
     "MemoryStore",
     "MiniLMEmbedder",
     "ProfileMemoryProvider",
+    "SearchMode",
     "SemanticMemoryProvider",
     "check_embedding",
     "cosine",

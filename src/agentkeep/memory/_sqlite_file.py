@@ -1,6 +1,8 @@
 """The SQLite memory store's file: its layout (created, or upgraded in place), its connection, the
 writes of vectors that keep the per-scope change log (what keeps search caches coherent, see
-:mod:`._vector_cache`), and the per-scope summary that the listing of scopes reads (each scope's
+:mod:`._vector_cache`) and the full-text index of the memories' words (an FTS5 table whose row
+is the memory's: a memory is in it exactly while it has a vector, so both change in one write),
+and the per-scope summary that the listing of scopes reads (each scope's
 count of current memories and its newest ``updated_at``, kept by every write in its own
 transaction). Used by :mod:`.sqlite`, whose store runs all of it on its worker thread.
 """
@@ -35,7 +37,7 @@ __all__ = [
     "vector_bytes",
 ]
 
-LAYOUT: Final = 3
+LAYOUT: Final = 4
 # vec0 keeps each scope's vectors in chunks of this many; a scope takes at least one chunk
 # (64 x 384 x 4 bytes = 96 KiB), where the default 1,024 took 1.5 MiB per user. Searches of large
 # scopes are as fast (measured: 3.0 ms for 10k vectors either way).
@@ -97,12 +99,21 @@ def has_vector(db: VecConnection, rowid: int) -> bool:
 
 
 def put_vector(
-    db: VecConnection, rowid: int, scope: MemoryScope, kind: str, updated: int, vector: Sequence[float]
+    db: VecConnection,
+    rowid: int,
+    scope: MemoryScope,
+    kind: str,
+    updated: int,
+    vector: Sequence[float],
+    text: str,
 ) -> None:
-    """Store ``vector`` as the embedding of ``rowid`` (replacing the one it had), logged."""
+    """Store ``vector`` as the embedding of ``rowid`` (replacing the one it had), logged, and
+    ``text`` as its words in the full-text index."""
     had = has_vector(db, rowid)
     if had:
         db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+        db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+    db.run("INSERT INTO agentkeep_memory_words (rowid, text) VALUES (?, ?)", (rowid, text))
     db.run(
         "INSERT INTO agentkeep_memory_vectors (memory_rowid, scope, kind, updated_at, embedding) "
         "VALUES (?, ?, ?, ?, ?)",
@@ -112,9 +123,10 @@ def put_vector(
 
 
 def delete_vector(db: VecConnection, scope: str, rowid: int) -> None:
-    """Remove the embedding of ``rowid`` if it has one, logged."""
+    """Remove the embedding of ``rowid`` if it has one, logged, and its words."""
     if has_vector(db, rowid):
         db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+        db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
         log_change(db, scope, rowid, -1)
 
 
@@ -128,6 +140,7 @@ def forget_user(db: VecConnection, user_key: str) -> int:
         ]
         for rowid in rowids:
             db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+            db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
         db.run("DELETE FROM agentkeep_memories WHERE user_key = ?", (user_key,))
         # A scope key is the user key, the separator and the agent: every agent's scope lies in
         # this range (ids never hold the separator, which sorts just below the space).
@@ -249,10 +262,31 @@ def _add_scope_summary(db: VecConnection, dimensions: int) -> None:
     )
 
 
+def _add_word_index(db: VecConnection, dimensions: int) -> None:
+    """Layout 4: the full-text index of the words of every memory that has a vector (FTS5, the
+    Porter stemmer over Unicode words, diacritics folded; its rowid is the memory's), and an
+    index of current memories by scope and the time they were said (searches within a window).
+    A file of layout 3 indexes its memories' words once."""
+    db.run(
+        "CREATE VIRTUAL TABLE agentkeep_memory_words USING fts5("
+        "text, tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+    db.run(
+        "INSERT INTO agentkeep_memory_words (rowid, text) "
+        "SELECT m.rowid, m.text FROM agentkeep_memories AS m WHERE m.superseded_by IS NULL "
+        "AND EXISTS (SELECT 1 FROM agentkeep_memory_vectors AS v WHERE v.memory_rowid = m.rowid)"
+    )
+    db.run(
+        "CREATE INDEX agentkeep_memories_said ON agentkeep_memories (scope, created_at) "
+        "WHERE superseded_by IS NULL"
+    )
+
+
 _MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (
     _create_tables,
     _create_change_log,
     _add_scope_summary,
+    _add_word_index,
 )
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 

@@ -239,6 +239,14 @@ class ScopeVectors:
             self._position[moved] = at
         self._count = last
 
+    def similarities(self, query: FloatArray, rowids: Iterable[int]) -> dict[int, float]:
+        """The cosine similarity to the unit vector ``query`` of each of ``rowids`` held here."""
+        found = {rowid: self._position[rowid] for rowid in rowids if rowid in self._position}
+        if not found:
+            return {}
+        scores = np.vecdot(self._matrix[list(found.values())], query)
+        return {rowid: float(score) for rowid, score in zip(found, scores, strict=True)}
+
     def nearest(
         self,
         query: FloatArray,
@@ -246,10 +254,12 @@ class ScopeVectors:
         *,
         kind: str | None = None,
         cutoff: int | None = None,
+        among: Iterable[int] | None = None,
         helpers: Executor | None = None,
     ) -> list[tuple[int, float]]:
         """The ``k`` row ids most similar to the unit vector ``query``, best first, with their
-        cosine similarity; only of ``kind`` and updated at ``cutoff`` or later, when given.
+        cosine similarity; only of ``kind``, updated at ``cutoff`` or later, and among the row
+        ids ``among``, when given.
         ``helpers`` (threads) share the first pass over a large matrix with the calling thread.
 
         With the query quantized the same way (``query ≈ q * step``, off by ``query_error``), each
@@ -272,6 +282,9 @@ class ScopeVectors:
         if cutoff is not None:
             fresh = self._updated[:count] >= cutoff
             keep = fresh if keep is None else keep & fresh
+        if among is not None:
+            listed = np.isin(self._rowids[:count], np.fromiter(among, dtype=np.int64))
+            keep = listed if keep is None else keep & listed
         kept = count if keep is None else int(np.count_nonzero(keep))
         if kept == 0:
             return []

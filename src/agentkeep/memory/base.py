@@ -14,6 +14,13 @@ Rules every backend keeps (the conformance suite in
   same atomic step (``superseded_by`` set; it stays in :meth:`~MemoryStore.history`);
 * searches and listings see current records only; scores are cosine similarities, best first;
   records read back may come without their embedding (a store need not return vectors);
+* a search with a query ``text`` also ranks by words, with a full-text index the store keeps in
+  the same transaction as the memory (``mode="hybrid"``: both rankings fused by reciprocal rank,
+  each hit's score still its cosine similarity; ``mode="lexical"``: by words alone, scores the
+  index's relevance); a memory leaves the index when it is superseded, deleted, forgotten or
+  purged, and no other scope's memory ever matches;
+* ``since`` / ``until`` keep the memories whose ``created_at`` (when it was said) is in
+  ``[since, until)``;
 * embeddings have the store's ``dimensions``; a record without one (a profile field, a memory
   block: read by key, not by meaning) is stored and listed but never found by a search;
 * a record whose ``updated_at`` is older than the store's ``ttl`` is neither found nor listed,
@@ -34,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, cast
 
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
+from ._lexical import SearchMode, SearchRequest, query_terms
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
 __all__ = [
@@ -41,6 +49,7 @@ __all__ = [
     "MAX_K",
     "NO_CURRENT",
     "MemoryStore",
+    "SearchMode",
     "check_page",
     "check_query",
     "check_replaces",
@@ -58,6 +67,7 @@ __all__ = [
     "replace_conflict",
     "rewrite_keyed",
     "scope_summary",
+    "search_request",
     "stored_record",
     "to_micros",
     "update_vector",
@@ -205,13 +215,36 @@ class MemoryStore(Protocol):
     async def search(
         self,
         scope: MemoryScope,
-        embedding: Sequence[float],
+        embedding: Sequence[float] | None,
         *,
         k: int = 5,
         kind: str | None = None,
         min_score: float | None = None,
+        text: str | None = None,
+        mode: SearchMode | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[MemoryHit]:
-        """The ``k`` current records of ``scope`` most similar to ``embedding``, best first."""
+        """The ``k`` current records of ``scope`` that best match the query, best first.
+
+        Args:
+            scope: Whose memories.
+            embedding: The query's embedding (``None`` only for ``mode="lexical"``).
+            k: How many to return (1 to 1,000).
+            kind: Only records of this kind.
+            min_score: The least cosine similarity of a hit found by meaning (in hybrid mode a
+                record that matches the query's words is kept whatever its similarity; not for
+                ``mode="lexical"``).
+            text: The query's text: its words are looked up in the store's full-text index.
+            mode: ``"hybrid"`` (the default with ``text``), ``"vector"`` (the default without)
+                or ``"lexical"``.
+            since: Only records said (``created_at``) at or after this time.
+            until: Only records said before this time.
+
+        Raises:
+            ValueError: A mode without what it needs, or a bad ``k``, ``min_score`` or window.
+            MemoryFormatError: An embedding of another length.
+        """
 
     @abstractmethod
     async def history(self, scope: MemoryScope, key: str) -> list[MemoryRecord]:
@@ -435,6 +468,44 @@ def check_query(k: int, min_score: float | None) -> None:
         raise ValueError(f"k must be between 1 and {MAX_K}")
     if min_score is not None and not -1.0 <= min_score <= 1.0:
         raise ValueError("min_score must be between -1 and 1")
+
+
+def search_request(
+    store: MemoryStore,
+    embedding: Sequence[float] | None,
+    *,
+    k: int,
+    min_score: float | None,
+    text: str | None,
+    mode: SearchMode | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> SearchRequest:
+    """A search's arguments, checked (see :meth:`MemoryStore.search`): the query's normalized
+    vector (when the mode ranks by meaning) and its words (when it ranks by words).
+
+    Raises:
+        ValueError: A mode without what it needs, or a bad ``k``, ``min_score`` or window.
+        MemoryFormatError: An embedding of another length.
+    """
+    check_query(k, min_score)
+    chosen: SearchMode = mode if mode is not None else ("vector" if text is None else "hybrid")
+    if chosen not in ("hybrid", "vector", "lexical"):
+        raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
+    if chosen != "vector" and text is None:
+        raise ValueError(f"a {chosen} search needs the query's text")
+    if chosen != "lexical" and embedding is None:
+        raise ValueError(f"a {chosen} search needs the query's embedding")
+    if chosen == "lexical" and min_score is not None:
+        raise ValueError("min_score is a cosine similarity: a lexical search has none")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"{name} must be a timezone-aware datetime")
+    vector = None
+    if chosen != "lexical" and embedding is not None:
+        vector = normalized(check_embedding(embedding, store.dimensions))
+    terms = tuple(query_terms(text)) if chosen != "vector" and text is not None else ()
+    return SearchRequest(chosen, vector, terms, since, until)
 
 
 async def rewrite_keyed(

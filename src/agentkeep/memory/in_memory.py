@@ -1,7 +1,9 @@
 """Memories in a Python dict: :class:`InMemoryMemoryStore`, for tests and single-process use.
 
 Searches compare the query with every current record of the scope (exact, O(records * dimensions)
-per search); the SQLite store is the one for many memories. Each tenant's scopes are also kept in
+per search); the SQLite store is the one for many memories. Each scope's current records with an
+embedding are also in a small BM25 index of its own (:class:`~._lexical.BM25`), changed by every
+write, for searches by words. Each tenant's scopes are also kept in
 a list sorted in the order :meth:`~InMemoryMemoryStore.scopes` lists them (newest change first,
 then by key), updated by every write of the scope, so a page of scopes is a slice of it.
 """
@@ -13,15 +15,16 @@ import copy
 import dataclasses
 import heapq
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from .._files import check_memory_url
 from ..errors import MemoryFormatError
+from ._lexical import BM25, SearchMode, fused
 from .base import (
     NO_CURRENT,
     MemoryStore,
     check_page,
-    check_query,
     check_replaces,
     check_settings,
     checked_embedding,
@@ -30,6 +33,7 @@ from .base import (
     expired_before,
     from_micros,
     replace_conflict,
+    search_request,
     to_micros,
     update_vector,
     updated_record,
@@ -39,7 +43,6 @@ from .records import (
     MemoryRecord,
     MemoryScope,
     MemoryScopeSummary,
-    check_embedding,
     read_scope_cursor,
 )
 
@@ -80,6 +83,7 @@ class InMemoryMemoryStore(MemoryStore):
         # listing of its tenant, and its count of current records
         self._listed: dict[str, tuple[tuple[int, str], int]] = {}
         self._listings: dict[str, list[tuple[int, str]]] = {}
+        self._words: dict[str, BM25] = {}
 
     @classmethod
     def from_url(
@@ -108,6 +112,14 @@ class InMemoryMemoryStore(MemoryStore):
             bisect.insort(listing, entry)
             self._listed[scope_key] = (entry, len(current))
 
+    def _index(self, scope_key: str, record: MemoryRecord) -> None:
+        """Keep ``record`` in its scope's word index while it is current and has an embedding."""
+        words = self._words.setdefault(scope_key, BM25())
+        if record.current and record.embedding is not None:
+            words.put(record.id, record.text)
+        else:
+            words.remove(record.id)
+
     def _live(self, record: MemoryRecord) -> bool:
         cutoff = expired_before(self)
         return record.current and (cutoff is None or (record.updated_at or record.created_at) >= cutoff)
@@ -129,7 +141,9 @@ class InMemoryMemoryStore(MemoryStore):
                 raise replace_conflict(self, scope, stored, replaces, current[0].id if current else None)
             for other in current:
                 other.superseded_by = stored.id
+                self._index(scope.key, other)
         records[stored.id] = stored
+        self._index(scope.key, stored)
         self._users.setdefault(scope.user_key, set()).add(scope.key)
         self._summarize(scope.key)
         return _copy(stored)
@@ -155,12 +169,14 @@ class InMemoryMemoryStore(MemoryStore):
             updated_record(record, text=text, vector=vector or record.embedding, metadata=metadata)
         )
         self._scopes[scope.key][memory_id] = changed
+        self._index(scope.key, changed)
         self._summarize(scope.key)
         return _copy(changed)
 
     async def delete(self, scope: MemoryScope, memory_id: str) -> bool:
         if self._records(scope).pop(memory_id, None) is None:
             return False
+        self._words[scope.key].remove(memory_id)
         self._summarize(scope.key)
         return True
 
@@ -178,22 +194,44 @@ class InMemoryMemoryStore(MemoryStore):
     async def search(
         self,
         scope: MemoryScope,
-        embedding: Sequence[float],
+        embedding: Sequence[float] | None,
         *,
         k: int = 5,
         kind: str | None = None,
         min_score: float | None = None,
+        text: str | None = None,
+        mode: SearchMode | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[MemoryHit]:
-        check_query(k, min_score)
-        query = check_embedding(embedding, self.dimensions)
-        scored = [
-            (cosine(query, r.embedding), r)
+        request = search_request(
+            self, embedding, k=k, min_score=min_score, text=text, mode=mode, since=since, until=until
+        )
+        found = {
+            r.id: r
             for r in self._records(scope).values()
-            if r.embedding is not None and self._live(r) and (kind is None or r.kind == kind)
-        ]
-        scored = [(score, r) for score, r in scored if min_score is None or score >= min_score]
-        best = heapq.nsmallest(k, scored, key=lambda item: (-item[0], item[1].id))
-        return [MemoryHit(_copy(r), score) for score, r in best]  # only the hits are copied
+            if r.embedding is not None
+            and self._live(r)
+            and (kind is None or r.kind == kind)
+            and (since is None or r.created_at >= since)
+            and (until is None or r.created_at < until)
+        }
+        pool = request.pool(k)
+        lexical: dict[str, float] = {}
+        if request.terms and scope.key in self._words:
+            lexical = self._words[scope.key].scores(request.terms, found)
+        by_words = heapq.nsmallest(pool, lexical, key=lambda i: (-lexical[i], i))
+        if request.vector is None:  # by words alone: the index's relevance is the score
+            return [MemoryHit(_copy(found[i]), lexical[i], lexical[i]) for i in by_words[:k]]
+        query = request.vector
+        scores = {i: cosine(query, r.embedding) for i, r in found.items() if r.embedding is not None}
+        by_meaning = heapq.nsmallest(
+            pool,
+            (i for i, score in scores.items() if min_score is None or score >= min_score),
+            key=lambda i: (-scores[i], i),
+        )
+        best = fused(by_meaning, by_words)[:k] if request.mode == "hybrid" else by_meaning
+        return [MemoryHit(_copy(found[i]), scores[i], lexical.get(i)) for i in best]  # only hits copied
 
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
         found = next((r for r in self._records(scope).values() if r.key == key and r.current), None)
@@ -250,6 +288,7 @@ class InMemoryMemoryStore(MemoryStore):
         removed = 0
         for scope_key in self._users.pop(user_key, set()):
             removed += len(self._scopes.pop(scope_key, {}))
+            self._words.pop(scope_key, None)
             self._summarize(scope_key)
         return removed
 
@@ -262,6 +301,7 @@ class InMemoryMemoryStore(MemoryStore):
             expired = [i for i, r in records.items() if (r.updated_at or r.created_at) < cutoff]
             for memory_id in expired:
                 del records[memory_id]
+                self._words[scope_key].remove(memory_id)
             if expired:
                 removed += len(expired)
                 self._summarize(scope_key)

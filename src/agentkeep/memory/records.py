@@ -217,10 +217,19 @@ class MemoryRecord:
 
 @dataclass(frozen=True, slots=True)
 class MemoryHit:
-    """A record a search found, with its cosine similarity to the query (1 = same direction)."""
+    """A record a search found.
+
+    Attributes:
+        record: The memory.
+        score: Its cosine similarity to the query's embedding (1 = same direction); in a
+            lexical search, the full-text index's relevance (larger is better).
+        lexical_score: The full-text index's relevance when the query's words found it
+            (``None``: found by meaning only, or a vector search).
+    """
 
     record: MemoryRecord
     score: float
+    lexical_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,20 +5,27 @@ reads (:func:`set_memory_user`, :func:`memory_scope`).
 its tenant is its isolation key. A session with no user reads and writes no memories: nothing is
 shared by default.
 
-**Before each run** the provider embeds the new user input, finds the ``top_k`` memories of the
-scope at least ``min_score`` similar, from any earlier session of the user, and adds them as one
-context message (role ``system`` by default) that names each memory's source session and date.
+**Before each run** the provider embeds the new user input and finds the ``top_k`` memories of
+the scope that best match it, from any earlier session of the user: by meaning and by words
+fused (``mode="hybrid"``, the default: a memory that shares the input's rarer words is found
+even when its embedding is not among the nearest), or by one of them. It adds them as one
+context message (role ``system`` by default) that gives today's date and each memory's date,
+speaker and source session, so the model can place "last spring" or "two weeks ago".
 
 **After a run that succeeded** it remembers: with a :class:`FactExtractor`, the facts one
 structured-output call finds in the turn (each with a key: what it is about); otherwise the
-user's messages themselves, as chunks. The rules (see :mod:`agentkeep.memory.records`):
+user's messages themselves, as chunks. Each memory carries its context: ``created_at`` is when
+its message was said (the message's own ``created_at``), ``source_session_id`` its session, and
+its metadata the message's id (``message_id``; a fact: ``message_ids``), its ``speaker`` (the
+author's name, else the role) and ``role``. The rules (see :mod:`agentkeep.memory.records`):
 
-* *near-identical* memories are kept once: a new text whose nearest memory of the same key (or,
-  without a key, of the scope) scores at least ``dedupe_threshold`` refreshes that memory's time
-  instead of adding another;
+* *near-identical* memories are kept once: a new text whose nearest memory of the same key (a
+  chunk: of the same speaker) scores at least ``dedupe_threshold`` replaces it, with the newer
+  text, date and metadata; the older stays in the key's history (every chunk gets a key of its
+  own, ``chunk.<id of its first version>``, for this); chunks of different speakers never merge;
 * *contradicting* memories are resolved by their key: a newer fact about ``home_city`` replaces
-  the older one (which stays in the key's history and is no longer recalled); chunks carry no
-  key and are never taken to contradict each other.
+  the older one (which stays in the key's history and is no longer recalled); chunks are never
+  taken to contradict each other.
 
 When the memory store cannot be read the run goes on without memories (logged). A failed run
 remembers nothing; when remembering fails (the extraction call, the store, the
@@ -32,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..clients.base import ChatClient, ChatOptions
@@ -39,6 +47,7 @@ from ..errors import AgentkeepError
 from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
+from ._lexical import SearchMode
 from .base import MemoryStore
 from .embedders import Embedder
 from .records import MAX_MEMORY_TEXT, MemoryHit, MemoryRecord, MemoryScope
@@ -47,12 +56,14 @@ if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = [
+    "CHUNK_KEY_PREFIX",
     "MEMORY_USER_KEY",
     "ExtractedFact",
     "ExtractedFacts",
     "FactExtractor",
     "SemanticMemoryProvider",
     "memory_scope",
+    "render_memories",
     "set_memory_user",
     "transcript",
 ]
@@ -166,7 +177,12 @@ class SemanticMemoryProvider(ContextProvider):
         extractor: Remember facts it finds instead of the user's messages.
         scope: Whose memories a session reads (default: :func:`memory_scope`).
         top_k: How many memories to recall per run.
-        min_score: The least similarity a recalled memory has.
+        min_score: The least similarity a memory found by meaning has (in hybrid mode, one that
+            shares the input's words is recalled whatever its similarity).
+        mode: How memories are found: ``"hybrid"`` (meaning and words, fused), ``"vector"`` or
+            ``"lexical"`` (see :meth:`~agentkeep.memory.MemoryStore.search`).
+        order: How the recalled memories are listed to the model: most relevant first
+            (``"relevance"``) or oldest first (``"time"``: a story in the order it happened).
         dedupe_threshold: From this similarity on, a new memory is the same as an existing one.
         role: The role of the recalled-memories message.
         source_id: Unique id within the agent.
@@ -187,6 +203,8 @@ class SemanticMemoryProvider(ContextProvider):
         scope: Callable[[AgentSession], MemoryScope | None] = memory_scope,
         top_k: int = 5,
         min_score: float = 0.2,
+        mode: SearchMode = "hybrid",
+        order: Literal["relevance", "time"] = "relevance",
         dedupe_threshold: float = 0.95,
         role: Literal["system", "user"] = "system",
         source_id: str = DEFAULT_SOURCE_ID,
@@ -206,17 +224,43 @@ class SemanticMemoryProvider(ContextProvider):
         self.scope = scope
         self.top_k = top_k
         self.min_score = min_score
+        if mode not in ("hybrid", "vector", "lexical"):
+            raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
+        self.mode: SearchMode = mode
+        if order not in ("relevance", "time"):
+            raise ValueError(f"order must be 'relevance' or 'time', not {order!r}")
+        self.order: Literal["relevance", "time"] = order
         self.dedupe_threshold = dedupe_threshold
         self.role: Literal["system", "user"] = role
 
     async def recall(
-        self, scope: MemoryScope, text: str, *, vector: list[float] | None = None
+        self,
+        scope: MemoryScope,
+        text: str,
+        *,
+        vector: list[float] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[MemoryHit]:
-        """The memories of ``scope`` most like ``text`` (what a run would be given; ``vector``:
-        ``text``'s embedding, when the caller has it)."""
+        """The memories of ``scope`` that best match ``text`` (what a run would be given;
+        ``vector``: ``text``'s embedding, when the caller has it), of those said in
+        ``[since, until)`` when given."""
+        if self.mode == "lexical":
+            return await self.store.search(
+                scope, None, k=self.top_k, text=text, mode="lexical", since=since, until=until
+            )
         if vector is None:
             (vector,) = await self.embedder.embed([text])
-        return await self.store.search(scope, vector, k=self.top_k, min_score=self.min_score)
+        return await self.store.search(
+            scope,
+            vector,
+            k=self.top_k,
+            min_score=self.min_score,
+            text=text,
+            mode=self.mode,
+            since=since,
+            until=until,
+        )
 
     async def before_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
@@ -235,13 +279,7 @@ class SemanticMemoryProvider(ContextProvider):
             return None
         if not hits:
             return None
-        lines = ["Memories from earlier conversations with this user (most relevant first):"]
-        for hit in hits:
-            record = hit.record
-            when = record.created_at.date().isoformat()  # when it was said, in that session
-            source = f"session {record.source_session_id}, " if record.source_session_id else ""
-            lines.append(f"- {record.text} ({source}{when})")
-        return AIContext(messages=[Message(self.role, "\n".join(lines))])
+        return AIContext(messages=[Message(self.role, render_memories(hits, order=self.order))])
 
     async def after_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
@@ -271,38 +309,118 @@ class SemanticMemoryProvider(ContextProvider):
     ) -> None:
         """Remember a turn (its facts, or its user messages as chunks; module docs); ``known``:
         embeddings already made, by text."""
+        said = [m for m in messages if m.role == "user" and m.text.strip()]
         if self.extractor is not None:
             facts = await self.extractor.extract(messages)
-            items: list[tuple[str | None, str, str]] = [(f.key, f.text, "fact") for f in facts]
+            ids = [m.message_id for m in said if m.message_id]
+            context: dict[str, Any] = {"message_ids": ids} if ids else {}
+            when = max((_said_at(m) for m in said), default=datetime.now(UTC))
+            items = [_Item(f.key, f.text, "fact", context, when) for f in facts]
         else:
-            said = [m.text.strip() for m in messages if m.role == "user" and m.text.strip()]
-            items = [(None, part, "chunk") for text in said for part in _chunks(text)]
+            items = [
+                _Item(None, part, "chunk", _context(m), _said_at(m))
+                for m in said
+                for part in _chunks(m.text.strip())
+            ]
         if not items:
             return
         vectors = dict(known or {})
-        missing = list(dict.fromkeys(text for _, text, _ in items if text not in vectors))
+        missing = list(dict.fromkeys(item.text for item in items if item.text not in vectors))
         if missing:
             vectors.update(zip(missing, await self.embedder.embed(missing), strict=True))
-        for key, text, kind in items:
-            await self._remember(
-                scope, session, MemoryRecord(text, embedding=vectors[text], key=key, kind=kind)
+        for item in items:
+            record = MemoryRecord(
+                item.text,
+                embedding=vectors[item.text],
+                key=item.key,
+                kind=item.kind,
+                source_session_id=session.session_id,
+                metadata=dict(item.metadata),
+                created_at=item.said_at,
+                updated_at=datetime.now(UTC),  # what a ttl counts from: when it was remembered
             )
+            await self._remember(scope, record)
 
-    async def _remember(self, scope: MemoryScope, session: AgentSession, record: MemoryRecord) -> None:
-        """Add ``record``, or refresh the near-identical memory of its key and kind (module docs)."""
+    async def _remember(self, scope: MemoryScope, record: MemoryRecord) -> None:
+        """Add ``record``; one that is near-identical to a memory of its key (a chunk: of its
+        speaker) replaces it, the older kept in the key's history (module docs)."""
         assert record.embedding is not None
         near = await self.store.search(
             scope, record.embedding, k=5, kind=record.kind, min_score=self.dedupe_threshold
         )
-        same = next((hit.record for hit in near if hit.record.key == record.key), None)
-        if same is not None:
-            await self.store.update(scope, same.id, metadata=same.metadata)  # its time, refreshed
+        same = next((hit.record for hit in near if _same_subject(hit.record, record)), None)
+        if same is not None and same.key is None:  # a chunk kept before chunks had keys
+            await self.store.update(
+                scope, same.id, text=record.text, embedding=record.embedding, metadata=record.metadata
+            )
             return
-        record.source_session_id = session.session_id
+        if record.kind == "chunk":
+            record.key = same.key if same is not None else f"{CHUNK_KEY_PREFIX}{record.id}"
         await self.store.add(scope, record)
 
     def __repr__(self) -> str:
         return f"SemanticMemoryProvider(source_id={self.source_id!r}, store={self.store!r})"
+
+
+CHUNK_KEY_PREFIX: Final = "chunk."
+"""What the key of a remembered chunk starts with (then the id of its first version)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    """What a turn gives to remember: a fact or a chunk, with its context and when it was said."""
+
+    key: str | None
+    text: str
+    kind: str
+    metadata: Mapping[str, Any]
+    said_at: datetime
+
+
+def _said_at(message: Message) -> datetime:
+    return message.created_at or datetime.now(UTC)
+
+
+def _context(message: Message) -> dict[str, Any]:
+    """A message's context, as a chunk of it keeps it in its metadata."""
+    context: dict[str, Any] = {"speaker": message.author_name or message.role, "role": message.role}
+    if message.message_id:
+        context["message_id"] = message.message_id
+    return context
+
+
+def _same_subject(found: MemoryRecord, record: MemoryRecord) -> bool:
+    """Whether a near-identical ``found`` is what ``record`` says again: a fact of the same
+    key, or a chunk of the same speaker."""
+    if record.kind == "chunk":
+        return found.metadata.get("speaker") == record.metadata.get("speaker")
+    return found.key == record.key
+
+
+def render_memories(
+    hits: Sequence[MemoryHit],
+    *,
+    today: datetime | None = None,
+    order: Literal["relevance", "time"] = "relevance",
+) -> str:
+    """The recalled-memories message: today's date, then one line per memory with the date it
+    was said, its speaker and its session, most relevant first (``order="time"``: oldest
+    first)."""
+    now = today or datetime.now(UTC)
+    listed = "most relevant first" if order == "relevance" else "oldest first"
+    lines = [
+        f"Memories from earlier conversations with this user ({listed}; today is {now.date().isoformat()}):"
+    ]
+    if order == "time":
+        hits = sorted(hits, key=lambda hit: (hit.record.created_at, hit.record.id))
+    for hit in hits:
+        record = hit.record
+        speaker = record.metadata.get("speaker")
+        named = isinstance(speaker, str) and speaker and speaker != record.metadata.get("role")
+        who = f"{speaker}: " if named else ""  # a name, not just the role
+        source = f" (session {record.source_session_id})" if record.source_session_id else ""
+        lines.append(f"- [{record.created_at.date().isoformat()}] {who}{record.text}{source}")
+    return "\n".join(lines)
 
 
 def transcript(messages: Sequence[Message]) -> str:

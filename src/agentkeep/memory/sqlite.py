@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -50,6 +52,7 @@ from ..errors import (
     MemoryFormatError,
     StorageClosedError,
 )
+from ._lexical import SearchMode, fts5_query, fused
 from ._sqlite_file import (
     account,
     create_or_upgrade,
@@ -73,7 +76,6 @@ from .base import (
     NO_CURRENT,
     MemoryStore,
     check_page,
-    check_query,
     check_replaces,
     check_settings,
     checked_embedding,
@@ -82,9 +84,9 @@ from .base import (
     cutoff_micros,
     decoded_record,
     from_micros,
-    normalized,
     replace_conflict,
     scope_summary,
+    search_request,
     stored_record,
     to_micros,
     update_vector,
@@ -95,11 +97,42 @@ from .records import (
     MemoryRecord,
     MemoryScope,
     MemoryScopeSummary,
-    check_embedding,
     read_scope_cursor,
 )
 
 __all__ = ["SQLiteMemoryStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Filters:
+    """What a search keeps of a scope's memories: current ones of the scope, of ``kind``,
+    unexpired (updated at ``cutoff`` or later) and said in ``[since, until)``, when given."""
+
+    scope: str
+    kind: str | None
+    cutoff: int | None
+    since: datetime | None
+    until: datetime | None
+
+    def where(self, *, lead: str = "WHERE", checked: bool = False) -> tuple[str, list[Any]]:
+        """The conditions on ``agentkeep_memories AS m``, and their arguments. ``checked``: only
+        checked on the rows the word index finds ("+": no index of the memories' is walked
+        instead, which would run the full-text query once per memory); otherwise the scope's
+        memories are read by their index (by the time they were said, in a window)."""
+        plus = "+" if checked else ""
+        parts = [f"{plus}m.scope = ?", "m.superseded_by IS NULL"]
+        args: list[Any] = [self.scope]
+        for condition, value in (
+            (f"{plus}m.kind = ?", self.kind),
+            (f"{plus}m.updated_at >= ?", self.cutoff),
+            (f"{plus}m.created_at >= ?", None if self.since is None else to_micros(self.since)),
+            (f"{plus}m.created_at < ?", None if self.until is None else to_micros(self.until)),
+        ):
+            if value is not None:
+                parts.append(condition)
+                args.append(value)
+        return f"{lead} " + " AND ".join(parts), args
+
 
 T = TypeVar("T")
 _COLUMNS: Final = (
@@ -278,7 +311,7 @@ class SQLiteMemoryStore(MemoryStore):
                 )
                 rowid = db.last_rowid
                 if embedding is not None:
-                    put_vector(db, rowid, scope, record.kind, updated, embedding)
+                    put_vector(db, rowid, scope, record.kind, updated, embedding, record.text)
                 account(db, scope.key, 1 - superseded)
             return stored_record(record, embedding)
 
@@ -322,7 +355,7 @@ class SQLiteMemoryStore(MemoryStore):
                     (changed.text, json.dumps(changed.metadata), updated, row[0]),
                 )
                 if vector is not None:
-                    put_vector(db, row[0], scope, changed.kind, updated, vector)
+                    put_vector(db, row[0], scope, changed.kind, updated, vector, changed.text)
                 elif has_vector(db, row[0]):  # its time moved: the expiry filter reads it
                     db.run(
                         "UPDATE agentkeep_memory_vectors SET updated_at = ? WHERE memory_rowid = ?",
@@ -376,40 +409,126 @@ class SQLiteMemoryStore(MemoryStore):
     async def search(
         self,
         scope: MemoryScope,
-        embedding: Sequence[float],
+        embedding: Sequence[float] | None,
         *,
         k: int = 5,
         kind: str | None = None,
         min_score: float | None = None,
+        text: str | None = None,
+        mode: SearchMode | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> list[MemoryHit]:
-        check_query(k, min_score)
-        query = vector_bytes(normalized(check_embedding(embedding, self.dimensions)))
-        cutoff = cutoff_micros(self)
+        request = search_request(
+            self, embedding, k=k, min_score=min_score, text=text, mode=mode, since=since, until=until
+        )
+        query = None if request.vector is None else vector_bytes(request.vector)
+        filters = _Filters(scope.key, kind, cutoff_micros(self), since, until)
 
         def job(db: VecConnection) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
-            # or read by sqlite-vec) and the records of the k nearest, each checked to be of this
-            # scope and current.
+            # or read by sqlite-vec), its words, and the records of the best, each checked to be
+            # of this scope and current.
+            pool = request.pool(k)
             with db.read():
-                try:
-                    vectors = self._cached(db, scope.key)
-                except DamagedVector as exc:
-                    raise self._damaged_vector(db, exc) from exc
-                if vectors is None:
-                    found = self._nearest_by_vec0(db, scope.key, query, k, kind, cutoff)
+                lexical = self._by_words(db, request.terms, pool, filters) if request.terms else []
+                if query is None:  # by words alone: the index's relevance is the score
+                    found = self._records_of(db, scope.key, lexical[:k])
+                    return [MemoryHit(self._record(row), score, score) for row, score in found]
+                nearest = self._by_meaning(db, query, pool, filters, windowed=request.windowed)
+                # (a NaN passes on, to be refused below)
+                nearest = [(r, s) for r, s in nearest if min_score is None or not s < min_score]
+                if request.mode == "hybrid":
+                    order = fused([r for r, _ in nearest], [r for r, _ in lexical])[:k]
                 else:
-                    nearest = vectors.nearest(
-                        np.frombuffer(query, dtype=np.float32),
-                        k,
-                        kind=kind,
-                        cutoff=cutoff,
-                        helpers=self._cache.helpers,
-                    )
-                    found = self._records_of(db, scope.key, nearest)
-            hits = checked_hits(self, [MemoryHit(self._record(row), score) for row, score in found])
-            return [hit for hit in hits if min_score is None or hit.score >= min_score]
+                    order = [r for r, _ in nearest]
+                scores = dict(nearest)
+                missing = [r for r in order if r not in scores]
+                if missing:  # found by words only: their similarity too
+                    scores.update(self._cosines(db, scope.key, query, missing))
+                found = self._records_of(db, scope.key, [(r, scores[r]) for r in order])
+            words = dict(lexical)
+            return checked_hits(
+                self, [MemoryHit(self._record(row), score, words.get(row[0])) for row, score in found]
+            )
 
         return await self._run(job)
+
+    def _by_meaning(
+        self, db: VecConnection, query: bytes, n: int, filters: _Filters, *, windowed: bool
+    ) -> list[tuple[int, float]]:
+        """The ``n`` nearest of the scope's vectors (row id, cosine similarity), best first."""
+        try:
+            vectors = self._cached(db, filters.scope)
+        except DamagedVector as exc:
+            raise self._damaged_vector(db, exc) from exc
+        if vectors is not None:
+            among = None
+            if windowed:
+                where, args = filters.where()
+                among = [r for (r,) in db.rows(f"SELECT m.rowid FROM agentkeep_memories AS m {where}", args)]
+            try:
+                return vectors.nearest(
+                    np.frombuffer(query, dtype=np.float32),
+                    n,
+                    kind=filters.kind,
+                    cutoff=filters.cutoff,
+                    among=among,
+                    helpers=self._cache.helpers,
+                )
+            except DamagedVector as exc:
+                raise self._damaged_vector(db, exc) from exc
+        if not windowed:
+            return self._nearest_by_vec0(db, filters.scope, query, n, filters.kind, filters.cutoff)
+        # A window: the scope's memories said in it (their index), each vector scored by row id.
+        where, args = filters.where()
+        rows = db.rows(
+            "SELECT m.rowid, m.id, vec_distance_cosine(v.embedding, ?) AS distance "
+            f"FROM agentkeep_memories AS m JOIN agentkeep_memory_vectors AS v ON v.memory_rowid = m.rowid "
+            f"{where} ORDER BY distance, m.rowid LIMIT ?",
+            [query, *args, n],
+        )
+        return [(rowid, self._similarity(memory_id, distance)) for rowid, memory_id, distance in rows]
+
+    def _similarity(self, memory_id: str, distance: float | None) -> float:
+        if distance is None:  # NaN (SQLite has no NaN: NULL), or a vector with no direction
+            raise corrupt_row(
+                self, "its embedding scores no number (NaN, or a zero vector)", memory_id=memory_id
+            )
+        return 1.0 - float(distance)
+
+    def _cosines(self, db: VecConnection, scope: str, query: bytes, rowids: list[int]) -> dict[int, float]:
+        """The cosine similarity of each of ``rowids``' vectors to ``query``: from the scope's
+        cached matrix, just caught up in this transaction, or read one by one by row id."""
+        vectors = self._cache.get(scope)
+        if vectors is not None:
+            return vectors.similarities(np.frombuffer(query, dtype=np.float32), rowids)
+        found: dict[int, float] = {}
+        for rowid in rowids:
+            row = db.one(
+                "SELECT m.id, vec_distance_cosine(v.embedding, ?) FROM agentkeep_memory_vectors AS v "
+                "JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid WHERE v.memory_rowid = ?",
+                (query, rowid),
+            )
+            if row is not None:
+                found[rowid] = self._similarity(row[0], row[1])
+        return found
+
+    def _by_words(
+        self, db: VecConnection, terms: Sequence[str], n: int, filters: _Filters
+    ) -> list[tuple[int, float]]:
+        """The ``n`` memories of the scope whose words best match ``terms`` (row id, BM25 as
+        FTS5 computes it, negated: larger is better), best first."""
+        where, args = filters.where(lead="AND", checked=True)
+        return [
+            (rowid, float(score))
+            for rowid, score in db.rows(
+                "SELECT m.rowid, -bm25(agentkeep_memory_words) AS score FROM agentkeep_memory_words "
+                "JOIN agentkeep_memories AS m ON m.rowid = agentkeep_memory_words.rowid "
+                f"WHERE agentkeep_memory_words MATCH ? {where} ORDER BY score DESC, m.rowid LIMIT ?",
+                [fts5_query(terms), *args, n],
+            )
+        ]
 
     def _damaged_vector(self, db: VecConnection, exc: DamagedVector) -> CorruptMemoryError:
         """The error for a damaged vector met by a search, naming its memory."""
@@ -420,7 +539,7 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _nearest_by_vec0(
         self, db: VecConnection, scope: str, query: bytes, k: int, kind: str | None, cutoff: int | None
-    ) -> list[tuple[tuple[Any, ...], float]]:
+    ) -> list[tuple[int, float]]:
         nearest = (
             "SELECT memory_rowid, distance FROM agentkeep_memory_vectors "
             "WHERE embedding MATCH ? AND k = ? AND scope = ?"
@@ -439,12 +558,7 @@ class SQLiteMemoryStore(MemoryStore):
             "WHERE m.scope = ? AND m.superseded_by IS NULL ORDER BY v.distance",
             [*args, scope],
         )
-        for row in rows:
-            if row[-1] is None:  # NaN (SQLite has no NaN: NULL), or a vector with no direction
-                raise corrupt_row(
-                    self, "its embedding scores no number (NaN, or a zero vector)", memory_id=row[1]
-                )
-        return [(row[:-1], 1.0 - float(row[-1])) for row in rows]
+        return [(row[0], self._similarity(row[1], row[-1])) for row in rows]
 
     def _records_of(
         self, db: VecConnection, scope: str, nearest: list[tuple[int, float]]

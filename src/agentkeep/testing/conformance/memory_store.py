@@ -5,7 +5,8 @@ against it (see :mod:`agentkeep.testing.conformance`). Covered: round trips, exa
 (another user, tenant or agent never sees a record), similarity order and filters, keys that
 supersede (with history), updates, deletion, ``forget`` of a user, expiry, bad input, concurrent
 writers of one key, the scopes of a tenant (pages joined by cursors, every write and expiry
-reflected), and (for durable stores) reopening.
+reflected), searches by words and hybrid ones (the word index follows every write; other scopes
+never match), time windows, and (for durable stores) reopening.
 """
 
 from __future__ import annotations
@@ -157,6 +158,130 @@ async def search_is_best_first(backend: MemoryStoreBackend) -> None:
         expect_equal([h.record.id for h in chunks], [far.id], "kind filters")
         good = await store.search(ALICE, axis(0), k=5, min_score=0.5)
         expect_equal([h.record.id for h in good], [near.id, middle.id], "min_score filters")
+
+
+async def _by_words(store: MemoryStore, scope: MemoryScope, text: str) -> list[str]:
+    """The texts a lexical search for ``text`` finds in ``scope``."""
+    return [h.record.text for h in await store.search(scope, None, k=10, text=text, mode="lexical")]
+
+
+@_check
+async def searches_by_words_and_fused(backend: MemoryStoreBackend) -> None:
+    """A lexical search finds records by their words (best match first); a hybrid one finds a
+    record that shares the query's words even when its embedding is far, its score still the
+    cosine; a vector search ignores the words; records without an embedding are never found."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        teal = await store.add(ALICE, fact("Alice painted the kayak teal last summer.", 3))
+        tea = await store.add(ALICE, fact("Alice drinks green tea every morning.", 4, kind="chunk"))
+        near = [await store.add(ALICE, fact(f"note {n} about nothing", 0)) for n in range(3)]
+        await store.add(ALICE, MemoryRecord("Alice's kayak club: teal paddlers", key="block"))
+        expect_equal(await _by_words(store, ALICE, "What colour is the kayak?"), [teal.text], "by words")
+        expect_equal(await _by_words(store, ALICE, "the of and"), [], "stop words alone match nothing")
+        hits = await store.search(ALICE, None, k=5, text="green tea", mode="lexical")
+        expect_equal([h.record.id for h in hits], [tea.id], "a lexical search")
+        expect(hits[0].score > 0 and hits[0].lexical_score == hits[0].score, "its score: relevance")
+        hybrid = await store.search(ALICE, axis(0), k=2, text="When was the kayak painted?")
+        ids = [h.record.id for h in hybrid]
+        expect(teal.id in ids, "hybrid finds the word match the vectors rank last")
+        expect(near[0].id in ids or near[1].id in ids or near[2].id in ids, "and the nearest")
+        by_id = {h.record.id: h for h in hybrid}
+        expect(math.isclose(by_id[teal.id].score, 0.0, abs_tol=1e-5), "its score is its cosine")
+        expect(by_id[teal.id].lexical_score is not None, "with its relevance")
+        vector = await store.search(ALICE, axis(0), k=2, text="kayak", mode="vector")
+        expect(teal.id not in [h.record.id for h in vector], "a vector search ignores the words")
+        strict = await store.search(ALICE, axis(0), k=5, text="kayak", min_score=0.5)
+        expect(teal.id in [h.record.id for h in strict], "min_score does not drop word matches")
+        kinds = await store.search(ALICE, axis(4), k=5, text="tea kayak", kind="chunk")
+        expect_equal([h.record.id for h in kinds], [tea.id], "kind filters both rankings")
+        for other in (MemoryScope("bob", tenant_id="acme"), MemoryScope("alice", tenant_id="globex")):
+            await store.add(other, fact("Bob's kayak is teal too.", 3))
+            expect_equal(await _by_words(store, ALICE, "Bob"), [], f"{other}'s words stay theirs")
+            expect_equal(len(await _by_words(store, ALICE, "kayak")), 1, f"{other}'s kayak is theirs")
+        expect_equal(await _by_words(store, MemoryScope("carol"), "kayak"), [], "an empty scope")
+
+
+@_check
+async def the_word_index_follows_every_write(backend: MemoryStoreBackend) -> None:
+    """A record's words are found while it is current: superseded, updated, deleted, forgotten
+    or purged, its old words match nothing."""
+    async with backend.open(dimensions=DIMENSIONS, ttl=3600) as store:
+        await store.add(ALICE, fact("Alice lives in Lisbon.", 0, key="home"))
+        await store.add(ALICE, fact("Alice lives in Porto.", 0, key="home"))
+        expect_equal(await _by_words(store, ALICE, "Lisbon"), [], "a superseded record's words")
+        expect_equal(await _by_words(store, ALICE, "Porto"), ["Alice lives in Porto."], "its successor's")
+        changed = await store.add(ALICE, fact("Alice owns a bicycle.", 1))
+        await store.update(ALICE, changed.id, text="Alice owns a motorbike.", embedding=axis(1))
+        expect_equal(await _by_words(store, ALICE, "bicycle"), [], "an updated record's old words")
+        expect_equal(await _by_words(store, ALICE, "motorbike"), ["Alice owns a motorbike."], "its new")
+        await store.update(ALICE, changed.id, metadata={"checked": True})
+        expect_equal(await _by_words(store, ALICE, "motorbike"), ["Alice owns a motorbike."], "metadata")
+        await store.delete(ALICE, changed.id)
+        expect_equal(await _by_words(store, ALICE, "motorbike"), [], "a deleted record's words")
+        travel = MemoryScope("alice", tenant_id="acme", agent_id="travel")
+        await store.add(travel, fact("Alice flies to Reykjavik.", 2))
+        await store.forget(user_id="alice", tenant_id="acme")
+        for scope in (ALICE, travel):
+            expect_equal(await _by_words(store, scope, "Porto Reykjavik"), [], f"forgotten in {scope}")
+        again = await store.add(ALICE, fact("Alice lives in Porto again.", 0))
+        expect_equal(await _by_words(store, ALICE, "Porto"), [again.text], "only what came after")
+        long_ago = datetime.now(UTC) - timedelta(hours=2)
+        await store.add(ALICE, fact("Alice sailed to Madeira.", 3, created_at=long_ago))
+        expect_equal(await _by_words(store, ALICE, "Madeira"), [], "an expired record's words")
+        hybrid = await store.search(ALICE, axis(3), k=5, text="Madeira")
+        expect("Alice sailed to Madeira." not in [h.record.text for h in hybrid], "nor by hybrid")
+        expect_equal(await store.purge_expired(), 1, "purged")
+        expect_equal(await _by_words(store, ALICE, "Madeira"), [], "a purged record's words")
+
+
+@_check
+async def searches_keep_a_time_window(backend: MemoryStoreBackend) -> None:
+    """``since`` and ``until`` keep the records said (``created_at``) in ``[since, until)``, in
+    every mode; the window is on when a memory was said, not on when it was stored."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        start = datetime(2023, 5, 1, tzinfo=UTC)
+        said = [
+            await store.add(
+                ALICE, fact(f"Alice went hiking in week {n}.", 0, created_at=start + timedelta(weeks=n))
+            )
+            for n in range(6)
+        ]
+        since, until = start + timedelta(weeks=2), start + timedelta(weeks=4)
+        wanted = {said[2].id, said[3].id}
+        for mode in ("hybrid", "vector", "lexical"):
+            hits = await store.search(
+                ALICE,
+                None if mode == "lexical" else axis(0),
+                k=10,
+                text="hiking",
+                mode=mode,
+                since=since,
+                until=until,
+            )
+            expect_equal({h.record.id for h in hits}, wanted, f"a {mode} search in the window")
+        later = await store.search(ALICE, axis(0), k=10, since=start + timedelta(weeks=5))
+        expect_equal([h.record.id for h in later], [said[5].id], "since alone")
+        earlier = await store.search(ALICE, axis(0), k=10, until=start + timedelta(weeks=1))
+        expect_equal([h.record.id for h in earlier], [said[0].id], "until alone")
+        nothing = await store.search(ALICE, axis(0), k=10, since=until, until=since)
+        expect_equal(nothing, [], "an empty window")
+        with expect_raises(ValueError, "a naive since"):
+            await store.search(ALICE, axis(0), since=datetime(2023, 5, 1))
+
+
+@_check
+async def search_requests_that_ask_for_nothing_sensible_are_refused(backend: MemoryStoreBackend) -> None:
+    """A lexical search needs text and takes no min_score; the others need an embedding."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        with expect_raises(ValueError, "a lexical search without text"):
+            await store.search(ALICE, axis(0), mode="lexical")
+        with expect_raises(ValueError, "a hybrid search without an embedding"):
+            await store.search(ALICE, None, text="tea")
+        with expect_raises(ValueError, "a vector search without an embedding"):
+            await store.search(ALICE, None, mode="vector")
+        with expect_raises(ValueError, "a lexical search with min_score"):
+            await store.search(ALICE, None, text="tea", mode="lexical", min_score=0.5)
+        with expect_raises(ValueError, "an unknown mode"):
+            await store.search(ALICE, axis(0), text="tea", mode="fuzzy")  # pyright: ignore[reportArgumentType]
 
 
 @_check

@@ -1,0 +1,334 @@
+"""Recall evaluation: how often memory finds a turn that answers a question, by words (BM25),
+by meaning (embeddings) and both fused (hybrid), in one run.
+
+Each conversation's turns are remembered as the semantic memory provider remembers a user's
+messages (``SemanticMemoryProvider.remember``: one chunk per turn, with its speaker, message id
+and the session's date; near-identical turns of one speaker kept once), in a SQLite memory store
+of its own (or the in-process one); each question is then searched in its conversation's scope
+in the three modes. A question counts as found at ``k`` when one of the turns labelled as its
+evidence is among the ``k`` first hits. Printed: recall@1/5/10 per category and mode, and with
+``--sweep`` recall@5 of the fusion at other weights (computed from the same two rankings).
+
+Sets:
+
+* the committed one (default): ``bench/data/recall_conversations.json``, written by
+  ``bench/data/make_recall_set.py`` (six conversations, 240 questions: single-hop, multi-hop,
+  temporal);
+* LoCoMo (``--locomo PATH``): the ``data/locomo10.json`` file of the snap-research/locomo
+  repository on GitHub (10 conversations, 1,986 questions; licence CC BY-NC 4.0: not shipped
+  here, point at your own copy). Its categories are numbered; the names used are those of its
+  paper (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
+
+Run: ``.venv/bin/python bench/eval_memory.py [--locomo PATH] [--embedder minilm|hashing]
+[--store sqlite|memory] [--sweep] [--json OUT]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from agentkeep import AgentSession, Message
+from agentkeep.memory import InMemoryMemoryStore, MemoryScope, MemoryStore
+from agentkeep.memory._lexical import fused
+from agentkeep.memory.embedders import Embedder
+from agentkeep.memory.semantic import SemanticMemoryProvider
+from agentkeep.testing import HashingEmbedder
+
+SET: Final = Path(__file__).parent / "data" / "recall_conversations.json"
+MODES: Final = ("lexical", "vector", "hybrid")
+MODE_NAMES: Final = {"lexical": "BM25", "vector": "embeddings", "hybrid": "hybrid"}
+KS: Final = (1, 5, 10)
+POOL: Final = 50
+LOCOMO_CATEGORIES: Final = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+WEIGHTS: Final = ((1.0, 0.0), (1.0, 0.5), (1.0, 1.0), (0.5, 1.0), (0.0, 1.0), (1.0, 2.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    id: str
+    session: str
+    speaker: str
+    text: str
+    said_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    conversation: str
+    category: str
+    text: str
+    evidence: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSet:
+    name: str
+    conversations: dict[str, list[Turn]]
+    questions: list[Question]
+
+
+def load_committed(path: Path = SET) -> EvalSet:
+    """The committed set (see ``bench/data/make_recall_set.py``)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    conversations = {
+        c["id"]: [
+            Turn(t["id"], s["id"], t["speaker"], t["text"], datetime.fromisoformat(s["date"]))
+            for s in c["sessions"]
+            for t in s["turns"]
+        ]
+        for c in data["conversations"]
+    }
+    questions = [
+        Question(q["conversation"], q["category"], q["question"], frozenset(q["evidence"]))
+        for q in data["questions"]
+    ]
+    return EvalSet(path.name, conversations, questions)
+
+
+_LOCOMO_DATE: Final = re.compile(r"(\d{1,2}):(\d{2}) ?([ap]m) on (\d{1,2}) (\w+),? (\d{4})", re.IGNORECASE)
+
+
+def _locomo_date(text: str) -> datetime:
+    """LoCoMo's session dates ("1:56 pm on 8 May, 2023")."""
+    found = _LOCOMO_DATE.search(text)
+    if found is None:
+        raise ValueError(f"not a LoCoMo session date: {text!r}")
+    hour, minute, half, day, month, year = found.groups()
+    stamp = f"{int(hour) % 12 + (12 if half.lower() == 'pm' else 0)}:{minute} {day} {month} {year}"
+    return datetime.strptime(stamp, "%H:%M %d %B %Y").replace(tzinfo=UTC)
+
+
+def load_locomo(path: Path) -> EvalSet:
+    """LoCoMo's ``locomo10.json``: every session's turns (dated by the session), every question
+    with evidence (each conversation's turn ids are prefixed with its sample id)."""
+    samples: list[dict[str, Any]] = json.loads(path.read_text(encoding="utf-8"))
+    conversations: dict[str, list[Turn]] = {}
+    questions: list[Question] = []
+    for sample in samples:
+        name = str(sample["sample_id"])
+        dialogue = sample["conversation"]
+        turns: list[Turn] = []
+        number = 1
+        while f"session_{number}" in dialogue:
+            said_at = _locomo_date(dialogue[f"session_{number}_date_time"])
+            for turn in dialogue[f"session_{number}"]:
+                text = turn.get("text", "")
+                if turn.get("blip_caption"):  # a shared photo: what it shows is part of the turn
+                    text = f"{text} [shares a photo of {turn['blip_caption']}]"
+                turns.append(
+                    Turn(f"{name}:{turn['dia_id']}", f"{name}:S{number}", turn["speaker"], text, said_at)
+                )
+            number += 1
+        conversations[name] = turns
+        for qa in sample["qa"]:
+            evidence = frozenset(f"{name}:{e.strip()}" for e in qa.get("evidence", []) if e.strip())
+            if evidence:
+                category = LOCOMO_CATEGORIES.get(int(qa["category"]), str(qa["category"]))
+                questions.append(Question(name, category, str(qa["question"]), evidence))
+    return EvalSet(path.name, conversations, questions)
+
+
+async def remember(
+    provider: SemanticMemoryProvider,
+    scope: MemoryScope,
+    turns: Sequence[Turn],
+    vectors: dict[str, list[float]],
+) -> None:
+    """Remember ``turns`` as the provider remembers a user's messages (one turn at a time)."""
+    sessions: dict[str, AgentSession] = {}
+    for turn in turns:
+        session = sessions.setdefault(turn.session, AgentSession(session_id=turn.session))
+        message = Message(
+            "user", turn.text, author_name=turn.speaker, message_id=turn.id, created_at=turn.said_at
+        )
+        await provider.remember(scope, session, [message], known={turn.text.strip(): vectors[turn.text]})
+
+
+@dataclass
+class Rankings:
+    """For each question, the turn ids each mode found (best first, up to the pool)."""
+
+    by_mode: dict[str, list[list[str]]]
+
+
+async def rank(
+    store: MemoryStore, scope: MemoryScope, question: str, vector: list[float]
+) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for mode in MODES:
+        # a hybrid search of 10 fuses the top 50 of each ranking, the single rankings' pool
+        k = max(KS) if mode == "hybrid" else POOL
+        hits = await store.search(scope, None if mode == "lexical" else vector, k=k, text=question, mode=mode)
+        found[mode] = [str(h.record.metadata.get("message_id")) for h in hits]
+    return found
+
+
+async def evaluate(
+    data: EvalSet, embedder: Embedder, *, store_kind: str = "sqlite"
+) -> tuple[
+    dict[str, dict[str, dict[int, float]]], dict[str, int], list[tuple[Question, dict[str, list[str]]]]
+]:
+    """recall@k by mode and category (with ``"all"``), the count per category, and each
+    question's rankings."""
+    texts = sorted({t.text for turns in data.conversations.values() for t in turns})
+    vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
+    asked = [q.text for q in data.questions]
+    question_vectors = await embedder.embed(asked)
+    folder = Path(tempfile.mkdtemp(prefix="agentkeep-eval-"))
+    ranked: list[tuple[Question, dict[str, list[str]]]] = []
+    try:
+        by_conversation: dict[str, list[int]] = defaultdict(list)
+        for at, question in enumerate(data.questions):
+            by_conversation[question.conversation].append(at)
+        for name, turns in data.conversations.items():
+            store = _store(store_kind, folder / f"{len(ranked)}.db", embedder.dimensions)
+            try:
+                provider = SemanticMemoryProvider(store, embedder)
+                scope = MemoryScope("eval", agent_id=name)
+                await remember(provider, scope, turns, vectors)
+                for at in by_conversation.get(name, []):
+                    question = data.questions[at]
+                    ranked.append((question, await rank(store, scope, question.text, question_vectors[at])))
+            finally:
+                await store.aclose()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return recall_table(ranked), _counts(data.questions), ranked
+
+
+def _store(kind: str, path: Path, dimensions: int) -> MemoryStore:
+    if kind == "memory":
+        return InMemoryMemoryStore(dimensions=dimensions)
+    from agentkeep.memory.sqlite import SQLiteMemoryStore  # the [memory] extra
+
+    return SQLiteMemoryStore(path, dimensions=dimensions)
+
+
+def _counts(questions: Sequence[Question]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for question in questions:
+        counts[question.category] += 1
+        counts["all"] += 1
+    return dict(counts)
+
+
+def recall_table(
+    ranked: Sequence[tuple[Question, dict[str, list[str]]]],
+) -> dict[str, dict[str, dict[int, float]]]:
+    """recall@k (k in 1, 5, 10) by mode, then category (``"all"``: every question)."""
+    table: dict[str, dict[str, dict[int, float]]] = {}
+    for mode in {m for _, found in ranked for m in found}:
+        hits: dict[str, dict[int, int]] = defaultdict(lambda: dict.fromkeys(KS, 0))
+        totals: dict[str, int] = defaultdict(int)
+        for question, found in ranked:
+            for category in (question.category, "all"):
+                totals[category] += 1
+                for k in KS:
+                    hits[category][k] += bool(question.evidence & set(found[mode][:k]))
+        table[mode] = {c: {k: hits[c][k] / totals[c] for k in KS} for c in totals}
+    return table
+
+
+def sweep(
+    ranked: Sequence[tuple[Question, dict[str, list[str]]]],
+) -> dict[tuple[float, float, int], dict[str, float]]:
+    """recall@5 by category of the fusion of the same two rankings at other weights, and with
+    only the top ``n`` of the lexical ranking."""
+    out: dict[tuple[float, float, int], dict[str, float]] = {}
+    for (vector_weight, lexical_weight), n in itertools.product(WEIGHTS, (5, 10, 20, POOL)):
+        refused = [
+            (
+                question,
+                {
+                    "fused": fused(
+                        found["vector"],
+                        found["lexical"][:n],
+                        vector_weight=vector_weight,
+                        lexical_weight=lexical_weight,
+                    )
+                },
+            )
+            for question, found in ranked
+        ]
+        table = recall_table(refused)["fused"]
+        out[(vector_weight, lexical_weight, n)] = {c: table[c][5] for c in table}
+    return out
+
+
+def _print(data: EvalSet, table: dict[str, dict[str, dict[int, float]]], counts: dict[str, int]) -> None:
+    categories = [*sorted(c for c in counts if c != "all"), "all"]
+    print(
+        f"\n{data.name}: {len(data.conversations)} conversations, "
+        f"{sum(len(t) for t in data.conversations.values())} turns, {len(data.questions)} questions"
+    )
+    print(f"{'category':<14}{'n':>5}  " + "  ".join(f"{MODE_NAMES[m] + ' @1/@5/@10':<26}" for m in MODES))
+    for category in categories:
+        cells = ["/".join(f"{table[m][category][k]:.2f}" for k in KS).ljust(26) for m in MODES]
+        print(f"{category:<14}{counts[category]:>5}  " + "  ".join(cells))
+
+
+def _embedder(name: str) -> Embedder:
+    if name == "hashing":
+        return HashingEmbedder(dimensions=384)
+    from agentkeep.memory.embedders import MiniLMEmbedder  # the [embeddings] extra
+
+    return MiniLMEmbedder()
+
+
+async def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--locomo", type=Path, help="LoCoMo's data/locomo10.json, evaluated after the committed set"
+    )
+    parser.add_argument("--embedder", choices=("minilm", "hashing"), default="minilm")
+    parser.add_argument("--store", choices=("sqlite", "memory"), default="sqlite")
+    parser.add_argument("--sweep", action="store_true", help="recall@5 of the fusion at other weights")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    embedder = _embedder(args.embedder)
+    sets = [load_committed()]
+    if args.locomo is not None:
+        sets.append(load_locomo(args.locomo))
+    print(f"embedder {args.embedder}, store {args.store}, fusion of the top {POOL} of each ranking")
+    figures: dict[str, Any] = {}
+    for data in sets:
+        started = time.perf_counter()
+        table, counts, ranked = await evaluate(data, embedder, store_kind=args.store)
+        _print(data, table, counts)
+        print(f"({time.perf_counter() - started:.0f} s)")
+        figures[data.name] = {"counts": counts, "recall": table}
+        if args.sweep:
+            swept = sweep(ranked)
+            print("recall@5 of the fusion by weights (vector, lexical) and lexical pool:")
+            for weights, by_category in swept.items():
+                print(f"  {weights}: " + ", ".join(f"{c} {v:.2f}" for c, v in sorted(by_category.items())))
+            figures[data.name]["sweep"] = {f"{v},{w},{n}": r for (v, w, n), r in swept.items()}
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    close = getattr(embedder, "aclose", None)
+    if close is not None:
+        await close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))
