@@ -266,7 +266,7 @@ async def hybrid_timings(backend: str, size: int) -> dict[str, float]:
         # which a query's lexical side leaves out (agentkeep.memory._lexical.STOPWORDS).
         content, content_weights = words[100:], weights[100:]
         queries = [(" ".join(rng.choices(content, content_weights, k=4)), unit(rng)) for _ in range(100)]
-        window = {"since": start + timedelta(days=100), "until": start + timedelta(days=130)}
+        since, until = start + timedelta(days=100), start + timedelta(days=130)
         await store.search(scope, queries[0][1], k=5)  # the scope's cache, built
         out = {
             "vector": await median_ms(lambda n: store.search(scope, queries[n][1], k=5), 100),
@@ -277,7 +277,7 @@ async def hybrid_timings(backend: str, size: int) -> dict[str, float]:
                 lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0]), 100
             ),
             "hybrid, 30 days": await median_ms(
-                lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0], **window), 100
+                lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0], since=since, until=until), 100
             ),
         }
         return out

@@ -296,7 +296,7 @@ def _embedder(name: str) -> Embedder:
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument(
         "--locomo", type=Path, help="LoCoMo's data/locomo10.json, evaluated after the committed set"
     )

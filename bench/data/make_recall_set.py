@@ -578,8 +578,8 @@ def _conversation(
         for text in kind.single:
             questions.append(_question(number, "single-hop", text.format(**fields), [event.tell_turn]))
         echo, answered_by = kind.echo
-        turns = {"tell": [event.tell_turn], "follow": [event.follow_turn]}
-        evidence = turns.get(answered_by, [event.tell_turn, event.follow_turn])
+        by_beat = {"tell": [event.tell_turn], "follow": [event.follow_turn]}
+        evidence = by_beat.get(answered_by, [event.tell_turn, event.follow_turn])
         questions.append(_question(number, "single-hop", echo.format(**fields), evidence))
         questions.append(
             _question(

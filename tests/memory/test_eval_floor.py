@@ -38,7 +38,7 @@ def test_the_committed_set_is_what_its_script_writes(
     script = importlib.util.module_from_spec(spec)
     sys.modules["make_recall_set"] = script
     spec.loader.exec_module(script)
-    script.OUT = tmp_path / "again.json"
+    script.OUT = tmp_path / "again.json"  # pyright: ignore[reportAttributeAccessIssue]
     script.main()
     assert "300 questions" in capsys.readouterr().out
     assert script.OUT.read_bytes() == evaluation.SET.read_bytes()  # deterministic, and committed as written

@@ -157,8 +157,10 @@ def test_recalled_memories_may_be_listed_oldest_first() -> None:
     assert by_time[1:] == ["- [2023-04-12] Ana: We visited Porto.", "- [2023-05-22] We moved to Porto."]
     with pytest.raises(ValueError, match="order"):
         SemanticMemoryProvider(
-            InMemoryMemoryStore(dimensions=8), HashingEmbedder(dimensions=8), order="random"
-        )  # pyright: ignore[reportArgumentType]
+            InMemoryMemoryStore(dimensions=8),
+            HashingEmbedder(dimensions=8),
+            order="random",  # pyright: ignore[reportArgumentType]
+        )
 
 
 def test_the_provider_refuses_an_unknown_mode() -> None:
