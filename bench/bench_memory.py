@@ -277,7 +277,10 @@ async def hybrid_timings(backend: str, size: int) -> dict[str, float]:
                 lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0]), 100
             ),
             "hybrid, 30 days": await median_ms(
-                lambda n: store.search(scope, queries[n][1], k=5, text=queries[n][0], since=since, until=until), 100
+                lambda n: store.search(
+                    scope, queries[n][1], k=5, text=queries[n][0], since=since, until=until
+                ),
+                100,
             ),
         }
         return out
