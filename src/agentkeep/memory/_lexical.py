@@ -30,6 +30,7 @@ __all__ = [
     "fts5_query",
     "fused",
     "query_terms",
+    "ranked",
     "stem",
     "tsquery",
     "words",
@@ -190,3 +191,23 @@ def fused(
             scores[item] = scores.get(item, 0.0) + weight / (FUSION_K + rank)
     order = {item: at for at, item in enumerate(scores)}
     return sorted(scores, key=lambda item: (-scores[item], order[item]))
+
+
+def ranked(
+    nearest: Sequence[tuple[int, float]],
+    lexical: Sequence[tuple[int, float]],
+    *,
+    mode: SearchMode,
+    k: int,
+    min_score: float | None,
+) -> tuple[list[int], dict[int, float]]:
+    """The rows a search returns, best first, and the similarity of those found by meaning:
+    ``nearest`` (row, cosine; the ones under ``min_score`` left out, a NaN kept for the caller to
+    refuse) alone, or fused with ``lexical`` (row, word score) in ``"hybrid"`` mode, ``k`` at
+    most. Rows found by words only have no similarity here: the store reads theirs."""
+    kept = [(row, score) for row, score in nearest if min_score is None or not score < min_score]
+    if mode == "hybrid":
+        order = fused([row for row, _ in kept], [row for row, _ in lexical])[:k]
+    else:
+        order = [row for row, _ in kept]
+    return order, dict(kept)

@@ -47,7 +47,7 @@ from .._db.postgres import (
     PostgresPool,
 )
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
-from ._lexical import SearchMode, fused, tsquery
+from ._lexical import SearchMode, ranked, tsquery
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MIN_VECTORS,
@@ -101,8 +101,21 @@ class _Filters:
     since: int | None
     until: int | None
 
+    def params(self) -> tuple[str | int | None, ...]:
+        """The parameters of :data:`_FILTERED`, in its order."""
+        return (
+            *(self.scope, self.kind, self.kind, self.cutoff, self.cutoff),
+            *(self.since, self.since, self.until, self.until),
+        )
+
 
 T = TypeVar("T")
+_FILTERED: Final = (
+    "scope = %s AND superseded_by IS NULL AND embedding IS NOT NULL "
+    "AND (%s::text IS NULL OR kind = %s) AND (%s::bigint IS NULL OR updated_at >= %s) "
+    "AND (%s::bigint IS NULL OR created_at >= %s) AND (%s::bigint IS NULL OR created_at < %s)"
+)
+"""A search's filter of a scope's current memories with vectors (parameters: ``_Filters.params()``)."""
 _COLUMNS: Final = "id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
@@ -656,13 +669,7 @@ class PostgresMemoryStore(MemoryStore):
                 records = await self._records_by_row(conn, scope.key, [row for row, _ in lexical[:k]])
                 return [MemoryHit(records[r], score, score) for r, score in lexical[:k] if r in records]
             nearest = await self._by_meaning(conn, query, pool, filters, windowed=request.windowed)
-            # (a NaN passes on, to be refused below)
-            nearest = [(r, s) for r, s in nearest if min_score is None or not s < min_score]
-            if request.mode == "hybrid":
-                order = fused([r for r, _ in nearest], [r for r, _ in lexical])[:k]
-            else:
-                order = [r for r, _ in nearest]
-            scores = dict(nearest)
+            order, scores = ranked(nearest, lexical, mode=request.mode, k=k, min_score=min_score)
             missing = [r for r in order if r not in scores]
             if missing:  # found by words only: their similarity too
                 try:
@@ -759,24 +766,9 @@ class PostgresMemoryStore(MemoryStore):
             self._q(
                 "SELECT row, ts_rank_cd(words, q) AS score "
                 "FROM {memories}, to_tsquery('english', %s) AS q "
-                "WHERE words @@ q AND scope = %s AND superseded_by IS NULL AND embedding IS NOT NULL "
-                "AND (%s::text IS NULL OR kind = %s) AND (%s::bigint IS NULL OR updated_at >= %s) "
-                "AND (%s::bigint IS NULL OR created_at >= %s) AND (%s::bigint IS NULL OR created_at < %s) "
-                "ORDER BY score DESC, row LIMIT %s"
+                f"WHERE words @@ q AND {_FILTERED} ORDER BY score DESC, row LIMIT %s"
             ),
-            (
-                tsquery(terms),
-                filters.scope,
-                filters.kind,
-                filters.kind,
-                filters.cutoff,
-                filters.cutoff,
-                filters.since,
-                filters.since,
-                filters.until,
-                filters.until,
-                n,
-            ),
+            (tsquery(terms), *filters.params(), n),
         )
         return [(row, float(score)) for row, score in await cursor.fetchall()]
 
@@ -786,24 +778,8 @@ class PostgresMemoryStore(MemoryStore):
         """The k nearest of the scope's vectors, all fetched (a scope too small for the cache)."""
         async with conn.cursor(binary=True) as cursor:
             await cursor.execute(
-                self._q(
-                    "SELECT row, embedding FROM {memories} "
-                    "WHERE scope = %s AND superseded_by IS NULL "
-                    "AND embedding IS NOT NULL AND (%s::text IS NULL OR kind = %s) "
-                    "AND (%s::bigint IS NULL OR updated_at >= %s) "
-                    "AND (%s::bigint IS NULL OR created_at >= %s) AND (%s::bigint IS NULL OR created_at < %s)"
-                ),
-                (
-                    filters.scope,
-                    filters.kind,
-                    filters.kind,
-                    filters.cutoff,
-                    filters.cutoff,
-                    filters.since,
-                    filters.since,
-                    filters.until,
-                    filters.until,
-                ),
+                self._q(f"SELECT row, embedding FROM {{memories}} WHERE {_FILTERED}"),
+                filters.params(),
             )
             found = await cursor.fetchall()
         if not found:

@@ -52,7 +52,7 @@ from ..errors import (
     MemoryFormatError,
     StorageClosedError,
 )
-from ._lexical import SearchMode, fts5_query, fused
+from ._lexical import SearchMode, fts5_query, ranked
 from ._sqlite_file import (
     account,
     create_or_upgrade,
@@ -436,13 +436,7 @@ class SQLiteMemoryStore(MemoryStore):
                     found = self._records_of(db, scope.key, lexical[:k])
                     return [MemoryHit(self._record(row), score, score) for row, score in found]
                 nearest = self._by_meaning(db, query, pool, filters, windowed=request.windowed)
-                # (a NaN passes on, to be refused below)
-                nearest = [(r, s) for r, s in nearest if min_score is None or not s < min_score]
-                if request.mode == "hybrid":
-                    order = fused([r for r, _ in nearest], [r for r, _ in lexical])[:k]
-                else:
-                    order = [r for r, _ in nearest]
-                scores = dict(nearest)
+                order, scores = ranked(nearest, lexical, mode=request.mode, k=k, min_score=min_score)
                 missing = [r for r in order if r not in scores]
                 if missing:  # found by words only: their similarity too
                     scores.update(self._cosines(db, scope.key, query, missing))
