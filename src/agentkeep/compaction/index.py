@@ -53,10 +53,8 @@ from .groups import (
     summarized_message_ids,
 )
 from .tokenizers import (
-    PLAIN_TEXT_PAYLOAD_CHARS,
     CharacterEstimatorTokenizer,
     Tokenizer,
-    json_string_length,
     message_token_text,
     reference_payload_length,
 )
@@ -643,13 +641,12 @@ def _given_summary(summary: Message, named: list[Message], new_id: Callable[[], 
 def _text_summary(
     role: Role, text: str, ids: list[str], summary_id: str, per_token: int, count: Callable[[Message], int]
 ) -> tuple[Message, int]:
-    """A summary of ``text`` replacing the messages ``ids``, and its token count: the payload of a
-    plain text counted inline, as an appended one is (``per_token``: the default estimator's
-    payload measure), else by ``count``. The role was checked once for the whole pass."""
+    """A summary of ``text`` replacing the messages ``ids``, and its token count: its payload's
+    length measured directly (``per_token``: the default estimator's payload measure), else by
+    ``count``. The role was checked once for the whole pass."""
     check_text(text, "text")
     summary = Message.from_checked_text(role, text, None, summary_id, None)
     summary.additional_properties = {SUMMARY_PROPERTY: ids}
     if not per_token:
         return summary, count(summary)
-    length = PLAIN_TEXT_PAYLOAD_CHARS + json_string_length(text) + len(encode_basestring(summary_id))
-    return summary, max(1, (length + len(role)) // per_token)
+    return summary, reference_payload_length(summary) // per_token or 1

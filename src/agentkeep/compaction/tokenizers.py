@@ -274,12 +274,6 @@ def count_message_tokens(message: Message, *, tokenizer: Tokenizer) -> int:
 # -- the reference's measure ------------------------------------------------------------------------
 
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str).encode
-_TEXT_HEAD: Final = '{"contents": [{"additional_properties": {}, "text": '
-_TEXT_TAIL: Final = ', "type": "text"}], "message_id": '
-_ROLE_KEY: Final = ', "role": '
-PLAIN_TEXT_PAYLOAD_CHARS: Final = len(_TEXT_HEAD) + len(_TEXT_TAIL) + len(_ROLE_KEY) + 3
-"""The characters of a plain text message's reference payload besides its escaped text, its id and
-its role's letters (the role's quotes and the closing brace included)."""
 
 
 def _reference_content(content: Content) -> dict[str, Any]:
@@ -335,6 +329,9 @@ _CALL_NO_ARGS_ADDS: Final = (
 _RESULT_ADDS: Final = (
     _fixed(Message("tool", [FunctionResultContent("", "")], message_id=""), "", "", "") - _ENVELOPE
 )
+PLAIN_TEXT_PAYLOAD_CHARS: Final = _ENVELOPE + _TEXT_ADDS
+"""The characters of a plain text message's reference payload besides its escaped text, its id and
+its role's letters."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
