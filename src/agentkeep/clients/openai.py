@@ -77,6 +77,7 @@ from .openai_wire import (
     OutputFormat,
     PartialCall,
     chat_items,
+    chat_leading,
     chat_usage,
     decode_chunk,
     encode_body,
@@ -345,17 +346,23 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         except openai.OpenAIError as exc:
             raise self._error(exc) from exc
 
+    def _common(self, options: ChatOptions) -> tuple[dict[str, Any], OutputFormat | None]:
+        """The request's model and the client's settings (:meth:`_settings`), and the structured
+        output asked for: what both ways of sending a request share."""
+        model = self._model_for(options)  # first: a closed client or no model is the error to report
+        output = output_format(options.get("response_format"))
+        return {"model": model, **self._settings(options, output)}, output
+
     def _request(
         self, messages: Sequence[Message], options: ChatOptions
     ) -> tuple[dict[str, Any], OutputFormat | None]:
         """The SDK keyword arguments for ``messages`` and ``options`` (for the SDK's own ``create``),
         and the structured output asked for."""
-        model = self._model_for(options)  # first: a closed client or no model is the error to report
-        output = output_format(options.get("response_format"))
+        common, output = self._common(options)
         items = [*self._leading(options)]
         for message in messages:
             items.extend(self._wire_items(message))
-        request = {"model": model, self._ITEMS: items, **self._settings(options, output)}
+        request = {self._ITEMS: items, **common}
         extra = options.get("additional_properties")
         if extra:
             request["extra_body"] = dict(extra)
@@ -368,15 +375,14 @@ class _OpenAIClientBase(BaseChatClient[ChatOptions]):
         encoded here: each message once (see :class:`MessageEncoder`), the rest with msgspec;
         ``None`` for options holding a value msgspec has no JSON form for (a pydantic model in
         ``additional_properties``, say), which the SDK's own encoder may have."""
-        model = self._model_for(options)
-        output = output_format(options.get("response_format"))
-        rest: dict[str, Any] = {"model": model, "stream": stream, **self._settings(options, output)}
+        common, output = self._common(options)
+        rest: dict[str, Any] = {**common, "stream": stream}
         if stream:
             rest.update(self._STREAM_EXTRA)
         extra = options.get("additional_properties")
         if extra:
             rest.update(extra)
-        items = b"" if self._ITEMS in rest else self._encoder.encode(messages, leading=self._leading(options))
+        items = self._encoder.encode(messages, leading=self._leading(options))
         try:
             return encode_body(self._ITEMS, items, rest), output
         except (TypeError, msgspec.EncodeError):
@@ -479,8 +485,7 @@ class OpenAIChatClient(_OpenAIClientBase):
         return chat_items(message)
 
     def _leading(self, options: ChatOptions) -> list[dict[str, Any]]:
-        instructions = options.get("instructions")
-        return [{"role": "system", "content": instructions}] if instructions else []
+        return chat_leading(options.get("instructions"))
 
     async def _create(self, sdk: AsyncOpenAI, request: dict[str, Any], *, stream: bool) -> Any:
         return await sdk.chat.completions.create(stream=stream, **request)

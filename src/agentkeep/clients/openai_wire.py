@@ -46,6 +46,7 @@ __all__ = [
     "PartialCall",
     "arguments_text",
     "chat_items",
+    "chat_leading",
     "chat_usage",
     "decode_chunk",
     "encode_body",
@@ -169,10 +170,15 @@ def to_chat_messages(messages: Sequence[Message], *, instructions: str | None = 
     Tool results become ``role: "tool"`` messages (one per result, with ``tool_call_id``);
     assistant tool calls become ``tool_calls``; images and files become content parts.
     """
-    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    out = chat_leading(instructions)
     for message in messages:
         out.extend(chat_items(message))
     return out
+
+
+def chat_leading(instructions: str | None) -> list[dict[str, Any]]:
+    """What goes before the messages in Chat Completions form: ``instructions`` as a system message."""
+    return [{"role": "system", "content": instructions}] if instructions else []
 
 
 def _response_part(content: Content) -> dict[str, Any] | None:
