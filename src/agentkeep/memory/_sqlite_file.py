@@ -111,8 +111,7 @@ def put_vector(
     ``text`` as its words in the full-text index."""
     had = has_vector(db, rowid)
     if had:
-        db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-        db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+        _drop_vector(db, rowid)
     db.run("INSERT INTO agentkeep_memory_words (rowid, text) VALUES (?, ?)", (rowid, text))
     db.run(
         "INSERT INTO agentkeep_memory_vectors (memory_rowid, scope, kind, updated_at, embedding) "
@@ -122,11 +121,16 @@ def put_vector(
     log_change(db, scope.key, rowid, 0 if had else 1)
 
 
+def _drop_vector(db: VecConnection, rowid: int) -> None:
+    """Delete the embedding of ``rowid`` and its words (unlogged: the callers log or drop logs)."""
+    db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
+    db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+
+
 def delete_vector(db: VecConnection, scope: str, rowid: int) -> None:
     """Remove the embedding of ``rowid`` if it has one, logged, and its words."""
     if has_vector(db, rowid):
-        db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-        db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+        _drop_vector(db, rowid)
         log_change(db, scope, rowid, -1)
 
 
@@ -139,8 +143,7 @@ def forget_user(db: VecConnection, user_key: str) -> int:
             r for (r,) in db.rows("SELECT rowid FROM agentkeep_memories WHERE user_key = ?", (user_key,))
         ]
         for rowid in rowids:
-            db.run("DELETE FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
-            db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+            _drop_vector(db, rowid)
         db.run("DELETE FROM agentkeep_memories WHERE user_key = ?", (user_key,))
         # A scope key is the user key, the separator and the agent: every agent's scope lies in
         # this range (ids never hold the separator, which sorts just below the space).

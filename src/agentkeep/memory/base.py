@@ -50,6 +50,7 @@ __all__ = [
     "NO_CURRENT",
     "MemoryStore",
     "SearchMode",
+    "check_mode",
     "check_page",
     "check_query",
     "check_replaces",
@@ -470,6 +471,16 @@ def check_query(k: int, min_score: float | None) -> None:
         raise ValueError("min_score must be between -1 and 1")
 
 
+def check_mode(mode: object) -> None:
+    """Refuse ``mode`` unless it is a :data:`SearchMode`.
+
+    Raises:
+        ValueError: It is not ``"hybrid"``, ``"vector"`` or ``"lexical"``.
+    """
+    if mode not in ("hybrid", "vector", "lexical"):
+        raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
+
+
 def search_request(
     store: MemoryStore,
     embedding: Sequence[float] | None,
@@ -490,8 +501,7 @@ def search_request(
     """
     check_query(k, min_score)
     chosen: SearchMode = mode if mode is not None else ("vector" if text is None else "hybrid")
-    if chosen not in ("hybrid", "vector", "lexical"):
-        raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
+    check_mode(chosen)
     if chosen != "vector" and text is None:
         raise ValueError(f"a {chosen} search needs the query's text")
     if chosen != "lexical" and embedding is None:

@@ -48,7 +48,7 @@ from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
 from ._lexical import SearchMode
-from .base import MemoryStore
+from .base import MemoryStore, check_mode
 from .embedders import Embedder
 from .records import MAX_MEMORY_TEXT, MemoryHit, MemoryRecord, MemoryScope
 
@@ -224,8 +224,7 @@ class SemanticMemoryProvider(ContextProvider):
         self.scope = scope
         self.top_k = top_k
         self.min_score = min_score
-        if mode not in ("hybrid", "vector", "lexical"):
-            raise ValueError(f"mode must be 'hybrid', 'vector' or 'lexical', not {mode!r}")
+        check_mode(mode)
         self.mode: SearchMode = mode
         if order not in ("relevance", "time"):
             raise ValueError(f"order must be 'relevance' or 'time', not {order!r}")
