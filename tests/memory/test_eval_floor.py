@@ -54,9 +54,9 @@ def test_the_committed_set_is_what_its_script_writes(
 async def test_recall_on_the_committed_set_with_the_packaged_model(
     evaluation: ModuleType, minilm: MiniLMEmbedder
 ) -> None:
-    """Measured (recall@5 / @10, all questions): BM25 0.46 / 0.49, embeddings 0.71 / 0.84,
-    hybrid 0.72 / 0.86. The floors are well below; hybrid is held to at least the better of the
-    two at 10 on the whole set, less a margin."""
+    """Measured (recall@5 / @10, all questions): BM25 0.47 / 0.50, embeddings 0.71 / 0.84,
+    hybrid 0.77 / 0.84. The floors are well below; hybrid is held to at least the better of the
+    two at 5 and 10 on the whole set, less a margin."""
     table, counts, _ = await evaluation.evaluate(evaluation.load_committed(), minilm)
     assert counts["all"] >= 200
     assert table["lexical"]["all"][5] >= 0.35
@@ -65,19 +65,29 @@ async def test_recall_on_the_committed_set_with_the_packaged_model(
     assert table["hybrid"]["all"][10] >= 0.7
     for category in ("single-hop", "multi-hop", "temporal"):
         assert table["hybrid"][category][10] >= 0.6, category
-    better = max(table["lexical"]["all"][10], table["vector"]["all"][10])
-    assert table["hybrid"]["all"][10] >= better - 0.05
+    for k in (5, 10):
+        better = max(table["lexical"]["all"][k], table["vector"]["all"][k])
+        assert table["hybrid"]["all"][k] >= better - 0.05, k
 
 
 async def test_the_in_process_store_evaluates_alike(evaluation: ModuleType) -> None:
     """The hashed test embedder and the in-process store's own BM25: the same run, offline."""
-    table, _, ranked = await evaluation.evaluate(
+    table, _, _ = await evaluation.evaluate(
         evaluation.load_committed(), HashingEmbedder(dimensions=256), store_kind="memory"
     )
     assert table["lexical"]["all"][10] >= 0.3
     assert table["hybrid"]["all"][10] >= 0.3
-    swept = evaluation.sweep(ranked)
-    assert set(swept) >= {(1.0, 1.0, 50), (1.0, 0.0, 50)}
+
+
+async def test_saved_vectors_are_reused(evaluation: ModuleType, tmp_path: Path) -> None:
+    """``--vectors``: a second run asks the embedder only for texts it has not seen."""
+    path = tmp_path / "vectors.npz"
+    first = evaluation.SavedEmbedder(HashingEmbedder(dimensions=8), path)
+    made = await first.embed(["a pottery class", "the bowl broke"])
+    first.save()
+    again = evaluation.SavedEmbedder(HashingEmbedder(dimensions=8), path)
+    again.embedder = None  # asked for nothing it saved
+    assert await again.embed(["the bowl broke", "a pottery class"]) == [made[1], made[0]]  # float64 kept
 
 
 def test_locomo_files_are_read_with_their_dates_and_evidence(evaluation: ModuleType, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from psycopg import sql
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
 from agentkeep.memory import InMemoryMemoryStore, MemoryHit, MemoryRecord, MemoryScope
-from agentkeep.memory._lexical import fused, query_terms, words
+from agentkeep.memory._lexical import blended, indexed_text, names_in, query_terms, ranked, words
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.semantic import (
@@ -36,10 +36,27 @@ ANA = MemoryScope("ana", tenant_id="t")
 SPRING = datetime(2023, 4, 12, 18, 30, tzinfo=UTC)
 
 
-def test_fusion_ranks_by_both_lists() -> None:
-    assert fused(["a", "b", "c"], ["c", "d"]) == ["c", "a", "b", "d"]
-    assert fused([], ["x", "y"]) == ["x", "y"]
-    assert fused(["a"], [], vector_weight=0.0, lexical_weight=1.0) == ["a"]
+def test_fusion_blends_scaled_scores_and_the_named_speaker() -> None:
+    cosines = {"a": 0.8, "b": 0.4, "c": 0.6, "d": -0.2}
+    nearest = [("a", 0.8), ("c", 0.6), ("b", 0.4)]
+    # a: .7; c: .7 * .75 + .3 = .825; b: .35; d: .3 (a negative cosine counts 0)
+    assert blended(nearest, [("c", 6.0), ("d", 6.0)], cosines) == ["c", "a", "b", "d"]
+    assert blended(nearest, [("c", 6.0), ("d", 6.0)], cosines, named=["b"]) == ["c", "b", "a", "d"]
+    assert blended([], [("x", 2.0), ("y", 1.0)], {}) == ["x", "y"]
+    assert blended([("a", 0.5), ("b", 0.5)], [], cosines) == ["a", "b"]  # ties: the vector order
+    # scaled by each ranking's best: multiplying one ranking's scores changes nothing
+    assert blended(nearest, [("c", 600.0), ("d", 600.0)], cosines) == ["c", "a", "b", "d"]
+    order, scores = ranked(nearest, [("d", 1.0)], mode="hybrid", k=2, min_score=0.5, similarity=cosines)
+    assert order == ["a", "c"]  # b under min_score is no candidate by meaning
+    assert scores == {"a": 0.8, "c": 0.6}
+    assert names_in(["what", "mary", "ann", "paint"], "Mary Ann")
+    assert not names_in(["what", "mary", "paint"], "Mary Ann")
+    assert not names_in(["what", "mary"], None)
+    assert (
+        indexed_text("Yes!", {"speaker": "Ana", "context": "Bo: Sushi?", "role": "user"})
+        == "Yes!\nAna\nBo: Sushi?"
+    )
+    assert indexed_text("Yes!", {"speaker": 3}) == "Yes!"
     assert query_terms("When did Caroline go to the LGBTQ support group?") == [
         "caroline",
         "go",
@@ -71,6 +88,12 @@ async def test_a_remembered_chunk_carries_its_message_speaker_and_date() -> None
     assert record.metadata == {"speaker": "Ana", "role": "user", "message_id": "m-1"}
     assert record.key is not None
     assert record.key.startswith(CHUNK_KEY_PREFIX)
+    # the next turn's chunk keeps what was said just before it: the reply of the turn before
+    await agent.run([Message("user", "Yes, twice!", author_name="Ana")], session=session)
+    reply = next(r for r in await store.list_memories(scope) if r.text == "Yes, twice!")
+    assert reply.metadata["context"] == "assistant: Nice!"
+    found = await store.search(scope, None, text="nice", mode="lexical")
+    assert [h.record.text for h in found] == ["Yes, twice!"]  # by the words of what it answers
 
 
 async def test_a_refresh_keeps_the_newer_text_and_date_with_history() -> None:
@@ -185,7 +208,13 @@ def _downgrade_sqlite_to_layout_3(path: Path) -> None:
         connection.close()
 
 
+_REPLY = MemoryRecord(
+    "Yes, twice!", embedding=_axis(3), metadata={"speaker": "Ana", "context": "Bo: Been to Svalbard?"}
+)
+
+
 async def _written_at_the_previous_layout(store: SQLiteMemoryStore | PostgresMemoryStore) -> None:
+    await store.add(ANA, _REPLY)
     await store.add(ANA, MemoryRecord("Ana keeps bees in Tromsø.", embedding=_axis(0), key="hobby"))
     await store.add(ANA, MemoryRecord("Ana keeps goats in Tromsø.", embedding=_axis(0), key="hobby"))
     await store.add(ANA, MemoryRecord("Ana's profile: beekeeper", key="profile"))  # no vector
@@ -197,13 +226,43 @@ async def _words_are_indexed(store: SQLiteMemoryStore | PostgresMemoryStore) -> 
         return [h.record.text for h in await store.search(ANA, None, text=text, mode="lexical")]
 
     assert await found("goats") == ["Ana keeps goats in Tromsø."]
+    assert await found("Svalbard") == ["Yes, twice!"]  # by the words of what it answers
     assert await found("bees beekeeper") == []  # superseded, no vector, another scope
     await store.add(ANA, MemoryRecord("Ana rows on Saturdays.", embedding=_axis(2)))
     assert await found("rows") == ["Ana rows on Saturdays."]
 
 
+def _index_sqlite_text_alone(path: Path) -> None:
+    """The word index as layout 4 kept it: each memory's text alone."""
+    connection = apsw.Connection(str(path))
+    try:
+        connection.enable_load_extension(True)
+        connection.load_extension(sqlite_vec.loadable_path())
+        connection.execute(
+            "UPDATE agentkeep_memory_words SET text = "
+            "(SELECT m.text FROM agentkeep_memories AS m WHERE m.rowid = agentkeep_memory_words.rowid)"
+        )
+        connection.execute("UPDATE agentkeep_memory_meta SET value = '4' WHERE name = 'layout'")
+    finally:
+        connection.close()
+
+
+async def test_a_sqlite_file_of_layout_4_indexes_speakers_and_contexts(tmp_path: Path) -> None:
+    assert LAYOUT == 5
+    path = tmp_path / "memory.db"
+    old = SQLiteMemoryStore(path, dimensions=4)
+    await _written_at_the_previous_layout(old)
+    await old.aclose()
+    await asyncio.to_thread(_index_sqlite_text_alone, path)
+    upgraded = SQLiteMemoryStore(path, dimensions=4)
+    try:
+        await _words_are_indexed(upgraded)
+    finally:
+        await upgraded.aclose()
+
+
 async def test_a_sqlite_file_of_layout_3_gains_the_word_index(tmp_path: Path) -> None:
-    assert LAYOUT == 4
+    assert LAYOUT == 5
     path = tmp_path / "memory.db"
     old = SQLiteMemoryStore(path, dimensions=4)
     await _written_at_the_previous_layout(old)
@@ -218,7 +277,7 @@ async def test_a_sqlite_file_of_layout_3_gains_the_word_index(tmp_path: Path) ->
 
 @pytest.mark.postgres
 async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
-    assert MEMORY_LAYOUT == 5
+    assert MEMORY_LAYOUT == 6
     schema = new_schema("akmhyb")
     old = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
     try:
@@ -232,7 +291,32 @@ async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
         try:
             await _words_are_indexed(upgraded)
             recorded = await execute(sql.SQL("SELECT value FROM {} WHERE name = 'layout'").format(meta))
-            assert recorded == [("5",)]
+            assert recorded == [("6",)]
+        finally:
+            await upgraded.aclose()
+    finally:
+        await drop_schema(schema)
+
+
+@pytest.mark.postgres
+async def test_a_postgres_schema_of_layout_5_indexes_speakers_and_contexts() -> None:
+    schema = new_schema("akmhyb")
+    old = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
+    try:
+        await _written_at_the_previous_layout(old)
+        await old.aclose()
+        memories, meta = (sql.Identifier(schema, t) for t in ("memories", "memory_meta"))
+        await execute(sql.SQL("ALTER TABLE {} DROP COLUMN words").format(memories))  # layout 5's: text alone
+        await execute(
+            sql.SQL(
+                "ALTER TABLE {} ADD COLUMN words tsvector "
+                "GENERATED ALWAYS AS (to_tsvector('english', text)) STORED"
+            ).format(memories)
+        )
+        await execute(sql.SQL("UPDATE {} SET value = '5' WHERE name = 'layout'").format(meta))
+        upgraded = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
+        try:
+            await _words_are_indexed(upgraded)
         finally:
             await upgraded.aclose()
     finally:
@@ -242,7 +326,8 @@ async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
 # -- the word index after any writes ---------------------------------------------------------------
 async def words_after(sequence: list[Op], backend: str) -> None:
     """After every write, a search by each word finds exactly the memories a search by meaning
-    can find (current, unexpired, with a vector) whose text holds that word, in each scope."""
+    can find (current, unexpired, with a vector) whose text, speaker or context holds that word,
+    in each scope."""
     async with opened(backend) as store:
         added: list[tuple[MemoryScope, str]] = []
         start = datetime.now(UTC)
@@ -250,9 +335,14 @@ async def words_after(sequence: list[Op], backend: str) -> None:
             await apply(op, store, added, start)
             for scope in SCOPES:
                 findable = await store.search(scope, [1.0, 1.0, 1.0, 1.0], k=1_000)
-                vocabulary = {"memory", "moved"} | {w for h in findable for w in words(h.record.text)}
+                indexed = {
+                    h.record.id: words(indexed_text(h.record.text, h.record.metadata)) for h in findable
+                }
+                vocabulary = {"memory", "moved", "ann0", "asked1"} | {
+                    w for found in indexed.values() for w in found
+                }
                 for word in sorted(vocabulary):
-                    expected = {h.record.id for h in findable if word in words(h.record.text)}
+                    expected = {memory for memory, found in indexed.items() if word in found}
                     hits = await store.search(scope, None, k=1_000, text=word, mode="lexical")
                     assert {h.record.id for h in hits} == expected, (scope, word)
 

@@ -43,7 +43,8 @@ TENANTS = ("t", "t::team", None)
 
 def record(n: int, *, key: str | None, when: datetime, vector: bool) -> MemoryRecord:
     embedding = [1.0 if i == n % DIMENSIONS else 0.5 for i in range(DIMENSIONS)] if vector else None
-    return MemoryRecord(f"memory {n}", embedding=embedding, key=key, created_at=when)
+    metadata = {"speaker": f"ann{n % 2}"} if n % 3 == 0 else {}  # words a word index also holds
+    return MemoryRecord(f"memory {n}", embedding=embedding, key=key, created_at=when, metadata=metadata)
 
 
 @asynccontextmanager
@@ -171,7 +172,8 @@ async def apply(op: Op, store: MemoryStore, added: list[tuple[MemoryScope, str]]
             if op.name == "update":
                 await store.update(scope, memory_id, text="moved", embedding=vector)
             else:
-                await store.update(scope, memory_id, metadata={"touched": True})
+                context = f"bo: asked{op.pick % 3}"
+                await store.update(scope, memory_id, metadata={"touched": True, "context": context})
         except LookupError:
             pass  # superseded or gone
 
@@ -246,7 +248,7 @@ def downgrade_sqlite_to_layout_2(path: Path) -> None:
 
 
 async def test_a_sqlite_file_of_layout_2_gains_the_summary_with_the_right_counts() -> None:
-    assert LAYOUT == 4
+    assert LAYOUT == 5
     async with opened("sqlite") as old:
         assert isinstance(old, SQLiteMemoryStore)
         await fill(old)
@@ -265,7 +267,7 @@ async def test_a_sqlite_file_of_layout_2_gains_the_summary_with_the_right_counts
             layout = await asyncio.to_thread(
                 sqlite_rows, old.path, "SELECT value FROM agentkeep_memory_meta WHERE name = 'layout'"
             )
-            assert layout == [("4",)]
+            assert layout == [("5",)]
             await upgraded.add(SCOPES[1], record(20, key=None, when=datetime.now(UTC), vector=True))
             assert (await upgraded.scopes(tenant_id="t", limit=1))[0].scope == SCOPES[1]
             await summary_matches_group_by(upgraded)
@@ -295,7 +297,7 @@ async def test_a_sqlite_file_of_a_newer_layout_is_refused() -> None:
 
 @pytest.mark.postgres
 async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_counts() -> None:
-    assert MEMORY_LAYOUT == 5
+    assert MEMORY_LAYOUT == 6
     async with opened("postgres") as old:
         assert isinstance(old, PostgresMemoryStore)
         await fill(old)
@@ -318,7 +320,7 @@ async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_co
                 assert await listed(upgraded, tenant, size=2) == before[tenant]
             await summary_matches_group_by(upgraded)
             recorded = await execute(sql.SQL("SELECT value FROM {} WHERE name = 'layout'").format(meta))
-            assert recorded == [("5",)]
+            assert recorded == [("6",)]
             await upgraded.add(SCOPES[1], record(20, key=None, when=datetime.now(UTC), vector=True))
             assert (await upgraded.scopes(tenant_id="t", limit=1))[0].scope == SCOPES[1]
             await summary_matches_group_by(upgraded)

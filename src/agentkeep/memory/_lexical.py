@@ -1,11 +1,13 @@
 """What hybrid recall shares across the memory stores: a search's checked request
 (:class:`SearchRequest`: its mode, vector, query words and time window), the words of a text, the
-query each backend's lexical index reads (SQLite FTS5, PostgreSQL ``tsquery``), a small BM25 for
-the in-process store, and reciprocal rank fusion of a vector ranking with a lexical one.
+query each backend's lexical index reads (SQLite FTS5, PostgreSQL ``tsquery``), what a memory's
+words are indexed with, a small BM25 for the in-process store, and the fusion of a vector ranking
+with a lexical one by score.
 
 Each store ranks by words with its own index (FTS5's BM25 with the Porter stemmer, PostgreSQL's
 ``ts_rank_cd`` over ``english`` vectors, :class:`BM25` here), so their lexical scores differ
-in scale; fusion reads only ranks, so the fused order does not depend on that scale.
+in scale; fusion divides each ranking's scores by its best, so the fused order does not depend
+on that scale.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal, TypeVar
@@ -21,14 +23,17 @@ from typing import Final, Literal, TypeVar
 __all__ = [
     "BM25",
     "CANDIDATES",
-    "FUSION_K",
+    "INDEXED_METADATA",
     "LEXICAL_WEIGHT",
+    "SPEAKER_BOOST",
     "STOPWORDS",
     "VECTOR_WEIGHT",
     "SearchMode",
     "SearchRequest",
+    "blended",
     "fts5_query",
-    "fused",
+    "indexed_text",
+    "names_in",
     "query_terms",
     "ranked",
     "stem",
@@ -40,19 +45,23 @@ SearchMode = Literal["hybrid", "vector", "lexical"]
 """How a search ranks: by meaning and words fused (``"hybrid"``), by meaning (``"vector"``,
 cosine similarity of embeddings), or by words (``"lexical"``, the store's full-text index)."""
 
-FUSION_K: Final = 60
-"""Reciprocal rank fusion's constant: a memory at rank ``r`` (from 1) of a ranking adds
-``weight / (FUSION_K + r)`` to its fused score (the constant of Cormack et al., 2009)."""
-
-VECTOR_WEIGHT: Final = 1.0
-LEXICAL_WEIGHT: Final = 1.0
-"""The weights of the two rankings in fusion (measured with ``bench/eval_memory.py``; see
-docs/memory.md)."""
+VECTOR_WEIGHT: Final = 0.7
+LEXICAL_WEIGHT: Final = 0.3
+SPEAKER_BOOST: Final = 0.4
+"""The weights of fusion (:func:`blended`): of the cosine and of the word score, each scaled by
+its ranking's best, and what a memory said by someone the query names adds (measured with
+``bench/eval_memory.py``; see docs/memory.md)."""
 
 CANDIDATES: Final = 50
 """How many memories each ranking contributes to fusion at least (``4 * k`` if more)."""
 
 _MAX_TERMS: Final = 32
+
+INDEXED_METADATA: Final = ("speaker", "context")
+"""The metadata a memory's words are indexed with besides its text, when they are strings: who
+said it, and what was said just before (the semantic provider keeps ``"speaker: text"`` of the
+message before a remembered one), so a reply ("Yes, twice last year!") is found by the words of
+what it answers. Only the index reads them: the memory's text stays what was said."""
 
 _STOPWORDS_TEXT: Final = """a about above after again against all am an and any are as at be because
 been before being below between both but by can could did do does doing down during each few for
@@ -80,6 +89,13 @@ def query_terms(text: str) -> list[str]:
     at most 32."""
     kept = dict.fromkeys(w for w in words(text) if w not in STOPWORDS)
     return list(kept)[:_MAX_TERMS]
+
+
+def indexed_text(text: str, metadata: Mapping[str, object]) -> str:
+    """The text a memory's word index holds: its ``text`` and the string values of its
+    :data:`INDEXED_METADATA`, one per line."""
+    extra = [value for name in INDEXED_METADATA if isinstance(value := metadata.get(name), str) and value]
+    return "\n".join((text, *extra)) if extra else text
 
 
 def fts5_query(terms: Iterable[str]) -> str:
@@ -175,39 +191,71 @@ class BM25:
 K = TypeVar("K", bound=Hashable)
 
 
-def fused(
-    vector: Sequence[K],
-    lexical: Sequence[K],
+def blended(
+    nearest: Sequence[tuple[K, float]],
+    lexical: Sequence[tuple[K, float]],
+    similarity: Mapping[K, float],
+    named: Collection[K] = (),
     *,
     vector_weight: float = VECTOR_WEIGHT,
     lexical_weight: float = LEXICAL_WEIGHT,
+    speaker_boost: float = SPEAKER_BOOST,
 ) -> list[K]:
-    """Reciprocal rank fusion of two rankings (best first each): every item's score is the sum
-    of ``weight / (FUSION_K + rank)`` over the rankings it is in; best first, ties in the order
-    of the vector ranking, then of the lexical one."""
-    scores: dict[K, float] = {}
-    for ranking, weight in ((vector, vector_weight), (lexical, lexical_weight)):
-        for rank, item in enumerate(ranking, start=1):
-            scores[item] = scores.get(item, 0.0) + weight / (FUSION_K + rank)
-    order = {item: at for at, item in enumerate(scores)}
-    return sorted(scores, key=lambda item: (-scores[item], order[item]))
+    """Fusion by score of two rankings' candidates (``nearest``: item, cosine; ``lexical``: item,
+    word score; each best first), best first: each candidate scores ``vector_weight`` times its
+    cosine (``similarity`` holds every candidate's; below 0 counts 0) over the best cosine, plus
+    ``lexical_weight`` times its word score over the best word score (0 when the words did not
+    find it), plus ``speaker_boost`` when it is in ``named`` (said by someone the query names).
+    Ties in the order of the vector ranking, then of the lexical one."""
+    words = dict(lexical)
+    order = {
+        item: at for at, item in enumerate(dict.fromkeys([i for i, _ in nearest] + [i for i, _ in lexical]))
+    }
+    best_cosine = max((max(similarity.get(i, 0.0), 0.0) for i in order), default=0.0) or 1.0
+    best_words = max(words.values(), default=0.0) or 1.0
+    named = set(named)
+
+    def score(item: K) -> float:
+        cosine = max(similarity.get(item, 0.0), 0.0)
+        return (
+            vector_weight * cosine / best_cosine
+            + lexical_weight * words.get(item, 0.0) / best_words
+            + (speaker_boost if item in named else 0.0)
+        )
+
+    scores = {item: score(item) for item in order}
+    return sorted(order, key=lambda item: (-scores[item], order[item]))
+
+
+def names_in(terms: Collection[str], speaker: object) -> bool:
+    """Whether a query of ``terms`` names ``speaker`` (every word of the name is a term)."""
+    if not isinstance(speaker, str):
+        return False
+    name = words(speaker)
+    return bool(name) and all(part in terms for part in name)
 
 
 def ranked(
-    nearest: Sequence[tuple[int, float]],
-    lexical: Sequence[tuple[int, float]],
+    nearest: Sequence[tuple[K, float]],
+    lexical: Sequence[tuple[K, float]],
     *,
     mode: SearchMode,
     k: int,
     min_score: float | None,
-) -> tuple[list[int], dict[int, float]]:
-    """The rows a search returns, best first, and the similarity of those found by meaning:
-    ``nearest`` (row, cosine; the ones under ``min_score`` left out, a NaN kept for the caller to
-    refuse) alone, or fused with ``lexical`` (row, word score) in ``"hybrid"`` mode, ``k`` at
-    most. Rows found by words only have no similarity here: the store reads theirs."""
-    kept = [(row, score) for row, score in nearest if min_score is None or not score < min_score]
+    similarity: Mapping[K, float] | None = None,
+    named: Collection[K] = (),
+) -> tuple[list[K], dict[K, float]]:
+    """The items a search returns, best first, and the similarity of those it knows: ``nearest``
+    (item, cosine; the ones under ``min_score`` left out, a NaN kept for the caller to refuse)
+    alone, or blended with ``lexical`` (item, word score) in ``"hybrid"`` mode (:func:`blended`;
+    ``similarity``: the cosines of the items found by words only, ``named``: the candidates said
+    by someone the query names), ``k`` at most."""
+    kept = [(item, score) for item, score in nearest if min_score is None or not score < min_score]
+    scores = dict(kept)
     if mode == "hybrid":
-        order = fused([row for row, _ in kept], [row for row, _ in lexical])[:k]
+        known = {**(similarity or {}), **dict(nearest)}  # those under min_score too: found by words
+        order = blended(kept, lexical, known, named)[:k]
+        scores.update((item, known[item]) for item in order if item in known)
     else:
-        order = [row for row, _ in kept]
-    return order, dict(kept)
+        order = [item for item, _ in kept]
+    return order, scores

@@ -19,6 +19,7 @@ from ..errors import (
     MemoryFormatError,
     SchemaVersionError,
 )
+from ._lexical import INDEXED_METADATA
 from ._vector_cache import LOG_KEEP
 from .base import meta_number
 from .records import MemoryScope
@@ -34,10 +35,11 @@ __all__ = [
     "log_change",
     "purge_before",
     "put_vector",
+    "put_words",
     "vector_bytes",
 ]
 
-LAYOUT: Final = 4
+LAYOUT: Final = 5
 # vec0 keeps each scope's vectors in chunks of this many; a scope takes at least one chunk
 # (64 x 384 x 4 bytes = 96 KiB), where the default 1,024 took 1.5 MiB per user. Searches of large
 # scopes are as fast (measured: 3.0 ms for 10k vectors either way).
@@ -108,7 +110,7 @@ def put_vector(
     text: str,
 ) -> None:
     """Store ``vector`` as the embedding of ``rowid`` (replacing the one it had), logged, and
-    ``text`` as its words in the full-text index."""
+    ``text`` (:func:`~._lexical.indexed_text`) as its words in the full-text index."""
     had = has_vector(db, rowid)
     if had:
         _drop_vector(db, rowid)
@@ -119,6 +121,12 @@ def put_vector(
         (rowid, scope.key, kind, updated, vector_bytes(vector)),
     )
     log_change(db, scope.key, rowid, 0 if had else 1)
+
+
+def put_words(db: VecConnection, rowid: int, text: str) -> None:
+    """Replace the words the full-text index holds for ``rowid`` (a memory with a vector)."""
+    db.run("DELETE FROM agentkeep_memory_words WHERE rowid = ?", (rowid,))
+    db.run("INSERT INTO agentkeep_memory_words (rowid, text) VALUES (?, ?)", (rowid, text))
 
 
 def _drop_vector(db: VecConnection, rowid: int) -> None:
@@ -285,11 +293,33 @@ def _add_word_index(db: VecConnection, dimensions: int) -> None:
     )
 
 
+def _metadata_text(name: str) -> str:
+    """SQL for a newline and the string value of the metadata entry ``name`` (none: '')."""
+    value = f"json_extract(m.metadata, '$.{name}')"
+    return (
+        f"CASE WHEN json_type(m.metadata, '$.{name}') = 'text' AND {value} <> '' "
+        f"THEN char(10) || {value} ELSE '' END"
+    )
+
+
+def _index_metadata_words(db: VecConnection, dimensions: int) -> None:
+    """Layout 5: every memory's words indexed with those of its speaker and context (what
+    :func:`~._lexical.indexed_text` gives a memory written from now on)."""
+    db.run("DELETE FROM agentkeep_memory_words")
+    extra = " || ".join(_metadata_text(name) for name in INDEXED_METADATA)
+    db.run(
+        f"INSERT INTO agentkeep_memory_words (rowid, text) SELECT m.rowid, m.text || {extra} "
+        "FROM agentkeep_memories AS m WHERE m.superseded_by IS NULL "
+        "AND EXISTS (SELECT 1 FROM agentkeep_memory_vectors AS v WHERE v.memory_rowid = m.rowid)"
+    )
+
+
 _MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (
     _create_tables,
     _create_change_log,
     _add_scope_summary,
     _add_word_index,
+    _index_metadata_words,
 )
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 

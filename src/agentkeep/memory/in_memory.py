@@ -20,7 +20,7 @@ from typing import Any
 
 from .._files import check_memory_url
 from ..errors import MemoryFormatError
-from ._lexical import BM25, SearchMode, fused
+from ._lexical import BM25, SearchMode, indexed_text, names_in, ranked
 from .base import (
     NO_CURRENT,
     MemoryStore,
@@ -116,7 +116,7 @@ class InMemoryMemoryStore(MemoryStore):
         """Keep ``record`` in its scope's word index while it is current and has an embedding."""
         words = self._words.setdefault(scope_key, BM25())
         if record.current and record.embedding is not None:
-            words.put(record.id, record.text)
+            words.put(record.id, indexed_text(record.text, record.metadata))
         else:
             words.remove(record.id)
 
@@ -230,7 +230,18 @@ class InMemoryMemoryStore(MemoryStore):
             (i for i, score in scores.items() if min_score is None or score >= min_score),
             key=lambda i: (-scores[i], i),
         )
-        best = fused(by_meaning, by_words)[:k] if request.mode == "hybrid" else by_meaning
+        named = [
+            i for i in {*by_meaning, *by_words} if names_in(request.terms, found[i].metadata.get("speaker"))
+        ]
+        best, _ = ranked(
+            [(i, scores[i]) for i in by_meaning],
+            [(i, lexical[i]) for i in by_words],
+            mode=request.mode,
+            k=k,
+            min_score=None,  # applied above
+            similarity=scores,
+            named=named,
+        )
         return [MemoryHit(_copy(found[i]), scores[i], lexical.get(i)) for i in best]  # only hits copied
 
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:

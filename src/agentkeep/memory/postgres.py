@@ -47,7 +47,7 @@ from .._db.postgres import (
     PostgresPool,
 )
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
-from ._lexical import SearchMode, ranked, tsquery
+from ._lexical import INDEXED_METADATA, SearchMode, names_in, ranked, tsquery
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MIN_VECTORS,
@@ -118,6 +118,17 @@ _FILTERED: Final = (
 """A search's filter of a scope's current memories with vectors (parameters: ``_Filters.params()``)."""
 _COLUMNS: Final = "id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
 
+
+def _metadata_words(name: str) -> str:
+    """SQL for the string value of the metadata entry ``name`` ('' when absent or not a string)."""
+    return f"CASE WHEN jsonb_typeof(metadata->'{name}') = 'string' THEN metadata->>'{name}' ELSE '' END"
+
+
+_WORDS: Final = "to_tsvector('english', text || ' ' || {})".format(
+    " || ' ' || ".join(_metadata_words(name) for name in INDEXED_METADATA)
+)
+"""What a memory's ``words`` column is generated from (layout 6)."""
+
 _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (  # 1: the memories and their indexes
         "CREATE TABLE IF NOT EXISTS {memories} ("
@@ -175,6 +186,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE {memories} ADD COLUMN IF NOT EXISTS words tsvector "
         "GENERATED ALWAYS AS (to_tsvector('english', text)) STORED",
         "CREATE INDEX IF NOT EXISTS memories_words ON {memories} USING gin (words) "
+        "WHERE superseded_by IS NULL AND embedding IS NOT NULL",
+    ),
+    (  # 6: the words with those of the memory's speaker and context (its metadata's string
+        # values of _lexical.INDEXED_METADATA, as the other stores index them)
+        "ALTER TABLE {memories} DROP COLUMN IF EXISTS words",  # and its index
+        f"ALTER TABLE {{memories}} ADD COLUMN words tsvector GENERATED ALWAYS AS ({_WORDS}) STORED",
+        "CREATE INDEX memories_words ON {memories} USING gin (words) "
         "WHERE superseded_by IS NULL AND embedding IS NOT NULL",
     ),
 )
@@ -669,13 +687,26 @@ class PostgresMemoryStore(MemoryStore):
                 records = await self._records_by_row(conn, scope.key, [row for row, _ in lexical[:k]])
                 return [MemoryHit(records[r], score, score) for r, score in lexical[:k] if r in records]
             nearest = await self._by_meaning(conn, query, pool, filters, windowed=request.windowed)
-            order, scores = ranked(nearest, lexical, mode=request.mode, k=k, min_score=min_score)
-            missing = [r for r in order if r not in scores]
-            if missing:  # found by words only: their similarity too
+            similarity: dict[int, float] = {}
+            named: list[int] = []
+            if request.mode == "hybrid" and lexical:
+                near = {r for r, _ in nearest}
+                missing = [r for r, _ in lexical if r not in near]  # found by words only
                 try:
-                    scores.update(await self._cosines(conn, query, missing))
+                    similarity = await self._cosines(conn, query, missing) if missing else {}
                 except DamagedVector as exc:
                     raise await self._damaged_vector(conn, exc) from exc
+                named = await self._named(conn, request.terms, [*near, *(r for r, _ in lexical)])
+            order, scores = ranked(
+                nearest,
+                lexical,
+                mode=request.mode,
+                k=k,
+                min_score=min_score,
+                similarity=similarity,
+                named=named,
+            )
+            order = [r for r in order if r in scores]  # a vector gone since: not found by meaning
             records = await self._records_by_row(conn, scope.key, order)
             words = dict(lexical)
             hits = checked_hits(
@@ -756,6 +787,13 @@ class PostgresMemoryStore(MemoryStore):
         matrix = vector_matrix([row for row, _ in found], [bytes(v) for _, v in found], self.dimensions)
         scores = np.vecdot(matrix, query)
         return {row: float(score) for (row, _), score in zip(found, scores, strict=True)}
+
+    async def _named(self, conn: PostgresConnection, terms: Sequence[str], rows: list[int]) -> list[int]:
+        """Those of ``rows`` said by someone ``terms`` name (their metadata's speaker)."""
+        cursor = await conn.execute(
+            self._q("SELECT row, metadata->>'speaker' FROM {memories} WHERE row = ANY(%s)"), (rows,)
+        )
+        return [row for row, speaker in await cursor.fetchall() if names_in(terms, speaker)]
 
     async def _by_words(
         self, conn: PostgresConnection, terms: Sequence[str], n: int, filters: _Filters

@@ -17,7 +17,10 @@ structured-output call finds in the turn (each with a key: what it is about); ot
 user's messages themselves, as chunks. Each memory carries its context: ``created_at`` is when
 its message was said (the message's own ``created_at``), ``source_session_id`` its session, and
 its metadata the message's id (``message_id``; a fact: ``message_ids``), its ``speaker`` (the
-author's name, else the role) and ``role``. The rules (see :mod:`agentkeep.memory.records`):
+author's name, else the role), ``role``, and a chunk also ``context``: ``"speaker: text"`` of the
+message said just before it in the session (kept in the session's state between turns, at most
+500 characters), indexed with its words so that a reply is found by what it answers. The rules
+(see :mod:`agentkeep.memory.records`):
 
 * *near-identical* memories are kept once: a new text whose nearest memory of the same key (a
   chunk: of the same speaker) scores at least ``dedupe_threshold`` replaces it, with the newer
@@ -298,6 +301,11 @@ class SemanticMemoryProvider(ContextProvider):
     def _vectors_key(self) -> str:
         return f"{self.source_id}:vectors"
 
+    @property
+    def _last_said_key(self) -> str:
+        """The session state entry that keeps the last message remembered from (its context)."""
+        return f"{self.source_id}:last_said"
+
     async def remember(
         self,
         scope: MemoryScope,
@@ -316,11 +324,19 @@ class SemanticMemoryProvider(ContextProvider):
             when = max((_said_at(m) for m in said), default=datetime.now(UTC))
             items = [_Item(f.key, f.text, "fact", context, when) for f in facts]
         else:
-            items = [
-                _Item(None, part, "chunk", _context(m), _said_at(m))
-                for m in said
-                for part in _chunks(m.text.strip())
-            ]
+            items: list[_Item] = []
+            before: Any = session.state.get(self._last_said_key)
+            remembered = {id(m) for m in said}
+            for m in messages:
+                if id(m) in remembered:
+                    context = _context(m, before if isinstance(before, str) else None)
+                    items.extend(
+                        _Item(None, part, "chunk", context, _said_at(m)) for part in _chunks(m.text.strip())
+                    )
+                if m.role in ("user", "assistant") and m.text.strip():
+                    before = f"{_speaker(m)}: {m.text.strip()[:CONTEXT_CHARS]}"
+            if isinstance(before, str):
+                session.state.set(self._last_said_key, before)
         if not items:
             return
         vectors = dict(known or {})
@@ -361,6 +377,10 @@ class SemanticMemoryProvider(ContextProvider):
         return f"SemanticMemoryProvider(source_id={self.source_id!r}, store={self.store!r})"
 
 
+CONTEXT_CHARS: Final = 500
+"""How much of the message before a remembered one its chunk keeps as ``context`` (indexed with
+its words, see :data:`~._lexical.INDEXED_METADATA`)."""
+
 CHUNK_KEY_PREFIX: Final = "chunk."
 """What the key of a remembered chunk starts with (then the id of its first version)."""
 
@@ -380,11 +400,18 @@ def _said_at(message: Message) -> datetime:
     return message.created_at or datetime.now(UTC)
 
 
-def _context(message: Message) -> dict[str, Any]:
-    """A message's context, as a chunk of it keeps it in its metadata."""
-    context: dict[str, Any] = {"speaker": message.author_name or message.role, "role": message.role}
+def _speaker(message: Message) -> str:
+    return message.author_name or message.role
+
+
+def _context(message: Message, before: str | None) -> dict[str, Any]:
+    """A message's context, as a chunk of it keeps it in its metadata: its speaker, role, id and
+    what was said just before it (``before``)."""
+    context: dict[str, Any] = {"speaker": _speaker(message), "role": message.role}
     if message.message_id:
         context["message_id"] = message.message_id
+    if before:
+        context["context"] = before
     return context
 
 

@@ -52,7 +52,7 @@ from ..errors import (
     MemoryFormatError,
     StorageClosedError,
 )
-from ._lexical import SearchMode, fts5_query, ranked
+from ._lexical import SearchMode, fts5_query, indexed_text, names_in, ranked
 from ._sqlite_file import (
     account,
     create_or_upgrade,
@@ -62,6 +62,7 @@ from ._sqlite_file import (
     log_change,
     purge_before,
     put_vector,
+    put_words,
     vector_bytes,
 )
 from ._vector_cache import (
@@ -311,7 +312,8 @@ class SQLiteMemoryStore(MemoryStore):
                 )
                 rowid = db.last_rowid
                 if embedding is not None:
-                    put_vector(db, rowid, scope, record.kind, updated, embedding, record.text)
+                    words = indexed_text(record.text, record.metadata)
+                    put_vector(db, rowid, scope, record.kind, updated, embedding, words)
                 account(db, scope.key, 1 - superseded)
             return stored_record(record, embedding)
 
@@ -354,13 +356,16 @@ class SQLiteMemoryStore(MemoryStore):
                     "UPDATE agentkeep_memories SET text = ?, metadata = ?, updated_at = ? WHERE rowid = ?",
                     (changed.text, json.dumps(changed.metadata), updated, row[0]),
                 )
+                words = indexed_text(changed.text, changed.metadata)
                 if vector is not None:
-                    put_vector(db, row[0], scope, changed.kind, updated, vector, changed.text)
+                    put_vector(db, row[0], scope, changed.kind, updated, vector, words)
                 elif has_vector(db, row[0]):  # its time moved: the expiry filter reads it
                     db.run(
                         "UPDATE agentkeep_memory_vectors SET updated_at = ? WHERE memory_rowid = ?",
                         (updated, row[0]),
                     )
+                    if metadata is not None:  # the words of its speaker or context may have changed
+                        put_words(db, row[0], words)
                     log_change(db, scope.key, row[0], 0)
                 account(db, scope.key, 0)  # its newest may have moved
             return changed
@@ -436,11 +441,26 @@ class SQLiteMemoryStore(MemoryStore):
                     found = self._records_of(db, scope.key, lexical[:k])
                     return [MemoryHit(self._record(row), score, score) for row, score in found]
                 nearest = self._by_meaning(db, query, pool, filters, windowed=request.windowed)
-                order, scores = ranked(nearest, lexical, mode=request.mode, k=k, min_score=min_score)
+                similarity: dict[int, float] = {}
+                named: list[int] = []
+                if request.mode == "hybrid" and lexical:
+                    near = {r for r, _ in nearest}
+                    missing = [r for r, _ in lexical if r not in near]  # found by words only
+                    similarity = self._cosines(db, scope.key, query, missing) if missing else {}
+                    named = self._named(db, request.terms, [*near, *(r for r, _ in lexical)])
+                order, scores = ranked(
+                    nearest,
+                    lexical,
+                    mode=request.mode,
+                    k=k,
+                    min_score=min_score,
+                    similarity=similarity,
+                    named=named,
+                )
                 missing = [r for r in order if r not in scores]
-                if missing:  # found by words only: their similarity too
+                if missing:  # found by words only (their vectors went since): their similarity
                     scores.update(self._cosines(db, scope.key, query, missing))
-                found = self._records_of(db, scope.key, [(r, scores[r]) for r in order])
+                found = self._records_of(db, scope.key, [(r, scores[r]) for r in order if r in scores])
             words = dict(lexical)
             return checked_hits(
                 self, [MemoryHit(self._record(row), score, words.get(row[0])) for row, score in found]
@@ -507,6 +527,16 @@ class SQLiteMemoryStore(MemoryStore):
             if row is not None:
                 found[rowid] = self._similarity(row[0], row[1])
         return found
+
+    def _named(self, db: VecConnection, terms: Sequence[str], rowids: list[int]) -> list[int]:
+        """Those of ``rowids`` said by someone ``terms`` name (their metadata's speaker)."""
+        marks = ", ".join("?" * len(rowids))
+        rows = db.rows(
+            "SELECT rowid, json_extract(metadata, '$.speaker') FROM agentkeep_memories "
+            f"WHERE rowid IN ({marks})",
+            rowids,
+        )
+        return [rowid for rowid, speaker in rows if names_in(terms, speaker)]
 
     def _by_words(
         self, db: VecConnection, terms: Sequence[str], n: int, filters: _Filters

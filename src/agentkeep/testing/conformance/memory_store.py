@@ -180,7 +180,7 @@ async def searches_by_words_and_fused(backend: MemoryStoreBackend) -> None:
         hits = await store.search(ALICE, None, k=5, text="green tea", mode="lexical")
         expect_equal([h.record.id for h in hits], [tea.id], "a lexical search")
         expect(hits[0].score > 0 and hits[0].lexical_score == hits[0].score, "its score: relevance")
-        hybrid = await store.search(ALICE, axis(0), k=2, text="When was the kayak painted?")
+        hybrid = await store.search(ALICE, axis(0), k=4, text="When was the kayak painted?")
         ids = [h.record.id for h in hybrid]
         expect(teal.id in ids, "hybrid finds the word match the vectors rank last")
         expect(near[0].id in ids or near[1].id in ids or near[2].id in ids, "and the nearest")
@@ -198,6 +198,25 @@ async def searches_by_words_and_fused(backend: MemoryStoreBackend) -> None:
             expect_equal(await _by_words(store, ALICE, "Bob"), [], f"{other}'s words stay theirs")
             expect_equal(len(await _by_words(store, ALICE, "kayak")), 1, f"{other}'s kayak is theirs")
         expect_equal(await _by_words(store, MemoryScope("carol"), "kayak"), [], "an empty scope")
+
+
+@_check
+async def hybrid_search_reads_speakers_and_contexts(backend: MemoryStoreBackend) -> None:
+    """Words of a record's ``speaker`` and ``context`` metadata are found as its own; in a hybrid
+    search, of records alike a record said by someone the query names comes first."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        said = {"speaker": "Bo Lind", "context": "Alice: Did the ferry to Svalbard run?"}
+        reply = await store.add(ALICE, MemoryRecord("Yes, twice.", embedding=axis(1), metadata=said))
+        other = await store.add(
+            ALICE, MemoryRecord("Yes, once.", embedding=axis(1), metadata={"speaker": "Cy"})
+        )
+        expect_equal(await _by_words(store, ALICE, "Svalbard ferry"), [reply.text], "by its context's words")
+        expect_equal(await _by_words(store, ALICE, "lind"), [reply.text], "by its speaker's words")
+        for text, first in (("What did Cy say?", other), ("Did Bo Lind ever go?", reply)):
+            hits = await store.search(ALICE, axis(1), k=2, text=text)
+            expect_equal(hits[0].record.id, first.id, f"{text!r}: its named speaker's record first")
+        await store.update(ALICE, other.id, metadata={"speaker": "Cy", "context": "Alice: Any orcas?"})
+        expect_equal(await _by_words(store, ALICE, "orcas"), [other.text], "a metadata update re-indexes")
 
 
 @_check
