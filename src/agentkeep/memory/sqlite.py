@@ -513,20 +513,18 @@ class SQLiteMemoryStore(MemoryStore):
 
     def _cosines(self, db: VecConnection, scope: str, query: bytes, rowids: list[int]) -> dict[int, float]:
         """The cosine similarity of each of ``rowids``' vectors to ``query``: from the scope's
-        cached matrix, just caught up in this transaction, or read one by one by row id."""
+        cached matrix, just caught up in this transaction, or read in one query by row id."""
         vectors = self._cache.get(scope)
         if vectors is not None:
             return vectors.similarities(np.frombuffer(query, dtype=np.float32), rowids)
-        found: dict[int, float] = {}
-        for rowid in rowids:
-            row = db.one(
-                "SELECT m.id, vec_distance_cosine(v.embedding, ?) FROM agentkeep_memory_vectors AS v "
-                "JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid WHERE v.memory_rowid = ?",
-                (query, rowid),
-            )
-            if row is not None:
-                found[rowid] = self._similarity(row[0], row[1])
-        return found
+        marks = ", ".join("?" * len(rowids))
+        rows = db.rows(
+            "SELECT v.memory_rowid, m.id, vec_distance_cosine(v.embedding, ?) "
+            "FROM agentkeep_memory_vectors AS v "
+            f"JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid WHERE v.memory_rowid IN ({marks})",
+            [query, *rowids],
+        )
+        return {rowid: self._similarity(memory_id, distance) for rowid, memory_id, distance in rows}
 
     def _named(self, db: VecConnection, terms: Sequence[str], rowids: list[int]) -> list[int]:
         """Those of ``rowids`` said by someone ``terms`` name (their metadata's speaker)."""
