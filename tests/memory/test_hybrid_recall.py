@@ -178,6 +178,12 @@ def test_recalled_memories_may_be_listed_oldest_first() -> None:
     by_time = render_memories(hits, today=today, order="time").splitlines()
     assert "oldest first" in by_time[0]
     assert by_time[1:] == ["- [2023-04-12] Ana: We visited Porto.", "- [2023-05-22] We moved to Porto."]
+    question = "Bo: Where did you go in April?\n" + "And then? " * 30
+    reply = MemoryRecord("Porto!", created_at=SPRING, metadata={"speaker": "Ana", "context": question})
+    (line,) = render_memories([MemoryHit(reply, 0.5)], today=today).splitlines()[1:]
+    assert line.startswith("- [2023-04-12] Ana: Porto! (replying to Bo: Where did you go in April? And then?")
+    assert line.endswith("And th...)")  # clipped, on one line
+    assert len(line) < 210
     with pytest.raises(ValueError, match="order"):
         SemanticMemoryProvider(
             InMemoryMemoryStore(dimensions=8),

@@ -430,8 +430,8 @@ def render_memories(
     order: Literal["relevance", "time"] = "relevance",
 ) -> str:
     """The recalled-memories message: today's date, then one line per memory with the date it
-    was said, its speaker and its session, most relevant first (``order="time"``: oldest
-    first)."""
+    was said, its speaker, what it replied to (its ``context``, clipped) and its session, most
+    relevant first (``order="time"``: oldest first)."""
     now = today or datetime.now(UTC)
     listed = "most relevant first" if order == "relevance" else "oldest first"
     lines = [
@@ -445,8 +445,21 @@ def render_memories(
         named = isinstance(speaker, str) and speaker and speaker != record.metadata.get("role")
         who = f"{speaker}: " if named else ""  # a name, not just the role
         source = f" (session {record.source_session_id})" if record.source_session_id else ""
-        lines.append(f"- [{record.created_at.date().isoformat()}] {who}{record.text}{source}")
+        before = record.metadata.get("context")
+        reply = f" (replying to {_clipped(before)})" if isinstance(before, str) and before else ""
+        lines.append(f"- [{record.created_at.date().isoformat()}] {who}{record.text}{reply}{source}")
     return "\n".join(lines)
+
+
+RENDERED_CONTEXT_CHARS: Final = 160
+"""How much of a recalled chunk's context (what it replied to) the recalled line shows."""
+
+
+def _clipped(text: str) -> str:
+    flat = " ".join(text.split())
+    return (
+        flat if len(flat) <= RENDERED_CONTEXT_CHARS else flat[: RENDERED_CONTEXT_CHARS - 3].rstrip() + "..."
+    )
 
 
 def transcript(messages: Sequence[Message]) -> str:
