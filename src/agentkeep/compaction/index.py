@@ -37,7 +37,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring
-from typing import Final, cast
+from typing import Final
 
 from .._json_values import check_text
 from ..messages import Message, Role, message_id_generator
@@ -53,8 +53,10 @@ from .groups import (
     summarized_message_ids,
 )
 from .tokenizers import (
+    PLAIN_TEXT_PAYLOAD_CHARS,
     CharacterEstimatorTokenizer,
     Tokenizer,
+    ascii_json_string,
     message_token_text,
     reference_payload_length,
 )
@@ -360,30 +362,36 @@ class MessageIndex:
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
     def _name(
-        self, named: Sequence[Message], positions: Sequence[int], new_id: Callable[[], str]
-    ) -> list[str]:
-        """Give each of ``named`` (the messages at ``positions``) that has no id one from ``new_id``
-        (a summary names what it replaces), and return their ids in order. The default estimator
-        measures the reference's payload, which holds the id: its count is corrected from the
-        payload length kept at append (no tokenizer call), so the count kept for the message stays
-        what a recount gives wherever it is counted later. Other tokenizers are not called again
-        (a message is counted once); one that measures ids keeps the count of the unnamed message."""
-        ids = [message.message_id for message in named]
-        if None not in ids:
-            return cast("list[str]", ids)
+        self,
+        named: Sequence[Message],
+        positions: Sequence[int],
+        ids: list[str | None],
+        new_id: Callable[[], str],
+    ) -> int:
+        """Give each of ``named`` (the messages at ``positions``, whose ids are ``ids``) that has no
+        id one from ``new_id`` (a summary names what it replaces), filling ``ids`` in; return how
+        the included token count changes.
+
+        The default estimator measures the reference's payload, which holds the id: its count is
+        corrected from the payload length kept at append (no tokenizer call), so the count kept
+        for the message stays what a recount gives wherever it is counted later. Other tokenizers
+        are not called again (a message is counted once); one that measures ids keeps the count
+        of the unnamed message. The group and grand totals are corrected here; the included total
+        is the caller's to add (once for a whole pass)."""
         state = self._state
         per_token = state.payload_chars_per_token
         tokens, group_of, payload_lengths = state.tokens, state.group_of, state.payload_lengths
-        for slot, message in enumerate(named):
-            if message.message_id is not None:
+        included_change = total_change = 0
+        for slot, message_id in enumerate(ids):
+            if message_id is not None:
                 continue
             at = positions[slot]
-            message.message_id = ids[slot] = message_id = new_id()
+            named[slot].message_id = ids[slot] = message_id = new_id()
             if not per_token:
                 continue
             length = payload_lengths[at]
             if length < 0:  # not measured unnamed here (it was named and renamed since)
-                length = reference_payload_length(message)
+                length = reference_payload_length(named[slot])
             else:  # the id replaces the payload's null
                 length += len(encode_basestring(message_id)) - 4
                 payload_lengths[at] = -1
@@ -392,17 +400,18 @@ class MessageIndex:
                 tokens[at] = fresh
                 owner = group_of[at]
                 owner.token_count += change
-                state.total_tokens += change
+                total_change += change
                 if not owner.excluded:
-                    state.included_token_count += change
-        return cast("list[str]", ids)
+                    included_change += change
+        state.total_tokens += total_change
+        return included_change
 
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
         if group.excluded:
             raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
 
-    def _replace_each(
+    def _replace_each(  # noqa: C901 - one loop on purpose, see below
         self,
         groups: Iterable[MessageGroup],
         summarize: Callable[[MessageGroup], Message] | None,
@@ -418,10 +427,12 @@ class MessageIndex:
         of its own.
 
         A cold compaction replaces thousands of groups, so this loop is written for speed: state in
-        locals, the summary group made directly, totals summed and added once (in ``finally``, so
-        they stay exact when a bad group stops the run), and each group's slot found by walking on
-        from the previous one when groups come in logical order (a walk's order), so a whole pass
-        finds its slots in O(groups) instead of a binary search each.
+        locals, a text summary made and measured inline (its payload length from its text and id
+        lengths, as the grouping loop measures a plain text), the summary group made directly,
+        totals summed and added once (in ``finally``, so they stay exact when a bad group stops
+        the run), and each group's slot found by walking on from the previous one when groups come
+        in logical order (a walk's order), so a whole pass finds its slots in O(groups) instead of
+        a binary search each.
         """
         state = self._state
         messages, token_list, group_of, all_groups = (
@@ -435,40 +446,60 @@ class MessageIndex:
         count_message, per_token = state.count_message, state.payload_chars_per_token
         if summarize is None:
             Message(role)  # the role is checked once (MessageFormatError), before anything changes
+        # A text summary's payload besides its text and id, as the grouping loop counts a plain text
+        text_payload = PLAIN_TEXT_PAYLOAD_CHARS + len(role)
         summary_kind, tool_kind, system_kind = (
             MessageGroupKind.SUMMARY,
             MessageGroupKind.TOOL_CALL,
             MessageGroupKind.SYSTEM,
         )
+        new_group, checked_text = MessageGroup.__new__, Message.from_checked_text
+        ascii_json = ascii_json_string
         made: list[MessageGroup] = []
         slot, last_order = -1, -1
         added_tokens = added_bytes = message_change = token_change = byte_change = tool_groups_gone = 0
         try:
             for group in groups:
-                if group.index is not self or group_of[group.first_index] is not group or group.excluded:
+                first_index = group.first_index
+                if group.index is not self or group_of[first_index] is not group or group.excluded:
                     self._check_replaceable(group)  # raises, saying why
                 later = group.later_indices  # the group's messages (as group.messages reads them)
-                first = messages[group.first_index]
+                first = messages[first_index]
                 own = [first, *map(messages.__getitem__, later)] if later else [first]
                 if listed is None:
                     named = own
-                    ids = self._name(
-                        own, [group.first_index, *later] if later else [group.first_index], new_id
-                    )
+                    ids = [message.message_id for message in own]
+                    if None in ids:
+                        positions = [first_index, *later] if later else [first_index]
+                        token_change += self._name(own, positions, ids, new_id)
                 else:
                     named = [messages[at] for at in listed]
-                    ids = self._name(named, listed, new_id)
+                    ids = [message.message_id for message in named]
+                    if None in ids:
+                        token_change += self._name(named, listed, ids, new_id)
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    summary, tokens = _text_summary(role, text, ids, new_id(), per_token, count_message)
+                    plain = type(text) is str and text.isascii()
+                    if not plain:
+                        check_text(text, "text")
+                    summary_id = new_id()
+                    summary = checked_text(role, text, None, summary_id, None)
+                    summary.additional_properties = {SUMMARY_PROPERTY: ids}
+                    if not per_token:
+                        tokens = count_message(summary)
+                    else:
+                        written = len(ascii_json(text)) if plain else len(encode_basestring(text))
+                        length = text_payload + written + len(encode_basestring(summary_id))
+                        tokens = length // per_token or 1  # max(1, ...) without a call
+                    size = len(text) if plain else len(text.encode("utf-8"))
                 else:
                     summary, text = _given_summary(summarize(group), named, new_id)
                     tokens = count_message(summary)
+                    size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 position = len(messages)
                 messages.append(summary)
                 token_list.append(tokens)
@@ -482,7 +513,19 @@ class MessageIndex:
                 else:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order
-                summary_group = MessageGroup(self, summary_kind, turn, position, order, tokens, size)
+                # the summary group, made (as MessageGroup() would) inline
+                summary_group = new_group(MessageGroup)
+                summary_group.index = self
+                summary_group.kind = summary_kind
+                summary_group.turn = turn
+                summary_group.order = order
+                summary_group.first_index = position
+                summary_group.later_indices = None
+                summary_group.token_count = tokens
+                summary_group.byte_count = size
+                summary_group.excluded = False
+                summary_group.call_ids = ()
+                summary_group.unanswered = None
                 group_of.append(summary_group)
                 all_groups[slot] = summary_group  # the summary takes the group's slot
                 if slot < state.head:
@@ -492,7 +535,7 @@ class MessageIndex:
                 group.excluded = True
                 added_tokens += tokens
                 added_bytes += size
-                message_change += 1 - len(own)
+                message_change += -len(later) if later else 0
                 token_change += tokens - group.token_count
                 byte_change += size - group.byte_count
                 if kind is tool_kind:
@@ -636,17 +679,3 @@ def _given_summary(summary: Message, named: list[Message], new_id: Callable[[], 
     if summary.message_id is None:
         summary.message_id = new_id()
     return summary, message_token_text(summary)
-
-
-def _text_summary(
-    role: Role, text: str, ids: list[str], summary_id: str, per_token: int, count: Callable[[Message], int]
-) -> tuple[Message, int]:
-    """A summary of ``text`` replacing the messages ``ids``, and its token count: its payload's
-    length measured directly (``per_token``: the default estimator's payload measure), else by
-    ``count``. The role was checked once for the whole pass."""
-    check_text(text, "text")
-    summary = Message.from_checked_text(role, text, None, summary_id, None)
-    summary.additional_properties = {SUMMARY_PROPERTY: ids}
-    if not per_token:
-        return summary, count(summary)
-    return summary, reference_payload_length(summary) // per_token or 1
