@@ -37,9 +37,11 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring
-from typing import Final
+from operator import attrgetter
+from typing import Final, cast
 
 from .._json_values import check_text
+from ..contents import TextContent
 from ..messages import Message, Role, message_id_generator
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
@@ -48,7 +50,6 @@ from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
-    mark_summary,
     order_key,
     summarized_message_ids,
 )
@@ -62,6 +63,9 @@ from .tokenizers import (
 )
 
 __all__ = ["MessageIndex"]
+
+_ID_OF: Final = attrgetter("message_id")
+_TOKEN_COUNT_OF: Final = attrgetter("token_count")
 
 
 class MessageIndex:
@@ -361,39 +365,32 @@ class MessageIndex:
         """
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
-    def _name(
-        self,
-        named: Sequence[Message],
-        positions: Sequence[int],
-        ids: list[str | None],
-        new_id: Callable[[], str],
-    ) -> int:
-        """Give each of ``named`` (the messages at ``positions``, whose ids are ``ids``) that has no
-        id one from ``new_id`` (a summary names what it replaces), filling ``ids`` in; return how
-        the included token count changes.
+    def _recount_named(self, positions: list[int]) -> None:
+        """Correct the counts of the messages at ``positions``, just named (a summary names what it
+        replaces), keeping every total exact.
 
         The default estimator measures the reference's payload, which holds the id: its count is
         corrected from the payload length kept at append (no tokenizer call), so the count kept
         for the message stays what a recount gives wherever it is counted later. Other tokenizers
         are not called again (a message is counted once); one that measures ids keeps the count
-        of the unnamed message. The group and grand totals are corrected here; the included total
-        is the caller's to add (once for a whole pass)."""
+        of the unnamed message."""
         state = self._state
         per_token = state.payload_chars_per_token
-        tokens, group_of, payload_lengths = state.tokens, state.group_of, state.payload_lengths
+        if not per_token:
+            return
+        messages, tokens, group_of, payload_lengths = (
+            state.messages,
+            state.tokens,
+            state.group_of,
+            state.payload_lengths,
+        )
         included_change = total_change = 0
-        for slot, message_id in enumerate(ids):
-            if message_id is not None:
-                continue
-            at = positions[slot]
-            named[slot].message_id = ids[slot] = message_id = new_id()
-            if not per_token:
-                continue
+        for at in positions:
             length = payload_lengths[at]
             if length < 0:  # not measured unnamed here (it was named and renamed since)
-                length = reference_payload_length(named[slot])
+                length = reference_payload_length(messages[at])
             else:  # the id replaces the payload's null
-                length += len(encode_basestring(message_id)) - 4
+                length += len(encode_basestring(cast(str, messages[at].message_id))) - 4
                 payload_lengths[at] = -1
             fresh = length // per_token or 1
             if change := fresh - tokens[at]:
@@ -404,7 +401,7 @@ class MessageIndex:
                 if not owner.excluded:
                     included_change += change
         state.total_tokens += total_change
-        return included_change
+        state.included_token_count += included_change
 
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
@@ -427,22 +424,18 @@ class MessageIndex:
         of its own.
 
         A cold compaction replaces thousands of groups, so this loop is written for speed: state in
-        locals, a text summary made and measured inline (its payload length from its text and id
-        lengths, as the grouping loop measures a plain text), the summary group made directly,
-        totals summed and added once (in ``finally``, so they stay exact when a bad group stops
-        the run), and each group's slot found by walking on from the previous one when groups come
-        in logical order (a walk's order), so a whole pass finds its slots in O(groups) instead of
-        a binary search each.
+        locals; a replaced message without an id named here and its count corrected in one pass
+        at the end (:meth:`_recount_named`); a text summary made (as
+        :meth:`Message.from_checked_text` would) and measured (its payload length from its text
+        and id lengths, as the grouping loop measures a plain text) inline; the summary group
+        made directly; the parallel lists and totals added to once (in ``finally``, so they stay
+        exact when a bad group stops the run); and each group's slot found by walking on from the
+        previous one when groups come in logical order (a walk's order), so a whole pass finds its
+        slots in O(groups) instead of a binary search each.
         """
         state = self._state
-        messages, token_list, group_of, all_groups = (
-            state.messages,
-            state.tokens,
-            state.group_of,
-            state.groups,
-        )
+        messages, group_of, all_groups = state.messages, state.group_of, state.groups
         journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
-        payload_lengths = state.payload_lengths
         count_message, per_token = state.count_message, state.payload_chars_per_token
         if summarize is None:
             Message(role)  # the role is checked once (MessageFormatError), before anything changes
@@ -453,9 +446,10 @@ class MessageIndex:
             MessageGroupKind.TOOL_CALL,
             MessageGroupKind.SYSTEM,
         )
-        new_group, checked_text = MessageGroup.__new__, Message.from_checked_text
-        ascii_json = ascii_json_string
+        new, ascii_json, id_of = object.__new__, ascii_json_string, _ID_OF
         made: list[MessageGroup] = []
+        renamed: list[int] = []  # positions of the replaced messages named here
+        start = len(messages)  # the summaries' positions follow on from here
         slot, last_order = -1, -1
         added_tokens = added_bytes = message_change = token_change = byte_change = tool_groups_gone = 0
         try:
@@ -466,17 +460,16 @@ class MessageIndex:
                 later = group.later_indices  # the group's messages (as group.messages reads them)
                 first = messages[first_index]
                 own = [first, *map(messages.__getitem__, later)] if later else [first]
-                if listed is None:
-                    named = own
-                    ids = [message.message_id for message in own]
-                    if None in ids:
-                        positions = [first_index, *later] if later else [first_index]
-                        token_change += self._name(own, positions, ids, new_id)
-                else:
-                    named = [messages[at] for at in listed]
-                    ids = [message.message_id for message in named]
-                    if None in ids:
-                        token_change += self._name(named, listed, ids, new_id)
+                named = own if listed is None else [messages[at] for at in listed]
+                ids = list(map(id_of, named))
+                if None in ids:  # named here; their counts are corrected at the end
+                    positions = (
+                        listed if listed is not None else [first_index, *later] if later else [first_index]
+                    )
+                    for at, message_id in enumerate(ids):
+                        if message_id is None:
+                            named[at].message_id = ids[at] = new_id()
+                            renamed.append(positions[at])
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
@@ -484,8 +477,14 @@ class MessageIndex:
                     if not plain:
                         check_text(text, "text")
                     summary_id = new_id()
-                    summary = checked_text(role, text, None, summary_id, None)
+                    part = new(TextContent)
+                    part.text, part.additional_properties, part.extra_fields = text, None, None
+                    summary = new(Message)
+                    summary.role, summary.contents, summary.author_name = role, [part], None
+                    summary.message_id, summary.created_at = summary_id, None
                     summary.additional_properties = {SUMMARY_PROPERTY: ids}
+                    summary.extra_fields = None
+                    summary._source = None  # pyright: ignore[reportPrivateUsage] - as from_checked_text
                     if not per_token:
                         tokens = count_message(summary)
                     else:
@@ -494,17 +493,17 @@ class MessageIndex:
                         tokens = length // per_token or 1  # max(1, ...) without a call
                     size = len(text) if plain else len(text.encode("utf-8"))
                 else:
-                    summary, text = _given_summary(summarize(group), named, new_id)
+                    summary = summarize(group)
+                    summary.additional_properties = {**summary.additional_properties, SUMMARY_PROPERTY: ids}
+                    if summary.message_id is None:
+                        summary.message_id = new_id()
+                    text = message_token_text(summary)
                     tokens = count_message(summary)
                     size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                position = len(messages)
                 messages.append(summary)
-                token_list.append(tokens)
-                if per_token:
-                    payload_lengths.append(-1)
                 order, turn, kind = group.order, group.turn, group.kind
                 if order > last_order:  # in logical order: the slot lies after the previous one
                     slot += 1
@@ -514,28 +513,27 @@ class MessageIndex:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order
                 # the summary group, made (as MessageGroup() would) inline
-                summary_group = new_group(MessageGroup)
-                summary_group.index = self
-                summary_group.kind = summary_kind
-                summary_group.turn = turn
-                summary_group.order = order
-                summary_group.first_index = position
-                summary_group.later_indices = None
-                summary_group.token_count = tokens
-                summary_group.byte_count = size
-                summary_group.excluded = False
-                summary_group.call_ids = ()
-                summary_group.unanswered = None
-                group_of.append(summary_group)
-                all_groups[slot] = summary_group  # the summary takes the group's slot
+                made_group = new(MessageGroup)
+                made_group.index, made_group.kind, made_group.turn = self, summary_kind, turn
+                made_group.order, made_group.first_index, made_group.later_indices = (
+                    order,
+                    start + len(made),
+                    None,
+                )
+                made_group.token_count, made_group.byte_count, made_group.excluded = tokens, size, False
+                made_group.call_ids, made_group.unanswered = (), None
+                made.append(made_group)
+                group_of.append(made_group)
+                summaries.add(made_group.first_index)
+                all_groups[slot] = made_group  # the summary takes the group's slot
                 if slot < state.head:
                     state.head = slot
-                summaries.add(position)
                 # The summary takes the group's place in the included totals: one group for one.
                 group.excluded = True
                 added_tokens += tokens
                 added_bytes += size
-                message_change += -len(later) if later else 0
+                if later:
+                    message_change -= len(later)
                 token_change += tokens - group.token_count
                 byte_change += size - group.byte_count
                 if kind is tool_kind:
@@ -547,15 +545,21 @@ class MessageIndex:
                         state.included_turn_count += 1
                 if journal is not None:
                     journal[0].append(group)
-                    journal[1].append(summary_group)
-                made.append(summary_group)
+                    journal[1].append(made_group)
         finally:
+            count = len(made)
+            del messages[start + count :]  # a summary whose group was not made (a bad group stopped it)
+            state.tokens.extend(map(_TOKEN_COUNT_OF, made))
+            if per_token:
+                state.payload_lengths.extend([-1] * count)
             state.total_tokens += added_tokens
             state.total_bytes += added_bytes
             state.included_message_count += message_change
             state.included_token_count += token_change
             state.included_byte_count += byte_change
             state.included_tool_group_count -= tool_groups_gone
+            if renamed:
+                self._recount_named(renamed)
         return made
 
     # -- recording ----------------------------------------------------------------------------
@@ -671,11 +675,3 @@ class MessageIndex:
             f"MessageIndex(messages={len(state.messages)}, groups={len(state.groups)}, "
             f"turns={len(state.turn_live)}, included_tokens={state.included_token_count})"
         )
-
-
-def _given_summary(summary: Message, named: list[Message], new_id: Callable[[], str]) -> tuple[Message, str]:
-    """A summary that a strategy made, marked as replacing ``named`` and given an id, and its text."""
-    mark_summary(summary, named, new_id)
-    if summary.message_id is None:
-        summary.message_id = new_id()
-    return summary, message_token_text(summary)
