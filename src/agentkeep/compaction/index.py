@@ -366,8 +366,9 @@ class MessageIndex:
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
     def _recount_named(self, positions: list[int]) -> None:
-        """Correct the counts of the messages at ``positions``, just named (a summary names what it
-        replaces), keeping every total exact.
+        """Correct the counts of the messages at ``positions``, just named with generated ids (a
+        summary names what it replaces; see :func:`~agentkeep.messages.message_id_generator`: hex,
+        so written in a payload as they are, quoted), keeping every total exact.
 
         The default estimator measures the reference's payload, which holds the id: its count is
         corrected from the payload length kept at append (no tokenizer call), so the count kept
@@ -390,7 +391,8 @@ class MessageIndex:
             if length < 0:  # not measured unnamed here (it was named and renamed since)
                 length = reference_payload_length(messages[at])
             else:  # the id replaces the payload's null
-                length += len(encode_basestring(cast(str, messages[at].message_id))) - 4
+                # a generated id is hex, written as it is between quotes
+                length += len(cast(str, messages[at].message_id)) + 2 - 4
                 payload_lengths[at] = -1
             fresh = length // per_token or 1
             if change := fresh - tokens[at]:
@@ -489,7 +491,7 @@ class MessageIndex:
                         tokens = count_message(summary)
                     else:
                         written = len(ascii_json(text)) if plain else len(encode_basestring(text))
-                        length = text_payload + written + len(encode_basestring(summary_id))
+                        length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
                     size = len(text) if plain else len(text.encode("utf-8"))
                 else:
