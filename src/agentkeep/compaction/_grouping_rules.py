@@ -34,10 +34,12 @@ from ..messages import Message
 from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
+    EMPTY_PAYLOAD_CHARS,
     MESSAGE_OVERHEAD_TOKENS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
+    call_measures,
     message_token_text,
     reference_payload_length,
 )
@@ -81,17 +83,17 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     all_messages, token_list, group_of = state.messages, state.tokens, state.group_of
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
-    payload_lengths, ascii_json = state.payload_lengths, ascii_json_string
+    payload_lengths, ascii_json, measure_call = state.payload_lengths, ascii_json_string, call_measures
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
-        for message in messages:
-            position = len(all_messages)
+        for position, message in enumerate(messages, len(all_messages)):
             contents = message.contents
             only: Any = contents[0] if len(contents) == 1 else None  # read by type below, without casts
             kind_of_only: object = type(only)  # pyright: ignore[reportUnknownVariableType]
             plain = kind_of_only is TextContent
             ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
+            call_written = -1  # what one function call adds to the payload, when measured here
             text: str
             if plain:
                 text = only.text
@@ -103,8 +105,11 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             ):
                 text = ascii_json(value).decode()  # message_token_text's JSON of the result
                 ascii_result = True
+            elif kind_of_only is FunctionCallContent:
+                text, call_written = measure_call(only)
             else:
                 text = message_token_text(message)
+            ascii_text = text.isascii()
             if per_token:
                 message_id = message.message_id
                 if (plain or ascii_result) and not only.additional_properties and not only.extra_fields:
@@ -113,11 +118,16 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                         message.role
                     )
                     if plain:
-                        written = len(ascii_json(text)) if text.isascii() else len(encode_basestring(text))
+                        written = len(ascii_json(text)) if ascii_text else len(encode_basestring(text))
                         length = PLAIN_TEXT_PAYLOAD_CHARS + written + head
                     else:  # the result's JSON is its payload text
                         answered: str = only.call_id
                         length = RESULT_PAYLOAD_CHARS + len(encode_basestring(answered)) + len(text) + head
+                elif call_written >= 0:  # reference_payload_length's one function call, inline
+                    head = (4 if message_id is None else len(encode_basestring(message_id))) + len(
+                        message.role
+                    )
+                    length = EMPTY_PAYLOAD_CHARS + call_written + head
                 else:
                     length = payload_length(message)
                 payload_lengths.append(length if message_id is None else -1)
@@ -126,7 +136,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 tokens = -(-len(text) // text_per_token) + overhead
             else:
                 tokens = count_message(message)
-            size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
+            size = len(text) if ascii_text else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             all_messages.append(message)
             token_list.append(tokens)
             total_tokens += tokens

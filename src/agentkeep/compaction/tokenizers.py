@@ -332,6 +332,9 @@ _RESULT_ADDS: Final = (
 PLAIN_TEXT_PAYLOAD_CHARS: Final = _ENVELOPE + _TEXT_ADDS
 """The characters of a plain text message's reference payload besides its escaped text, its id and
 its role's letters."""
+EMPTY_PAYLOAD_CHARS: Final = _ENVELOPE
+"""The characters of a message's reference payload besides its contents, its id and its role's
+letters (what :func:`call_measures` counts for a call is added to it)."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
@@ -403,6 +406,21 @@ def _content_length(content: Any) -> int:
     else:
         written = json_string_length(_dumps(value))
     return _RESULT_ADDS + len(encode_basestring(content.call_id)) + written
+
+
+def call_measures(content: FunctionCallContent) -> tuple[str, int]:
+    """A function call's :func:`message_token_text` and what it adds to its message's reference
+    payload, together (one call for the grouping loop instead of one per measure); -1 for the
+    second when the call is not measured here (additional properties), as for
+    :func:`reference_payload_length`'s contents."""
+    name, args = content.name, content.arguments
+    text = name if args is None else f"{name} {args if isinstance(args, str) else _json(args)}"
+    if content.additional_properties or content.extra_fields:
+        return text, -1
+    names = len(encode_basestring(content.call_id)) + len(encode_basestring(name))
+    if args is None:
+        return text, _CALL_NO_ARGS_ADDS + names
+    return text, _CALL_ADDS + names + (json_string_length(args) if type(args) is str else _json_length(args))
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}
