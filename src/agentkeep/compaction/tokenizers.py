@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from json.encoder import encode_basestring
 from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 
@@ -421,6 +422,22 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
     if args is None:
         return text, _CALL_NO_ARGS_ADDS + names
     return text, _CALL_ADDS + names + (json_string_length(args) if type(args) is str else _json_length(args))
+
+
+def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
+    """:func:`call_measures` for a message of several calls: their :func:`message_token_text`
+    and what they add to its reference payload (the separators between them included), or -1
+    for the second when one of them is not measured here."""
+    parts: list[str] = []
+    total = _ITEM_SEPARATOR * (len(calls) - 1)
+    for call in calls:
+        part, written = call_measures(call)
+        parts.append(part)
+        if written < 0 or total < 0:
+            total = -1
+        else:
+            total += written
+    return "\n".join(parts), total
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}
