@@ -415,13 +415,40 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
     second when the call is not measured here (additional properties), as for
     :func:`reference_payload_length`'s contents."""
     name, args = content.name, content.arguments
-    text = name if args is None else f"{name} {args if isinstance(args, str) else _json(args)}"
+    encoded = None
+    if args is None:
+        text = name
+    elif isinstance(args, str):
+        text = f"{name} {args}"
+    else:
+        encoded = _json(args)
+        text = f"{name} {encoded}"
     if content.additional_properties or content.extra_fields:
         return text, -1
     names = len(encode_basestring(content.call_id)) + len(encode_basestring(name))
     if args is None:
         return text, _CALL_NO_ARGS_ADDS + names
-    return text, _CALL_ADDS + names + (json_string_length(args) if type(args) is str else _json_length(args))
+    if type(args) is str:
+        return text, _CALL_ADDS + names + json_string_length(args)
+    if (
+        encoded is not None
+        and type(args) is dict
+        and args
+        and encoded.isascii()
+        and _TEXT_ONLY.issuperset(map(type, cast("dict[Any, Any]", args)))
+        and _SCALARS.issuperset(map(type, cast("dict[Any, Any]", args).values()))
+    ):
+        # A flat object of ASCII text, whole numbers, booleans and nulls (the usual arguments): the
+        # compact JSON just made is the payload's but for a space after each ":" and ",".
+        return text, _CALL_ADDS + names + len(encoded) + 2 * len(cast("dict[Any, Any]", args)) - 1
+    return text, _CALL_ADDS + names + _json_length(args)
+
+
+_TEXT_ONLY: Final[frozenset[type]] = frozenset({str})
+_SCALARS: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
+"""The value types of a flat object whose compact JSON (msgspec's) and payload JSON (the
+reference's) differ only by the separators' spaces: for ASCII, msgspec escapes text as
+``encode_basestring`` does (see :data:`ascii_json_string`), and writes these scalars alike."""
 
 
 def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
