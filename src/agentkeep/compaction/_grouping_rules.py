@@ -24,20 +24,24 @@ and a tool-call group whose results arrive in a later append is completed then.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from json.encoder import encode_basestring
-from typing import Any, Final
+from operator import attrgetter
+from typing import Any, Final, cast
 
 from ..contents import Content, FunctionCallContent, FunctionResultContent, TextContent, TextReasoningContent
 from ..messages import Message
 from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
+    EMPTY_PAYLOAD_CHARS,
     MESSAGE_OVERHEAD_TOKENS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
+    call_measures,
+    calls_measures,
     message_token_text,
     reference_payload_length,
 )
@@ -54,6 +58,8 @@ _SUMMARY: Final = MessageGroupKind.SUMMARY
 _USER: Final = MessageGroupKind.USER
 _TEXT: Final = MessageGroupKind.ASSISTANT_TEXT
 _TOOL: Final = MessageGroupKind.TOOL_CALL
+_CALLS_ONLY: Final[frozenset[type]] = frozenset({FunctionCallContent})
+_CALL_ID_OF: Final[Callable[[FunctionCallContent], str]] = attrgetter("call_id")
 
 
 def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # noqa: C901 - see below
@@ -82,16 +88,18 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     groups, turn_live, tool_groups, calls = state.groups, state.turn_live, state.tool_groups, state.calls
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
     payload_lengths, ascii_json = state.payload_lengths, ascii_json_string
+    measure_call, measure_calls = call_measures, calls_measures
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
     try:
-        for message in messages:
-            position = len(all_messages)
+        for position, message in enumerate(messages, len(all_messages)):
             contents = message.contents
             only: Any = contents[0] if len(contents) == 1 else None  # read by type below, without casts
             kind_of_only: object = type(only)  # pyright: ignore[reportUnknownVariableType]
             plain = kind_of_only is TextContent
             ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
+            call_written = -1  # what the function calls add to the payload, when measured here
+            many_calls = False  # several contents, all function calls
             text: str
             if plain:
                 text = only.text
@@ -103,8 +111,14 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             ):
                 text = ascii_json(value).decode()  # message_token_text's JSON of the result
                 ascii_result = True
+            elif kind_of_only is FunctionCallContent:
+                text, call_written = measure_call(only)
+            elif len(contents) > 1 and _CALLS_ONLY.issuperset(map(type, contents)):  # parallel calls
+                text, call_written = measure_calls(cast("list[FunctionCallContent]", contents))
+                many_calls = True
             else:
                 text = message_token_text(message)
+            ascii_text = text.isascii()
             if per_token:
                 message_id = message.message_id
                 if (plain or ascii_result) and not only.additional_properties and not only.extra_fields:
@@ -113,11 +127,16 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                         message.role
                     )
                     if plain:
-                        written = len(ascii_json(text)) if text.isascii() else len(encode_basestring(text))
+                        written = len(ascii_json(text)) if ascii_text else len(encode_basestring(text))
                         length = PLAIN_TEXT_PAYLOAD_CHARS + written + head
                     else:  # the result's JSON is its payload text
                         answered: str = only.call_id
                         length = RESULT_PAYLOAD_CHARS + len(encode_basestring(answered)) + len(text) + head
+                elif call_written >= 0:  # reference_payload_length's one function call, inline
+                    head = (4 if message_id is None else len(encode_basestring(message_id))) + len(
+                        message.role
+                    )
+                    length = EMPTY_PAYLOAD_CHARS + call_written + head
                 else:
                     length = payload_length(message)
                 payload_lengths.append(length if message_id is None else -1)
@@ -126,7 +145,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 tokens = -(-len(text) // text_per_token) + overhead
             else:
                 tokens = count_message(message)
-            size = len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: 1 byte per char
+            size = len(text) if ascii_text else len(text.encode("utf-8"))  # ASCII: 1 byte per char
             all_messages.append(message)
             token_list.append(tokens)
             total_tokens += tokens
@@ -136,7 +155,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 state.reasoning_tail = []  # any message ends the reasoning tail, or absorbs it
             role = message.role
             open_group = state.open_group
-            call_id: str | None = None
+            call_ids: list[str] | None = None
             props = message.additional_properties
             if props and isinstance(props.get(SUMMARY_PROPERTY), list):
                 kind = _SUMMARY
@@ -145,7 +164,9 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             elif plain and (role != "tool" or open_group is None):
                 kind = role_kinds[role]
             elif type(only) is FunctionCallContent and not tail and role == "assistant":
-                kind, call_id = _TOOL, only.call_id  # one call: a new tool-call group
+                kind, call_ids = _TOOL, [only.call_id]  # one call: a new tool-call group
+            elif many_calls and not tail and role == "assistant":  # parallel calls: the same
+                kind, call_ids = _TOOL, list(map(_CALL_ID_OF, contents))
             else:
                 owner = None
                 if plain:  # a tool-role text right after an open group: it joins by adjacency
@@ -196,7 +217,7 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
             group.token_count = tokens
             group.byte_count = size
             group.excluded = False
-            if call_id is None:
+            if call_ids is None:
                 group.call_ids = ()
                 group.unanswered = None
                 if kind is _TOOL:  # a tool-role text with nothing open: it opens its own
@@ -204,13 +225,14 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 else:
                     state.open_group = None
             else:
-                group.call_ids = [call_id]
-                group.unanswered = {call_id}
-                pending = calls.get(call_id)
-                if pending is None:
-                    calls[call_id] = [group]
-                else:
-                    pending.append(group)
+                group.call_ids = call_ids
+                group.unanswered = set(call_ids)
+                for call_id in call_ids:  # each pending (as _add_calls records them)
+                    pending = calls.get(call_id)
+                    if pending is None:
+                        calls[call_id] = [group]
+                    elif pending[-1] is not group:  # an id made twice in the message is listed once
+                        pending.append(group)
                 state.open_group, state.open_after_call = group, True
             groups.append(group)
             group_of.append(group)

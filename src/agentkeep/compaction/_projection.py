@@ -9,12 +9,16 @@ once held.
 from __future__ import annotations
 
 from itertools import compress
+from operator import attrgetter, not_
+from typing import Final
 
 from ..messages import Message
 from ._index_state import IndexState
 from .groups import MessageGroupKind
 
 __all__ = ["included_messages"]
+
+_EXCLUDED_OF: Final = attrgetter("excluded")
 
 
 def included_messages(state: IndexState) -> list[Message]:
@@ -55,13 +59,16 @@ def _included_from(state: IndexState, start: int) -> list[Message]:
     """The projection over the positions from ``start`` (summaries by their anchor)."""
     all_messages, all_groups = state.messages, state.group_of
     messages, group_of = (all_messages[start:], all_groups[start:]) if start else (all_messages, all_groups)
+    if len(messages) != len(group_of):
+        raise ValueError("the index's messages and groups are out of step")
     summaries = _live_summaries(state)
+    # Which messages are included, read in C (a comprehension costs a Python step per message).
+    keep = list(map(not_, map(_EXCLUDED_OF, group_of)))
     if not summaries:
-        return [m for m, g in zip(messages, group_of, strict=True) if not g.excluded]
+        return list(compress(messages, keep))
     # Usually each included summary stands alone at its anchor, whose own message it replaced
     # (so is excluded): then it takes that message's place and one sweep does the rest.
     shown = messages[:] if not start else messages
-    keep = [not g.excluded for g in group_of]
     for position in summaries:
         if all_groups[position].order < start:
             return _included_in_order(state, start, summaries)

@@ -37,9 +37,11 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring
+from operator import attrgetter
 from typing import Final, cast
 
 from .._json_values import check_text
+from ..contents import TextContent
 from ..messages import Message, Role, message_id_generator
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
@@ -48,18 +50,22 @@ from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
-    mark_summary,
     order_key,
     summarized_message_ids,
 )
 from .tokenizers import (
+    PLAIN_TEXT_PAYLOAD_CHARS,
     CharacterEstimatorTokenizer,
     Tokenizer,
+    ascii_json_string,
     message_token_text,
     reference_payload_length,
 )
 
 __all__ = ["MessageIndex"]
+
+_ID_OF: Final = attrgetter("message_id")
+_TOKEN_COUNT_OF: Final = attrgetter("token_count")
 
 
 class MessageIndex:
@@ -359,50 +365,52 @@ class MessageIndex:
         """
         return self._replace_each(groups, None, message_id_generator(), summary_text=summary_text, role=role)
 
-    def _name(
-        self, named: Sequence[Message], positions: Sequence[int], new_id: Callable[[], str]
-    ) -> list[str]:
-        """Give each of ``named`` (the messages at ``positions``) that has no id one from ``new_id``
-        (a summary names what it replaces), and return their ids in order. The default estimator
-        measures the reference's payload, which holds the id: its count is corrected from the
-        payload length kept at append (no tokenizer call), so the count kept for the message stays
-        what a recount gives wherever it is counted later. Other tokenizers are not called again
-        (a message is counted once); one that measures ids keeps the count of the unnamed message."""
-        ids = [message.message_id for message in named]
-        if None not in ids:
-            return cast("list[str]", ids)
+    def _recount_named(self, positions: list[int]) -> None:
+        """Correct the counts of the messages at ``positions``, just named with generated ids (a
+        summary names what it replaces; see :func:`~agentkeep.messages.message_id_generator`: hex,
+        so written in a payload as they are, quoted), keeping every total exact.
+
+        The default estimator measures the reference's payload, which holds the id: its count is
+        corrected from the payload length kept at append (no tokenizer call), so the count kept
+        for the message stays what a recount gives wherever it is counted later. Other tokenizers
+        are not called again (a message is counted once); one that measures ids keeps the count
+        of the unnamed message."""
         state = self._state
         per_token = state.payload_chars_per_token
-        tokens, group_of, payload_lengths = state.tokens, state.group_of, state.payload_lengths
-        for slot, message in enumerate(named):
-            if message.message_id is not None:
-                continue
-            at = positions[slot]
-            message.message_id = ids[slot] = message_id = new_id()
-            if not per_token:
-                continue
+        if not per_token:
+            return
+        messages, tokens, group_of, payload_lengths = (
+            state.messages,
+            state.tokens,
+            state.group_of,
+            state.payload_lengths,
+        )
+        included_change = total_change = 0
+        for at in positions:
             length = payload_lengths[at]
             if length < 0:  # not measured unnamed here (it was named and renamed since)
-                length = reference_payload_length(message)
+                length = reference_payload_length(messages[at])
             else:  # the id replaces the payload's null
-                length += len(encode_basestring(message_id)) - 4
+                # a generated id is hex, written as it is between quotes
+                length += len(cast(str, messages[at].message_id)) + 2 - 4
                 payload_lengths[at] = -1
             fresh = length // per_token or 1
             if change := fresh - tokens[at]:
                 tokens[at] = fresh
                 owner = group_of[at]
                 owner.token_count += change
-                state.total_tokens += change
+                total_change += change
                 if not owner.excluded:
-                    state.included_token_count += change
-        return cast("list[str]", ids)
+                    included_change += change
+        state.total_tokens += total_change
+        state.included_token_count += included_change
 
     def _check_replaceable(self, group: MessageGroup) -> None:
         self._check_owned(group)
         if group.excluded:
             raise ValueError(f"{group!r} is excluded already (or replaced by a summary)")
 
-    def _replace_each(
+    def _replace_each(  # noqa: C901 - one loop on purpose, see below
         self,
         groups: Iterable[MessageGroup],
         summarize: Callable[[MessageGroup], Message] | None,
@@ -418,62 +426,86 @@ class MessageIndex:
         of its own.
 
         A cold compaction replaces thousands of groups, so this loop is written for speed: state in
-        locals, the summary group made directly, totals summed and added once (in ``finally``, so
-        they stay exact when a bad group stops the run), and each group's slot found by walking on
-        from the previous one when groups come in logical order (a walk's order), so a whole pass
-        finds its slots in O(groups) instead of a binary search each.
+        locals; a replaced message without an id named here and its count corrected in one pass
+        at the end (:meth:`_recount_named`); a text summary made (as
+        :meth:`Message.from_checked_text` would) and measured (its payload length from its text
+        and id lengths, as the grouping loop measures a plain text) inline; the summary group
+        made directly; the parallel lists and totals added to once (in ``finally``, so they stay
+        exact when a bad group stops the run); and each group's slot found by walking on from the
+        previous one when groups come in logical order (a walk's order), so a whole pass finds its
+        slots in O(groups) instead of a binary search each.
         """
         state = self._state
-        messages, token_list, group_of, all_groups = (
-            state.messages,
-            state.tokens,
-            state.group_of,
-            state.groups,
-        )
+        messages, group_of, all_groups = state.messages, state.group_of, state.groups
         journal, summaries, turn_live = state.journal, state.summaries, state.turn_live
-        payload_lengths = state.payload_lengths
         count_message, per_token = state.count_message, state.payload_chars_per_token
         if summarize is None:
             Message(role)  # the role is checked once (MessageFormatError), before anything changes
+        # A text summary's payload besides its text and id, as the grouping loop counts a plain text
+        text_payload = PLAIN_TEXT_PAYLOAD_CHARS + len(role)
         summary_kind, tool_kind, system_kind = (
             MessageGroupKind.SUMMARY,
             MessageGroupKind.TOOL_CALL,
             MessageGroupKind.SYSTEM,
         )
+        new, ascii_json, id_of = object.__new__, ascii_json_string, _ID_OF
         made: list[MessageGroup] = []
+        renamed: list[int] = []  # positions of the replaced messages named here
+        start = len(messages)  # the summaries' positions follow on from here
         slot, last_order = -1, -1
         added_tokens = added_bytes = message_change = token_change = byte_change = tool_groups_gone = 0
         try:
             for group in groups:
-                if group.index is not self or group_of[group.first_index] is not group or group.excluded:
+                first_index = group.first_index
+                if group.index is not self or group_of[first_index] is not group or group.excluded:
                     self._check_replaceable(group)  # raises, saying why
                 later = group.later_indices  # the group's messages (as group.messages reads them)
-                first = messages[group.first_index]
+                first = messages[first_index]
                 own = [first, *map(messages.__getitem__, later)] if later else [first]
-                if listed is None:
-                    named = own
-                    ids = self._name(
-                        own, [group.first_index, *later] if later else [group.first_index], new_id
+                named = own if listed is None else [messages[at] for at in listed]
+                ids = list(map(id_of, named))
+                if None in ids:  # named here; their counts are corrected at the end
+                    positions = (
+                        listed if listed is not None else [first_index, *later] if later else [first_index]
                     )
-                else:
-                    named = [messages[at] for at in listed]
-                    ids = self._name(named, listed, new_id)
+                    for at, message_id in enumerate(ids):
+                        if message_id is None:
+                            named[at].message_id = ids[at] = new_id()
+                            renamed.append(positions[at])
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    summary, tokens = _text_summary(role, text, ids, new_id(), per_token, count_message)
+                    plain = type(text) is str and text.isascii()
+                    if not plain:
+                        check_text(text, "text")
+                    summary_id = new_id()
+                    part = new(TextContent)
+                    part.text, part.additional_properties, part.extra_fields = text, None, None
+                    summary = new(Message)
+                    summary.role, summary.contents, summary.author_name = role, [part], None
+                    summary.message_id, summary.created_at = summary_id, None
+                    summary.additional_properties = {SUMMARY_PROPERTY: ids}
+                    summary.extra_fields = None
+                    summary._source = None  # pyright: ignore[reportPrivateUsage] - as from_checked_text
+                    if not per_token:
+                        tokens = count_message(summary)
+                    else:
+                        written = len(ascii_json(text)) if plain else len(encode_basestring(text))
+                        length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
+                        tokens = length // per_token or 1  # max(1, ...) without a call
+                    size = len(text) if plain else len(text.encode("utf-8"))
                 else:
-                    summary, text = _given_summary(summarize(group), named, new_id)
+                    summary = summarize(group)
+                    summary.additional_properties = {**summary.additional_properties, SUMMARY_PROPERTY: ids}
+                    if summary.message_id is None:
+                        summary.message_id = new_id()
+                    text = message_token_text(summary)
                     tokens = count_message(summary)
+                    size = len(text) if text.isascii() else len(text.encode("utf-8"))
                 tail = state.reasoning_tail
                 if tail and group in tail:
                     state.reasoning_tail = []  # replaced reasoning no longer joins a following call
-                size = len(text) if text.isascii() else len(text.encode("utf-8"))
-                position = len(messages)
                 messages.append(summary)
-                token_list.append(tokens)
-                if per_token:
-                    payload_lengths.append(-1)
                 order, turn, kind = group.order, group.turn, group.kind
                 if order > last_order:  # in logical order: the slot lies after the previous one
                     slot += 1
@@ -482,17 +514,28 @@ class MessageIndex:
                 else:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order
-                summary_group = MessageGroup(self, summary_kind, turn, position, order, tokens, size)
-                group_of.append(summary_group)
-                all_groups[slot] = summary_group  # the summary takes the group's slot
+                # the summary group, made (as MessageGroup() would) inline
+                made_group = new(MessageGroup)
+                made_group.index, made_group.kind, made_group.turn = self, summary_kind, turn
+                made_group.order, made_group.first_index, made_group.later_indices = (
+                    order,
+                    start + len(made),
+                    None,
+                )
+                made_group.token_count, made_group.byte_count, made_group.excluded = tokens, size, False
+                made_group.call_ids, made_group.unanswered = (), None
+                made.append(made_group)
+                group_of.append(made_group)
+                summaries.add(made_group.first_index)
+                all_groups[slot] = made_group  # the summary takes the group's slot
                 if slot < state.head:
                     state.head = slot
-                summaries.add(position)
                 # The summary takes the group's place in the included totals: one group for one.
                 group.excluded = True
                 added_tokens += tokens
                 added_bytes += size
-                message_change += 1 - len(own)
+                if later:
+                    message_change -= len(later)
                 token_change += tokens - group.token_count
                 byte_change += size - group.byte_count
                 if kind is tool_kind:
@@ -504,15 +547,21 @@ class MessageIndex:
                         state.included_turn_count += 1
                 if journal is not None:
                     journal[0].append(group)
-                    journal[1].append(summary_group)
-                made.append(summary_group)
+                    journal[1].append(made_group)
         finally:
+            count = len(made)
+            del messages[start + count :]  # a summary whose group was not made (a bad group stopped it)
+            state.tokens.extend(map(_TOKEN_COUNT_OF, made))
+            if per_token:
+                state.payload_lengths.extend([-1] * count)
             state.total_tokens += added_tokens
             state.total_bytes += added_bytes
             state.included_message_count += message_change
             state.included_token_count += token_change
             state.included_byte_count += byte_change
             state.included_tool_group_count -= tool_groups_gone
+            if renamed:
+                self._recount_named(renamed)
         return made
 
     # -- recording ----------------------------------------------------------------------------
@@ -628,25 +677,3 @@ class MessageIndex:
             f"MessageIndex(messages={len(state.messages)}, groups={len(state.groups)}, "
             f"turns={len(state.turn_live)}, included_tokens={state.included_token_count})"
         )
-
-
-def _given_summary(summary: Message, named: list[Message], new_id: Callable[[], str]) -> tuple[Message, str]:
-    """A summary that a strategy made, marked as replacing ``named`` and given an id, and its text."""
-    mark_summary(summary, named, new_id)
-    if summary.message_id is None:
-        summary.message_id = new_id()
-    return summary, message_token_text(summary)
-
-
-def _text_summary(
-    role: Role, text: str, ids: list[str], summary_id: str, per_token: int, count: Callable[[Message], int]
-) -> tuple[Message, int]:
-    """A summary of ``text`` replacing the messages ``ids``, and its token count: its payload's
-    length measured directly (``per_token``: the default estimator's payload measure), else by
-    ``count``. The role was checked once for the whole pass."""
-    check_text(text, "text")
-    summary = Message.from_checked_text(role, text, None, summary_id, None)
-    summary.additional_properties = {SUMMARY_PROPERTY: ids}
-    if not per_token:
-        return summary, count(summary)
-    return summary, reference_payload_length(summary) // per_token or 1

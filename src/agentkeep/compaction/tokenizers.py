@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from json.encoder import encode_basestring
 from typing import Any, Final, Literal, Protocol, cast, runtime_checkable
 
@@ -332,6 +333,9 @@ _RESULT_ADDS: Final = (
 PLAIN_TEXT_PAYLOAD_CHARS: Final = _ENVELOPE + _TEXT_ADDS
 """The characters of a plain text message's reference payload besides its escaped text, its id and
 its role's letters."""
+EMPTY_PAYLOAD_CHARS: Final = _ENVELOPE
+"""The characters of a message's reference payload besides its contents, its id and its role's
+letters (what :func:`call_measures` counts for a call is added to it)."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
@@ -403,6 +407,64 @@ def _content_length(content: Any) -> int:
     else:
         written = json_string_length(_dumps(value))
     return _RESULT_ADDS + len(encode_basestring(content.call_id)) + written
+
+
+def call_measures(content: FunctionCallContent) -> tuple[str, int]:
+    """A function call's :func:`message_token_text` and what it adds to its message's reference
+    payload, together (one call for the grouping loop instead of one per measure); -1 for the
+    second when the call is not measured here (additional properties), as for
+    :func:`reference_payload_length`'s contents."""
+    name, args = content.name, content.arguments
+    encoded = None
+    if args is None:
+        text = name
+    elif isinstance(args, str):
+        text = f"{name} {args}"
+    else:
+        encoded = _json(args)
+        text = f"{name} {encoded}"
+    if content.additional_properties or content.extra_fields:
+        return text, -1
+    names = len(encode_basestring(content.call_id)) + len(encode_basestring(name))
+    if args is None:
+        return text, _CALL_NO_ARGS_ADDS + names
+    if type(args) is str:
+        return text, _CALL_ADDS + names + json_string_length(args)
+    if (
+        encoded is not None
+        and type(args) is dict
+        and args
+        and encoded.isascii()
+        and _TEXT_ONLY.issuperset(map(type, cast("dict[Any, Any]", args)))
+        and _SCALARS.issuperset(map(type, cast("dict[Any, Any]", args).values()))
+    ):
+        # A flat object of ASCII text, whole numbers, booleans and nulls (the usual arguments): the
+        # compact JSON just made is the payload's but for a space after each ":" and ",".
+        return text, _CALL_ADDS + names + len(encoded) + 2 * len(cast("dict[Any, Any]", args)) - 1
+    return text, _CALL_ADDS + names + _json_length(args)
+
+
+_TEXT_ONLY: Final[frozenset[type]] = frozenset({str})
+_SCALARS: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
+"""The value types of a flat object whose compact JSON (msgspec's) and payload JSON (the
+reference's) differ only by the separators' spaces: for ASCII, msgspec escapes text as
+``encode_basestring`` does (see :data:`ascii_json_string`), and writes these scalars alike."""
+
+
+def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
+    """:func:`call_measures` for a message of several calls: their :func:`message_token_text`
+    and what they add to its reference payload (the separators between them included), or -1
+    for the second when one of them is not measured here."""
+    parts: list[str] = []
+    total = _ITEM_SEPARATOR * (len(calls) - 1)
+    for call in calls:
+        part, written = call_measures(call)
+        parts.append(part)
+        if written < 0 or total < 0:
+            total = -1
+        else:
+            total += written
+    return "\n".join(parts), total
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}

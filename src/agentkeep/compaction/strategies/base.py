@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol, TypeAlias, runtime_checkable
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import Final, Protocol, TypeAlias, runtime_checkable
 
 from ...messages import Message
 from ..annotations import AnnotatedCompactionStrategy, index_strategy
@@ -84,6 +85,9 @@ def counts_like(tokenizer: Tokenizer | None, index_tokenizer: Tokenizer) -> bool
     )
 
 
+_TOKEN_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("token_count")
+
+
 class TokenMeter:
     """Included tokens as ``tokenizer`` counts them: the index's running totals (O(1)) when it
     counts as the index's own does, else a recount of the included messages, each counted once
@@ -117,6 +121,12 @@ class TokenMeter:
         if self._tokenizer is None:
             return group.token_count
         return self._count(group.messages, self._tokenizer)
+
+    @property
+    def group_cost(self) -> Callable[[MessageGroup], int]:
+        """:meth:`group` as a function to call once per group of a long run: the C-level read of
+        the group's kept count when the meter uses the index's counts."""
+        return _TOKEN_COUNT_OF if self._tokenizer is None else self.group
 
 
 async def apply_compaction(

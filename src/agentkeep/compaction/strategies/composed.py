@@ -117,7 +117,7 @@ class TokenBudgetComposedStrategy(AnnotatingStrategy):
                 return changed
         meter = TokenMeter(index, self.tokenizer)
         candidates = unprotected(index, self.minimum_preserved)
-        changed = exclude_oldest(index, candidates, meter(), self.token_budget, meter.group) or changed
+        changed = exclude_oldest(index, candidates, meter(), self.token_budget, meter.group_cost) or changed
         total = meter()
         if not self.strict_budget or total <= self.token_budget:
             return changed
@@ -126,7 +126,7 @@ class TokenBudgetComposedStrategy(AnnotatingStrategy):
         newest = index.newest_included(1) or [g for g in index.groups if not g.excluded][-1:]
         systems = [g for g in index.oldest_included(include_system=True) if g.kind is MessageGroupKind.SYSTEM]
         systems = [g for g in systems if g not in newest]
-        return exclude_oldest(index, systems, total, self.token_budget, meter.group) or changed
+        return exclude_oldest(index, systems, total, self.token_budget, meter.group_cost) or changed
 
     def __repr__(self) -> str:
         return (

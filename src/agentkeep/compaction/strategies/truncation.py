@@ -105,7 +105,7 @@ class TruncationStrategy(StepStrategy):
         total = meter() if meter is not None else index.included_message_count
         if not self.trigger(index):
             return False
-        cost = meter.group if meter is not None else message_count
+        cost = meter.group_cost if meter is not None else message_count
         return exclude_oldest(index, self._candidates(index), total, self.compact_to, cost)
 
     def __repr__(self) -> str:
