@@ -18,7 +18,7 @@ from psycopg import sql
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
 from agentkeep.memory import InMemoryMemoryStore, MemoryHit, MemoryRecord, MemoryScope
-from agentkeep.memory._lexical import blended, indexed_text, names_in, query_terms, ranked, words
+from agentkeep.memory._lexical import BM25, blended, indexed_text, names_in, query_terms, ranked, words
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.semantic import (
@@ -370,3 +370,33 @@ def test_the_in_process_word_index_follows_any_writes(sequence: list[Op]) -> Non
 @given(st.lists(ops, min_size=1, max_size=12))
 def test_the_postgres_word_index_follows_any_writes(sequence: list[Op]) -> None:
     asyncio.run(words_after(sequence, "postgres"))
+
+
+_BM25_WORDS = ["kayak", "kayaks", "teal", "tea", "bees", "porto", "the"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.lists(st.sampled_from(_BM25_WORDS), max_size=6) | st.none()),
+        max_size=30,
+    )
+)
+def test_bm25_kept_up_by_writes_scores_as_one_built_afresh(
+    writes: list[tuple[int, list[str] | None]],
+) -> None:
+    kept = BM25()
+    texts: dict[str, str] = {}
+    for key, said in writes:
+        if said is None:
+            kept.remove(f"m{key}")
+            texts.pop(f"m{key}", None)
+        else:
+            kept.put(f"m{key}", " ".join(said))
+            texts[f"m{key}"] = " ".join(said)
+    fresh = BM25()
+    for key, text in texts.items():
+        fresh.put(key, text)
+    assert len(kept) == len(texts)
+    for query in (["kayak"], ["teal", "bees"], _BM25_WORDS):
+        assert kept.scores(query, texts) == pytest.approx(fresh.scores(query, texts))

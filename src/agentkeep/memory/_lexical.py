@@ -139,8 +139,9 @@ class SearchRequest:
 
 class BM25:
     """Okapi BM25 over one scope's memories (the in-process store's lexical index): each
-    memory's stemmed word counts are kept as it is written; a search reads them all (exact,
-    O(memories) per search, as the store's vector search is).
+    memory's stemmed word counts are kept as it is written, with the number of memories holding
+    each word and the total length; a search scores the memories asked about (exact, O(memories)
+    per search, as the store's vector search is).
 
     Args:
         k1: Term frequency saturation.
@@ -152,18 +153,29 @@ class BM25:
         self.b = b
         self._docs: dict[str, Counter[str]] = {}
         self._lengths: dict[str, int] = {}
+        self._holding: Counter[str] = Counter()  # how many memories hold each stem
+        self._total = 0
 
     def __len__(self) -> int:
         return len(self._docs)
 
     def put(self, key: str, text: str) -> None:
+        self.remove(key)
         terms = [stem(w) for w in words(text)]
-        self._docs[key] = Counter(terms)
+        doc = Counter(terms)
+        self._docs[key] = doc
         self._lengths[key] = len(terms)
+        self._holding.update(doc.keys())
+        self._total += len(terms)
 
     def remove(self, key: str) -> None:
-        self._docs.pop(key, None)
-        self._lengths.pop(key, None)
+        doc = self._docs.pop(key, None)
+        if doc is None:
+            return
+        self._total -= self._lengths.pop(key)
+        self._holding.subtract(doc.keys())
+        for gone in [s for s in doc if self._holding[s] <= 0]:
+            del self._holding[gone]
 
     def scores(self, terms: Sequence[str], keys: Iterable[str]) -> dict[str, float]:
         """The BM25 score of each of ``keys`` (indexed ones) that holds a term of ``terms``."""
@@ -171,9 +183,12 @@ class BM25:
         if not stems or not self._docs:
             return {}
         count = len(self._docs)
-        average = sum(self._lengths.values()) / count or 1.0
-        frequency = {s: sum(1 for doc in self._docs.values() if s in doc) for s in stems}
-        idf = {s: math.log(1 + (count - n + 0.5) / (n + 0.5)) for s, n in frequency.items() if n}
+        average = self._total / count or 1.0
+        idf = {
+            s: math.log(1 + (count - n + 0.5) / (n + 0.5)) for s in stems if (n := self._holding.get(s, 0))
+        }
+        if not idf:
+            return {}
         found: dict[str, float] = {}
         for key in keys:
             doc = self._docs.get(key)
