@@ -743,20 +743,15 @@ class PostgresMemoryStore(MemoryStore):
     ) -> list[tuple[int, float]]:
         """The ``n`` nearest of the scope's vectors (row, cosine similarity), best first."""
         try:
+            among = None
+            if windowed:  # the window's rows, read before the cache lock (same snapshot)
+                cursor = await conn.execute(
+                    self._q(f"SELECT row FROM {{memories}} WHERE {_FILTERED}"), filters.params()
+                )
+                among = [row for (row,) in await cursor.fetchall()]
             async with self._cache_lock:
                 vectors = await self._cached(conn, filters.scope)
                 if vectors is not None:
-                    among = None
-                    if windowed:
-                        cursor = await conn.execute(
-                            self._q(
-                                "SELECT row FROM {memories} WHERE scope = %s AND superseded_by IS NULL "
-                                "AND (%s::bigint IS NULL OR created_at >= %s) "
-                                "AND (%s::bigint IS NULL OR created_at < %s)"
-                            ),
-                            (filters.scope, filters.since, filters.since, filters.until, filters.until),
-                        )
-                        among = [row for (row,) in await cursor.fetchall()]
                     return await asyncio.to_thread(
                         vectors.nearest,
                         query,
