@@ -22,7 +22,14 @@ from agentkeep.encryption import (
     payload_key_id,
     reencrypt_payload,
 )
-from agentkeep.message_stores.codec import decode_message, encode_records, record_key_id, reseal, seal_key
+from agentkeep.message_stores.codec import (
+    decode_message,
+    encode_records,
+    record_key_id,
+    reseal,
+    seal,
+    seal_key,
+)
 
 K1, K2 = KeyRing.generate_key(), KeyRing.generate_key()
 
@@ -197,6 +204,35 @@ def test_a_record_moved_to_another_conversation_or_message_does_not_decrypt() ->
         decode_message(body, message_id, created_at, key=seal_key("d", ring))
     with pytest.raises(ValueError, match="checksum"):
         decode_message(body, other_id, created_at, key=seal_key("c", ring))
+
+
+def test_every_record_of_a_load_is_authenticated_under_its_own_key() -> None:
+    """A load decrypts a record under the key of the record before it without looking that key up
+    again: what each record is bound to, and a mixture of keys, still hold record by record."""
+    ring = KeyRing({"k1": K1, "k2": K2})
+    first = encode_records("c", [Message("user", [f"m{i}"]) for i in range(3)], key_ring=ring)
+    [(k2_id, k2_time, k2_body)] = encode_records(
+        "c", [Message("user", ["under k2"])], key_ring=KeyRing({"k2": K2, "k1": K1})
+    )
+    key = seal_key("c", ring)
+    records = [first[0], (k2_id, k2_time, k2_body), first[1], first[2]]
+    texts = [
+        decode_message(body, message_id, created_at, key=key).text for message_id, created_at, body in records
+    ]
+    assert texts == ["m0", "under k2", "m1", "m2"]
+    # one record's ciphertext over another's id, or one bit of it changed, its seal made to match
+    (message_id, created_at, body), (other_id, other_time, _) = first[2], first[1]
+    inner = bytes((body[0] & 0x0F,)) + body[1:-4]
+    changed = bytearray(inner)
+    changed[-1] ^= 1
+    unsealed = seal_key("c")  # seals without encrypting: the ciphertext is sealed as it is
+    for forged, at in (
+        (seal(unsealed, other_id, other_time, inner), (other_id, other_time)),
+        (seal(unsealed, message_id, created_at, bytes(changed)), (message_id, created_at)),
+    ):
+        assert decode_message(first[0][2], first[0][0], first[0][1], key=key).text == "m0"
+        with pytest.raises(KeyMismatch, match=r"'k1'.*does not decrypt"):
+            decode_message(forged, *at, key=key)
 
 
 def test_reseal_moves_records_to_the_current_key() -> None:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..contents import TextContent
-from ..encryption import KeyMismatch, decryption_error
+from ..encryption import NONCE_SIZE, TAG_SIZE, KeyMismatch, decryption_error
 from ..errors import CorruptRecordError, MessageFormatError
 from ..messages import Message, Role
 
@@ -109,6 +109,8 @@ _DEFLATE_FROM: Final = 1024  # bytes of text: inflating costs ~2 us a record, mo
 # the rest of it; below this a chat message is read faster stored plain than it is made smaller
 _DEFLATE_GAIN: Final = 8  # bytes a deflated text must save to be stored deflated
 _HEX: Final = frozenset("0123456789abcdef")
+_NONCE_AND_TAG: Final = NONCE_SIZE + TAG_SIZE  # the least an encrypted body holds
+_NO_PLAIN_RECORD: Final = "an encrypted record holds no plain record"
 _crc32: Final = zlib.crc32
 _new: Final = object.__new__
 _from_timestamp: Final = datetime.fromtimestamp
@@ -318,16 +320,31 @@ class RecordKey:
         key_ring: The ring records are encrypted with and decrypted by, if any.
     """
 
-    __slots__ = ("associated", "conversation_id", "crc", "found", "key_ring")
+    __slots__ = (
+        "associated",
+        "associated_16",
+        "conversation_id",
+        "crc",
+        "found",
+        "key_ring",
+        "last_key",
+        "last_kid",
+    )
 
     def __init__(self, conversation_id: str, key_ring: KeyRing | None = None) -> None:
         raw = conversation_id.encode("utf-8", "surrogatepass")
         self.conversation_id = conversation_id
         self.crc = zlib.crc32(raw + b"\x00")
         self.associated = len(raw).to_bytes(4, "big") + raw
+        self.associated_16 = self.associated + (16).to_bytes(2, "big")
+        """The associated data of an encrypted record up to its 16-byte message id."""
         self.key_ring = key_ring
         self.found: dict[bytes, EncryptionKey | None] = {}
         """The ring's key of each key id met in this operation's records (looked up once)."""
+        self.last_kid: bytes | None = None
+        self.last_key: EncryptionKey | None = None
+        """The key id and key of the last record decrypted: a load's records are nearly always
+        under one key, so :func:`decode_message` decrypts those directly with it."""
 
 
 def seal_key(conversation_id: str, key_ring: KeyRing | None = None) -> RecordKey:
@@ -374,6 +391,7 @@ def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> byte
         raise KeyMismatch(
             key_id, "the store has no key ring" if key.key_ring is None else "the key ring does not hold it"
         )
+    key.last_kid, key.last_key = kid, found
     # _associated(key, message_id, kid), inline: this runs once per encrypted message of a load
     associated = key.associated + len(message_id).to_bytes(2, "big") + message_id + kid
     body = found.decrypt(record[2 + size : end], associated)
@@ -383,7 +401,7 @@ def _decrypt(key: RecordKey, message_id: bytes, record: bytes, end: int) -> byte
             "it does not decrypt with that key (other key material, or changed)",
         )
     if not body or not _PLAIN <= body[0] <= _AUTHORED_Z:
-        raise ValueError("an encrypted record holds no plain record")
+        raise ValueError(_NO_PLAIN_RECORD)
     return body
 
 
@@ -476,8 +494,27 @@ def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: Reco
         end = len(body) - 4
         kind &= 0x0F
         if kind == _ENCRYPTED:  # authenticated: the plain body inside is whole
-            body = _decrypt(key, message_id, body, end)
-            end, kind = len(body), body[0]
+            start = 2 + body[1]
+            kid = body[2:start]
+            last = key.last_key
+            if (
+                last is not None
+                and kid == key.last_kid
+                and end - start >= _NONCE_AND_TAG
+                and len(message_id) == 16
+            ):  # the key of the record before: _decrypt without its lookups and calls
+                associated = key.associated_16 + message_id + kid
+                try:
+                    nonce = body[start : start + NONCE_SIZE]
+                    body = last.open_sealed(nonce, body[start + NONCE_SIZE : end], associated)
+                except last.invalid_tag:
+                    body = _decrypt(key, message_id, body, end)  # raises what it is
+            else:
+                body = _decrypt(key, message_id, body, end)
+            end = len(body)
+            kind = body[0] if end else 0
+            if not _PLAIN <= kind <= _AUTHORED_Z:
+                raise ValueError(_NO_PLAIN_RECORD)
     identity = message_id.hex() if len(message_id) == 16 else decode_id(message_id)
     when = _time_of(created_at)
     if kind == _PLAIN and end is not None and body[1] < 4:  # sealed: its length is checked
