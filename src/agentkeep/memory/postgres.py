@@ -690,13 +690,10 @@ class PostgresMemoryStore(MemoryStore):
             similarity: dict[int, float] = {}
             named: list[int] = []
             if request.mode == "hybrid" and lexical:
-                near = {r for r, _ in nearest}
-                missing = [r for r, _ in lexical if r not in near]  # found by words only
                 try:
-                    similarity = await self._cosines(conn, query, missing) if missing else {}
+                    similarity, named = await self._candidates(conn, query, request.terms, nearest, lexical)
                 except DamagedVector as exc:
                     raise await self._damaged_vector(conn, exc) from exc
-                named = await self._named(conn, request.terms, [*near, *(r for r, _ in lexical)])
             order, scores = ranked(
                 nearest,
                 lexical,
@@ -765,30 +762,38 @@ class PostgresMemoryStore(MemoryStore):
         except DamagedVector as exc:
             raise await self._damaged_vector(conn, exc) from exc
 
-    async def _cosines(
-        self, conn: PostgresConnection, query: npt.NDArray[np.float32], rows: list[int]
-    ) -> dict[int, float]:
-        """The cosine similarity of each of ``rows``' vectors to ``query``."""
+    async def _candidates(
+        self,
+        conn: PostgresConnection,
+        query: npt.NDArray[np.float32],
+        terms: Sequence[str],
+        nearest: Sequence[tuple[int, float]],
+        lexical: Sequence[tuple[int, float]],
+    ) -> tuple[dict[int, float], list[int]]:
+        """For a fused search, in one query: the cosine similarity of the candidates found by
+        words only, and the candidates said by someone ``terms`` name (their speaker).
+
+        Raises:
+            DamagedVector: A words-only candidate's vector is damaged.
+        """
+        near = {row for row, _ in nearest}
+        missing = [row for row, _ in lexical if row not in near]
         async with conn.cursor(binary=True) as cursor:
             await cursor.execute(
                 self._q(
-                    "SELECT row, embedding FROM {memories} WHERE row = ANY(%s) AND embedding IS NOT NULL"
+                    "SELECT row, metadata->>'speaker', CASE WHEN row = ANY(%s) THEN embedding END "
+                    "FROM {memories} WHERE row = ANY(%s)"
                 ),
-                (rows,),
+                (missing, [*near, *missing]),
             )
             found = await cursor.fetchall()
-        if not found:
-            return {}
-        matrix = vector_matrix([row for row, _ in found], [bytes(v) for _, v in found], self.dimensions)
-        scores = np.vecdot(matrix, query)
-        return {row: float(score) for (row, _), score in zip(found, scores, strict=True)}
-
-    async def _named(self, conn: PostgresConnection, terms: Sequence[str], rows: list[int]) -> list[int]:
-        """Those of ``rows`` said by someone ``terms`` name (their metadata's speaker)."""
-        cursor = await conn.execute(
-            self._q("SELECT row, metadata->>'speaker' FROM {memories} WHERE row = ANY(%s)"), (rows,)
-        )
-        return [row for row, speaker in await cursor.fetchall() if names_in(terms, speaker)]
+        named = [row for row, speaker, _ in found if names_in(terms, speaker)]
+        scored = [(row, bytes(vector)) for row, _, vector in found if vector is not None]
+        if not scored:
+            return {}, named
+        matrix = vector_matrix([row for row, _ in scored], [vector for _, vector in scored], self.dimensions)
+        cosines = np.vecdot(matrix, query)
+        return {row: float(cosine) for (row, _), cosine in zip(scored, cosines, strict=True)}, named
 
     async def _by_words(
         self, conn: PostgresConnection, terms: Sequence[str], n: int, filters: _Filters
