@@ -230,9 +230,8 @@ class InMemoryMemoryStore(MemoryStore):
             (i for i, score in scores.items() if min_score is None or score >= min_score),
             key=lambda i: (-scores[i], i),
         )
-        named = [
-            i for i in {*by_meaning, *by_words} if names_in(request.terms, found[i].metadata.get("speaker"))
-        ]
+        candidates = {*by_meaning, *by_words} if request.mode == "hybrid" else set[str]()
+        named = [i for i in candidates if names_in(request.terms, found[i].metadata.get("speaker"))]
         best, _ = ranked(
             [(i, scores[i]) for i in by_meaning],
             [(i, lexical[i]) for i in by_words],

@@ -457,9 +457,6 @@ class SQLiteMemoryStore(MemoryStore):
                     similarity=similarity,
                     named=named,
                 )
-                missing = [r for r in order if r not in scores]
-                if missing:  # found by words only (their vectors went since): their similarity
-                    scores.update(self._cosines(db, scope.key, query, missing))
                 found = self._records_of(db, scope.key, [(r, scores[r]) for r in order if r in scores])
             words = dict(lexical)
             return checked_hits(
