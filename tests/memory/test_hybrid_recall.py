@@ -5,6 +5,7 @@ previous layout gaining the word index when opened."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -253,27 +254,20 @@ def _index_sqlite_text_alone(path: Path) -> None:
         connection.close()
 
 
-async def test_a_sqlite_file_of_layout_4_indexes_speakers_and_contexts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "downgrade",
+    [_downgrade_sqlite_to_layout_3, _index_sqlite_text_alone],
+    ids=["layout 3 gains the word index", "layout 4 indexes speakers and contexts"],
+)
+async def test_a_sqlite_file_of_an_older_layout_is_upgraded(
+    tmp_path: Path, downgrade: Callable[[Path], None]
+) -> None:
     assert LAYOUT == 5
     path = tmp_path / "memory.db"
     old = SQLiteMemoryStore(path, dimensions=4)
     await _written_at_the_previous_layout(old)
     await old.aclose()
-    await asyncio.to_thread(_index_sqlite_text_alone, path)
-    upgraded = SQLiteMemoryStore(path, dimensions=4)
-    try:
-        await _words_are_indexed(upgraded)
-    finally:
-        await upgraded.aclose()
-
-
-async def test_a_sqlite_file_of_layout_3_gains_the_word_index(tmp_path: Path) -> None:
-    assert LAYOUT == 5
-    path = tmp_path / "memory.db"
-    old = SQLiteMemoryStore(path, dimensions=4)
-    await _written_at_the_previous_layout(old)
-    await old.aclose()
-    await asyncio.to_thread(_downgrade_sqlite_to_layout_3, path)
+    await asyncio.to_thread(downgrade, path)
     upgraded = SQLiteMemoryStore(path, dimensions=4)
     try:
         await _words_are_indexed(upgraded)
