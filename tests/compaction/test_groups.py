@@ -603,6 +603,22 @@ def test_exclude_many_stops_at_a_foreign_group_with_totals_right() -> None:
     assert_totals_match_a_recount(index)
 
 
+def test_exclude_before_equals_excluding_the_walk_before_that_order() -> None:
+    messages = [system(), user(), call("c1"), result("c1"), system("mid"), user("b"), assistant(), user("c")]
+    bulk, walked = MessageIndex(messages), MessageIndex(messages)
+    for index in (bulk, walked):
+        index.track_changes()
+        index.exclude(index.groups[2])  # an excluded group on the way
+    before = bulk.groups[-2].order
+    assert bulk.exclude_before(before) == 2
+    assert walked.exclude_many(walked.oldest_included(before=before)) == 2
+    assert signature(bulk) == signature(walked)
+    assert bulk.changes() == walked.changes()
+    assert [g.excluded for g in bulk.groups] == [False, True, True, False, True, False, False]
+    assert bulk.exclude_before(before, include_system=True) == 2  # the system groups go too
+    assert_totals_match_a_recount(bulk)
+
+
 # -- walking ------------------------------------------------------------------------------------
 
 
@@ -691,7 +707,9 @@ def test_changes_report_excluded_ids_and_summaries_still_included() -> None:
 
 _operations = st.lists(
     st.tuples(
-        st.sampled_from(["append", "exclude", "include", "exclude_many", "replace", "replace_each"]),
+        st.sampled_from(
+            ["append", "exclude", "include", "exclude_many", "exclude_before", "replace", "replace_each"]
+        ),
         st.lists(st.integers(0, 40), min_size=1, max_size=3),
     ),
     max_size=12,
@@ -721,6 +739,11 @@ def test_replacing_excluding_and_appending_keep_totals_projection_and_walks_righ
                 index.include(chosen[0])
             elif operation == "exclude_many":
                 assert index.exclude_many(chosen) == len(included)
+            elif operation == "exclude_before":
+                with_system = picks[0] % 2 == 1
+                doomed = list(index.oldest_included(include_system=with_system, before=chosen[0].order))
+                assert index.exclude_before(chosen[0].order, include_system=with_system) == len(doomed)
+                assert all(g.excluded for g in doomed)
             elif included and operation == "replace":
                 index.replace(included, Message("assistant", "summary"))
             elif included:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from json.encoder import encode_basestring
 from operator import attrgetter
@@ -66,6 +67,10 @@ __all__ = ["MessageIndex"]
 
 _ID_OF: Final = attrgetter("message_id")
 _TOKEN_COUNT_OF: Final = attrgetter("token_count")
+_BYTE_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("byte_count")
+_KIND_OF: Final[Callable[[MessageGroup], MessageGroupKind]] = attrgetter("kind")
+_TURN_OF: Final[Callable[[MessageGroup], int | None]] = attrgetter("turn")
+_LATER_OF: Final[Callable[[MessageGroup], list[int] | None]] = attrgetter("later_indices")
 
 
 class MessageIndex:
@@ -252,6 +257,64 @@ class MessageIndex:
             state.included_tool_group_count -= tool_groups
             state.included_turn_count -= turns
         return count
+
+    def exclude_before(self, before: int, *, include_system: bool = False) -> int:
+        """Exclude every included non-system group (with ``include_system``, system groups too)
+        whose :attr:`~MessageGroup.order` is below ``before``: what a window does.
+
+        The same as ``exclude_many(oldest_included(include_system=..., before=before))``, in bulk:
+        the groups are listed in one comprehension from the walk's cursor and their totals summed
+        in C, instead of a walk step and a dozen updates per group.
+
+        Returns:
+            How many groups were excluded.
+        """
+        state = self._state
+        groups = state.groups
+        start = 0 if include_system else state.head
+        stop = bisect_left(groups, before, key=order_key, lo=start)
+        system = MessageGroupKind.SYSTEM
+        if include_system:
+            run = [g for g in groups[start:stop] if not g.excluded]
+        else:
+            run = [g for g in groups[start:stop] if not g.excluded and g.kind is not system]
+            # the cursor moves past the excluded (or system) prefix, as a walk moves it
+            state.head = max(state.head, bisect_left(groups, run[0].order, key=order_key) if run else stop)
+        self._exclude_run(run)
+        return len(run)
+
+    def _exclude_run(self, run: list[MessageGroup]) -> None:
+        """Exclude ``run``: distinct included groups of this index, in order (what
+        :meth:`exclude_many` does for them, with the totals summed in C)."""
+        if not run:
+            return
+        state = self._state
+        for group in run:
+            group.excluded = True
+        kinds = list(map(_KIND_OF, run))
+        system = MessageGroupKind.SYSTEM
+        turns: Counter[int | None]
+        if system in kinds:  # a system group does not count in its turn
+            turns = Counter(g.turn for g in run if g.kind is not system)
+        else:
+            turns = Counter(map(_TURN_OF, run))
+        turn_live = state.turn_live
+        emptied = 0
+        for turn, gone in turns.items():
+            if turn is None:
+                continue
+            live = turn_live[turn] - gone
+            turn_live[turn] = live
+            if not live:
+                emptied += 1
+        state.included_group_count -= len(run)
+        state.included_message_count -= len(run) + sum(map(len, filter(None, map(_LATER_OF, run))))
+        state.included_token_count -= sum(map(_TOKEN_COUNT_OF, run))
+        state.included_byte_count -= sum(map(_BYTE_COUNT_OF, run))
+        state.included_tool_group_count -= kinds.count(MessageGroupKind.TOOL_CALL)
+        state.included_turn_count -= emptied
+        if state.journal is not None:
+            state.journal[0].extend(run)
 
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
