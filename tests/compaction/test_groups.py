@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +20,7 @@ from agentkeep.compaction import (
     summarized_message_ids,
 )
 from agentkeep.compaction.tokenizers import reference_payload
+from agentkeep.errors import MessageFormatError
 from agentkeep.messages import new_message_id
 from tests.compaction.messages import (
     assert_included_counts_match_a_recount,
@@ -577,6 +578,22 @@ def test_collapse_each_is_replace_each_with_text_summaries() -> None:
     with pytest.raises(ValueError, match="excluded already"):
         collapsed.collapse_each([collapsed.group_of(1)], lambda messages: "again")
     assert_totals_match_a_recount(collapsed)
+
+
+def test_collapse_each_refuses_a_text_that_cannot_be_stored_replacing_nothing() -> None:
+    index = MessageIndex(_tool_turns(2))
+    before = texts(index.included_messages())
+    bad_texts: list[object] = ["caf\u00e9 \ud800", 7]
+    for bad in bad_texts:
+        walk = index.oldest_included(tool_calls_only=True)
+        with pytest.raises(MessageFormatError):
+            index.collapse_each(walk, lambda _, bad=bad: cast(str, bad))
+        assert texts(index.included_messages()) == before
+        assert not any(g.excluded for g in index.groups)
+        assert_totals_match_a_recount(index)
+    made = index.collapse_each(index.oldest_included(tool_calls_only=True), lambda _: "caf\u00e9 \u2026")
+    assert [index.messages[g.first_index].text for g in made] == ["caf\u00e9 \u2026"] * 2
+    assert_totals_match_a_recount(index)
 
 
 # -- excluding many ----------------------------------------------------------------------------

@@ -37,8 +37,9 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress, islice, repeat
 from json.encoder import encode_basestring
-from operator import attrgetter
+from operator import attrgetter, is_not, not_
 from typing import Final, cast
 
 from .._json_values import check_text
@@ -67,6 +68,7 @@ __all__ = ["MessageIndex"]
 
 _ID_OF: Final = attrgetter("message_id")
 _TOKEN_COUNT_OF: Final = attrgetter("token_count")
+_EXCLUDED_OF: Final[Callable[[MessageGroup], bool]] = attrgetter("excluded")
 _BYTE_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("byte_count")
 _KIND_OF: Final[Callable[[MessageGroup], MessageGroupKind]] = attrgetter("kind")
 _TURN_OF: Final[Callable[[MessageGroup], int | None]] = attrgetter("turn")
@@ -278,8 +280,6 @@ class MessageIndex:
             run = [g for g in groups[start:stop] if not g.excluded]
         else:
             run = [g for g in groups[start:stop] if not g.excluded and g.kind is not system]
-            # the cursor moves past the excluded (or system) prefix, as a walk moves it
-            state.head = max(state.head, bisect_left(groups, run[0].order, key=order_key) if run else stop)
         self._exclude_run(run)
         return len(run)
 
@@ -315,6 +315,15 @@ class MessageIndex:
         state.included_turn_count -= emptied
         if state.journal is not None:
             state.journal[0].extend(run)
+        # When the run reached from the walks' cursor (it usually does: windows and budgets drop the
+        # oldest), the cursor moves past it, checked in C, so the next walk or projection starts there.
+        groups, head, last = state.groups, state.head, run[-1]
+        end = bisect_right(groups, last.order, key=order_key, lo=head)
+        if end > head and groups[end - 1] is last:
+            passed = groups[head:end]
+            included = map(not_, map(_EXCLUDED_OF, passed))
+            if not any(compress(included, map(is_not, map(_KIND_OF, passed), repeat(system)))):
+                state.head = end
 
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
@@ -512,6 +521,7 @@ class MessageIndex:
             MessageGroupKind.SYSTEM,
         )
         new, ascii_json, id_of = object.__new__, ascii_json_string, _ID_OF
+        id_stream = iter(new_id, None)  # the same ids, several at a time (islice) without a Python step each
         made: list[MessageGroup] = []
         renamed: list[int] = []  # positions of the replaced messages named here
         start = len(messages)  # the summaries' positions follow on from here
@@ -531,16 +541,30 @@ class MessageIndex:
                     positions = (
                         listed if listed is not None else [first_index, *later] if later else [first_index]
                     )
-                    for at, message_id in enumerate(ids):
-                        if message_id is None:
-                            named[at].message_id = ids[at] = new_id()
-                            renamed.append(positions[at])
+                    if ids.count(None) == len(ids):  # the usual case: none has an id, all named at once
+                        ids = list(islice(id_stream, len(ids)))
+                        for message, message_id in zip(named, ids, strict=True):
+                            message.message_id = message_id
+                        renamed.extend(positions)
+                    else:
+                        for at, message_id in enumerate(ids):
+                            if message_id is None:
+                                named[at].message_id = ids[at] = new_id()
+                                renamed.append(positions[at])
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    plain = type(text) is str and text.isascii()
-                    if not plain:
-                        check_text(text, "text")
+                    if type(text) is not str:
+                        check_text(text, "text")  # raises, saying why
+                    plain = text.isascii()
+                    if plain:
+                        size = len(text)
+                    else:  # one encoding both checks the text (a lone surrogate fails) and sizes it
+                        try:
+                            size = len(text.encode("utf-8"))
+                        except UnicodeEncodeError:
+                            check_text(text, "text")  # raises, saying why
+                            raise
                     summary_id = new_id()
                     part = new(TextContent)
                     part.text, part.additional_properties, part.extra_fields = text, None, None
@@ -556,7 +580,6 @@ class MessageIndex:
                         written = len(ascii_json(text)) if plain else len(encode_basestring(text))
                         length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
-                    size = len(text) if plain else len(text.encode("utf-8"))
                 else:
                     summary = summarize(group)
                     summary.additional_properties = {**summary.additional_properties, SUMMARY_PROPERTY: ids}
