@@ -8,8 +8,8 @@ once held.
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import attrgetter, is_, not_
+from itertools import compress
+from operator import attrgetter, not_
 from typing import Final
 
 from ..messages import Message
@@ -19,7 +19,6 @@ from .groups import MessageGroupKind
 __all__ = ["included_messages"]
 
 _EXCLUDED_OF: Final = attrgetter("excluded")
-_KIND_OF: Final = attrgetter("kind")
 
 
 def included_messages(state: IndexState) -> list[Message]:
@@ -46,9 +45,9 @@ def _projection_start(state: IndexState) -> tuple[int, list[Message]]:
         head += 1
     state.head = head
     pinned = state.pinned
-    if head > state.pinned_upto:  # the system groups passed since, picked in C
-        passed = groups[state.pinned_upto : head]
-        pinned.extend(compress(passed, map(is_, map(_KIND_OF, passed), repeat(system))))
+    for i in range(state.pinned_upto, head):
+        if groups[i].kind is system:
+            pinned.append(groups[i])
     state.pinned_upto = head
     start = len(state.messages) if head >= len(groups) else groups[head].order
     if start <= 0:

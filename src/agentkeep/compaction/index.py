@@ -37,7 +37,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import compress, islice, repeat
+from itertools import compress, repeat
 from json.encoder import encode_basestring
 from operator import attrgetter, is_not, not_
 from typing import Final, cast
@@ -521,7 +521,6 @@ class MessageIndex:
             MessageGroupKind.SYSTEM,
         )
         new, ascii_json, id_of = object.__new__, ascii_json_string, _ID_OF
-        id_stream = iter(new_id, None)  # the same ids, several at a time (islice) without a Python step each
         made: list[MessageGroup] = []
         renamed: list[int] = []  # positions of the replaced messages named here
         start = len(messages)  # the summaries' positions follow on from here
@@ -541,16 +540,10 @@ class MessageIndex:
                     positions = (
                         listed if listed is not None else [first_index, *later] if later else [first_index]
                     )
-                    if ids.count(None) == len(ids):  # the usual case: none has an id, all named at once
-                        ids = list(islice(id_stream, len(ids)))
-                        for message, message_id in zip(named, ids, strict=True):
-                            message.message_id = message_id
-                        renamed.extend(positions)
-                    else:
-                        for at, message_id in enumerate(ids):
-                            if message_id is None:
-                                named[at].message_id = ids[at] = new_id()
-                                renamed.append(positions[at])
+                    for at, message_id in enumerate(ids):
+                        if message_id is None:
+                            named[at].message_id = ids[at] = new_id()
+                            renamed.append(positions[at])
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
