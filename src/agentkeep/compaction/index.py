@@ -280,6 +280,8 @@ class MessageIndex:
             run = [g for g in groups[start:stop] if not g.excluded]
         else:
             run = [g for g in groups[start:stop] if not g.excluded and g.kind is not system]
+        if len(run) < 16:  # a turn's few: the plain loop costs less than the sums' set-up
+            return self.exclude_many(run)
         self._exclude_run(run)
         return len(run)
 
