@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +20,7 @@ from agentkeep.compaction import (
     summarized_message_ids,
 )
 from agentkeep.compaction.tokenizers import reference_payload
+from agentkeep.errors import MessageFormatError
 from agentkeep.messages import new_message_id
 from tests.compaction.messages import (
     assert_included_counts_match_a_recount,
@@ -579,6 +580,22 @@ def test_collapse_each_is_replace_each_with_text_summaries() -> None:
     assert_totals_match_a_recount(collapsed)
 
 
+def test_collapse_each_refuses_a_text_that_cannot_be_stored_replacing_nothing() -> None:
+    index = MessageIndex(_tool_turns(2))
+    before = texts(index.included_messages())
+    bad_texts: list[object] = ["caf\u00e9 \ud800", 7]
+    for bad in bad_texts:
+        walk = index.oldest_included(tool_calls_only=True)
+        with pytest.raises(MessageFormatError):
+            index.collapse_each(walk, lambda _, bad=bad: cast(str, bad))
+        assert texts(index.included_messages()) == before
+        assert not any(g.excluded for g in index.groups)
+        assert_totals_match_a_recount(index)
+    made = index.collapse_each(index.oldest_included(tool_calls_only=True), lambda _: "caf\u00e9 \u2026")
+    assert [index.messages[g.first_index].text for g in made] == ["caf\u00e9 \u2026"] * 2
+    assert_totals_match_a_recount(index)
+
+
 # -- excluding many ----------------------------------------------------------------------------
 
 
@@ -601,6 +618,22 @@ def test_exclude_many_stops_at_a_foreign_group_with_totals_right() -> None:
         index.exclude_many([index.groups[0], foreign, index.groups[1]])
     assert [g.excluded for g in index.groups] == [True, False, False]
     assert_totals_match_a_recount(index)
+
+
+def test_exclude_before_equals_excluding_the_walk_before_that_order() -> None:
+    messages = [system(), user(), call("c1"), result("c1"), system("mid"), user("b"), assistant(), user("c")]
+    bulk, walked = MessageIndex(messages), MessageIndex(messages)
+    for index in (bulk, walked):
+        index.track_changes()
+        index.exclude(index.groups[2])  # an excluded group on the way
+    before = bulk.groups[-2].order
+    assert bulk.exclude_before(before) == 2
+    assert walked.exclude_many(walked.oldest_included(before=before)) == 2
+    assert signature(bulk) == signature(walked)
+    assert bulk.changes() == walked.changes()
+    assert [g.excluded for g in bulk.groups] == [False, True, True, False, True, False, False]
+    assert bulk.exclude_before(before, include_system=True) == 2  # the system groups go too
+    assert_totals_match_a_recount(bulk)
 
 
 # -- walking ------------------------------------------------------------------------------------
@@ -691,7 +724,9 @@ def test_changes_report_excluded_ids_and_summaries_still_included() -> None:
 
 _operations = st.lists(
     st.tuples(
-        st.sampled_from(["append", "exclude", "include", "exclude_many", "replace", "replace_each"]),
+        st.sampled_from(
+            ["append", "exclude", "include", "exclude_many", "exclude_before", "replace", "replace_each"]
+        ),
         st.lists(st.integers(0, 40), min_size=1, max_size=3),
     ),
     max_size=12,
@@ -721,6 +756,11 @@ def test_replacing_excluding_and_appending_keep_totals_projection_and_walks_righ
                 index.include(chosen[0])
             elif operation == "exclude_many":
                 assert index.exclude_many(chosen) == len(included)
+            elif operation == "exclude_before":
+                with_system = picks[0] % 2 == 1
+                doomed = list(index.oldest_included(include_system=with_system, before=chosen[0].order))
+                assert index.exclude_before(chosen[0].order, include_system=with_system) == len(doomed)
+                assert all(g.excluded for g in doomed)
             elif included and operation == "replace":
                 index.replace(included, Message("assistant", "summary"))
             elif included:

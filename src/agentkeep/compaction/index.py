@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import compress, repeat
 from json.encoder import encode_basestring
-from operator import attrgetter
+from operator import attrgetter, is_not, not_
 from typing import Final, cast
 
 from .._json_values import check_text
@@ -66,6 +68,11 @@ __all__ = ["MessageIndex"]
 
 _ID_OF: Final = attrgetter("message_id")
 _TOKEN_COUNT_OF: Final = attrgetter("token_count")
+_EXCLUDED_OF: Final[Callable[[MessageGroup], bool]] = attrgetter("excluded")
+_BYTE_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("byte_count")
+_KIND_OF: Final[Callable[[MessageGroup], MessageGroupKind]] = attrgetter("kind")
+_TURN_OF: Final[Callable[[MessageGroup], int | None]] = attrgetter("turn")
+_LATER_OF: Final[Callable[[MessageGroup], list[int] | None]] = attrgetter("later_indices")
 
 
 class MessageIndex:
@@ -252,6 +259,73 @@ class MessageIndex:
             state.included_tool_group_count -= tool_groups
             state.included_turn_count -= turns
         return count
+
+    def exclude_before(self, before: int, *, include_system: bool = False) -> int:
+        """Exclude every included non-system group (with ``include_system``, system groups too)
+        whose :attr:`~MessageGroup.order` is below ``before``: what a window does.
+
+        The same as ``exclude_many(oldest_included(include_system=..., before=before))``, in bulk:
+        the groups are listed in one comprehension from the walk's cursor and their totals summed
+        in C, instead of a walk step and a dozen updates per group.
+
+        Returns:
+            How many groups were excluded.
+        """
+        state = self._state
+        groups = state.groups
+        start = 0 if include_system else state.head
+        stop = bisect_left(groups, before, key=order_key, lo=start)
+        system = MessageGroupKind.SYSTEM
+        if include_system:
+            run = [g for g in groups[start:stop] if not g.excluded]
+        else:
+            run = [g for g in groups[start:stop] if not g.excluded and g.kind is not system]
+        if len(run) < 16:  # a turn's few: the plain loop costs less than the sums' set-up
+            return self.exclude_many(run)
+        self._exclude_run(run)
+        return len(run)
+
+    def _exclude_run(self, run: list[MessageGroup]) -> None:
+        """Exclude ``run``: distinct included groups of this index, in order (what
+        :meth:`exclude_many` does for them, with the totals summed in C)."""
+        if not run:
+            return
+        state = self._state
+        for group in run:
+            group.excluded = True
+        kinds = list(map(_KIND_OF, run))
+        system = MessageGroupKind.SYSTEM
+        turns: Counter[int | None]
+        if system in kinds:  # a system group does not count in its turn
+            turns = Counter(g.turn for g in run if g.kind is not system)
+        else:
+            turns = Counter(map(_TURN_OF, run))
+        turn_live = state.turn_live
+        emptied = 0
+        for turn, gone in turns.items():
+            if turn is None:
+                continue
+            live = turn_live[turn] - gone
+            turn_live[turn] = live
+            if not live:
+                emptied += 1
+        state.included_group_count -= len(run)
+        state.included_message_count -= len(run) + sum(map(len, filter(None, map(_LATER_OF, run))))
+        state.included_token_count -= sum(map(_TOKEN_COUNT_OF, run))
+        state.included_byte_count -= sum(map(_BYTE_COUNT_OF, run))
+        state.included_tool_group_count -= kinds.count(MessageGroupKind.TOOL_CALL)
+        state.included_turn_count -= emptied
+        if state.journal is not None:
+            state.journal[0].extend(run)
+        # When the run reached from the walks' cursor (it usually does: windows and budgets drop the
+        # oldest), the cursor moves past it, checked in C, so the next walk or projection starts there.
+        groups, head, last = state.groups, state.head, run[-1]
+        end = bisect_right(groups, last.order, key=order_key, lo=head)
+        if end > head and groups[end - 1] is last:
+            passed = groups[head:end]
+            included = map(not_, map(_EXCLUDED_OF, passed))
+            if not any(compress(included, map(is_not, map(_KIND_OF, passed), repeat(system)))):
+                state.head = end
 
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
@@ -475,9 +549,17 @@ class MessageIndex:
                 if summarize is None:
                     assert summary_text is not None
                     text = summary_text(own)
-                    plain = type(text) is str and text.isascii()
-                    if not plain:
-                        check_text(text, "text")
+                    if type(text) is not str:
+                        check_text(text, "text")  # raises, saying why
+                    plain = text.isascii()
+                    if plain:
+                        size = len(text)
+                    else:  # one encoding both checks the text (a lone surrogate fails) and sizes it
+                        try:
+                            size = len(text.encode("utf-8"))
+                        except UnicodeEncodeError:
+                            check_text(text, "text")  # raises, saying why
+                            raise
                     summary_id = new_id()
                     part = new(TextContent)
                     part.text, part.additional_properties, part.extra_fields = text, None, None
@@ -493,7 +575,6 @@ class MessageIndex:
                         written = len(ascii_json(text)) if plain else len(encode_basestring(text))
                         length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
-                    size = len(text) if plain else len(text.encode("utf-8"))
                 else:
                     summary = summarize(group)
                     summary.additional_properties = {**summary.additional_properties, SUMMARY_PROPERTY: ids}

@@ -132,7 +132,7 @@ class StepStrategy(AnnotatingStrategy):
         if not self.trigger(index):
             return False
         if never_holds(self.target):  # every candidate goes: no check between steps
-            return self._step_all(index, self._candidates(index))
+            return self._step_all(index)
         changed = False
         for group in self._candidates(index):
             if self._done(index):
@@ -141,8 +141,9 @@ class StepStrategy(AnnotatingStrategy):
             changed = True
         return changed
 
-    def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
-        return index.exclude_many(groups) > 0
+    def _step_all(self, index: MessageIndex) -> bool:
+        """Step every candidate, when the target is known never to hold."""
+        return index.exclude_many(self._candidates(index)) > 0
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(trigger={self.trigger!r}, minimum_preserved={self.minimum_preserved})"

@@ -178,8 +178,8 @@ class ToolResultCompactionStrategy(_ToolGroupStrategy):
     def _step(self, index: MessageIndex, group: MessageGroup) -> None:
         index.replace([group], tool_group_summary(group))
 
-    def _step_all(self, index: MessageIndex, groups: Iterable[MessageGroup]) -> bool:
-        return bool(index.collapse_each(groups, tool_group_summary_text))
+    def _step_all(self, index: MessageIndex) -> bool:
+        return bool(index.collapse_each(self._candidates(index), tool_group_summary_text))
 
 
 class SelectiveToolCallCompactionStrategy(_ToolGroupStrategy):

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ..groups import MessageGroup
 from ..index import MessageIndex
 from ..triggers import CompactionTrigger, CompactionTriggers, non_negative
-from ._stepping import StepStrategy, unprotected
+from ._stepping import StepStrategy, protected_boundary, unprotected
 
 __all__ = ["SlidingWindowCompactionStrategy", "SlidingWindowStrategy"]
 
@@ -61,6 +61,12 @@ class SlidingWindowStrategy(StepStrategy):
     def _candidates(self, index: MessageIndex) -> Iterable[MessageGroup]:
         keep = max(self.keep_last_groups, self.minimum_preserved)
         return unprotected(index, keep, include_system=not self.preserve_system)
+
+    def _step_all(self, index: MessageIndex) -> bool:
+        edge = protected_boundary(index, max(self.keep_last_groups, self.minimum_preserved))
+        if edge is None:
+            return False
+        return index.exclude_before(edge.order, include_system=not self.preserve_system) > 0
 
     def __repr__(self) -> str:
         return f"SlidingWindowStrategy(keep_last_groups={self.keep_last_groups}, trigger={self.trigger!r})"
