@@ -635,6 +635,41 @@ async def section_load(server: Server, clients: int, turns: int, budget: float) 
     }
 
 
+async def _timed_turns(
+    client: httpx.AsyncClient,
+    server: Server,
+    threads: list[Thread],
+    *,
+    rounds: int,
+    samples: int,
+    budget: float,
+    whole: bool,
+) -> dict[str, Any]:
+    """Up to ``rounds`` turns on each of ``threads`` (``samples`` in all at most; past ``budget``
+    seconds, stopped after 3): median latency (ms), server CPU per turn (ms), count and errors."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + budget
+    cpu = server.cpu()
+    for _ in range(rounds):
+        for thread in threads:
+            if len(latencies) >= samples or (len(latencies) >= 3 and time.monotonic() > deadline):
+                break
+            done = await thread.turn(client, server.url, whole=whole)
+            latencies.append(done.seconds)
+            if done.error:
+                errors.append(done.error)
+    await asyncio.sleep(0.3)  # let the server finish what follows the last response
+    cpu = server.cpu() - cpu
+    return {
+        "median": statistics.median(latencies) * 1000,
+        "cpu": cpu * 1000 / len(latencies),
+        "n": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+    }
+
+
 async def section_history(
     server: Server, sizes: list[int], samples: int, budget: float, db: Path | None
 ) -> dict[int, dict[str, Any]]:
@@ -659,29 +694,9 @@ async def section_history(
                 "build_turns": sum(t.turns for t in threads),
             }
             for case, whole in (("new", False), ("whole", True)):
-                latencies: list[float] = []
-                errors: list[str] = []
-                case_deadline = time.monotonic() + budget / 2
-                cpu = server.cpu()
-                for _ in range(rounds):
-                    for thread in threads:
-                        if len(latencies) >= samples or (
-                            len(latencies) >= 3 and time.monotonic() > case_deadline
-                        ):
-                            break
-                        done = await thread.turn(client, server.url, whole=whole)
-                        latencies.append(done.seconds)
-                        if done.error:
-                            errors.append(done.error)
-                await asyncio.sleep(0.3)
-                cpu = server.cpu() - cpu
-                row[case] = {
-                    "median": statistics.median(latencies) * 1000,
-                    "cpu": cpu * 1000 / len(latencies),
-                    "n": len(latencies),
-                    "errors": len(errors),
-                    "first_error": errors[0] if errors else "",
-                }
+                row[case] = await _timed_turns(
+                    client, server, threads, rounds=rounds, samples=samples, budget=budget / 2, whole=whole
+                )
             # what the server holds afterwards against what the client holds (no turn lost or doubled)
             held = expected = 0
             for thread in threads:
@@ -795,29 +810,14 @@ async def section_remote(
         build = time.perf_counter() - build_start
         prior = min(t.turns for t in threads)
         await _prompt_sizes(model_url)
-        latencies: list[float] = []
-        errors: list[str] = []
-        case_deadline = time.monotonic() + budget / 2
-        cpu = server.cpu()
-        for _ in range(rounds):
-            for thread in threads:
-                if len(latencies) >= samples or (len(latencies) >= 3 and time.monotonic() > case_deadline):
-                    break
-                done = await thread.turn(client, server.url, whole=False)
-                latencies.append(done.seconds)
-                if done.error:
-                    errors.append(done.error)
-        await asyncio.sleep(0.3)
-        cpu = server.cpu() - cpu
+        timed = await _timed_turns(
+            client, server, threads, rounds=rounds, samples=samples, budget=budget / 2, whole=False
+        )
         prompts = await _prompt_sizes(model_url)
     return {
         "prior": prior,
         "build_s": build,
-        "median": statistics.median(latencies) * 1000,
-        "cpu": cpu * 1000 / len(latencies),
-        "n": len(latencies),
-        "errors": len(errors),
-        "first_error": errors[0] if errors else "",
+        **timed,
         "prompt": statistics.median(prompts) if prompts else 0,
         "calls": len(prompts),
     }
