@@ -43,7 +43,6 @@ from operator import attrgetter, is_not, not_
 from typing import Final, cast
 
 from .._json_values import check_text
-from ..contents import TextContent
 from ..messages import Message, Role, message_id_generator
 from ._grouping_rules import append_messages
 from ._index_state import IndexState
@@ -522,7 +521,8 @@ class MessageIndex:
             MessageGroupKind.TOOL_CALL,
             MessageGroupKind.SYSTEM,
         )
-        new, ascii_json, id_of = object.__new__, ascii_json_string, _ID_OF
+        new, from_checked_text = object.__new__, Message.from_checked_text
+        ascii_json, id_of = ascii_json_string, _ID_OF
         made: list[MessageGroup] = []
         renamed: list[int] = []  # positions of the replaced messages named here
         start = len(messages)  # the summaries' positions follow on from here
@@ -561,14 +561,8 @@ class MessageIndex:
                             check_text(text, "text")  # raises, saying why
                             raise
                     summary_id = new_id()
-                    part = new(TextContent)
-                    part.text, part.additional_properties, part.extra_fields = text, None, None
-                    summary = new(Message)
-                    summary.role, summary.contents, summary.author_name = role, [part], None
-                    summary.message_id, summary.created_at = summary_id, None
+                    summary = from_checked_text(role, text, None, summary_id, None)  # text checked above
                     summary.additional_properties = {SUMMARY_PROPERTY: ids}
-                    summary.extra_fields = None
-                    summary._source = None  # pyright: ignore[reportPrivateUsage] - as from_checked_text
                     if not per_token:
                         tokens = count_message(summary)
                     else:
