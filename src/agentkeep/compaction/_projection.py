@@ -9,16 +9,13 @@ once held.
 from __future__ import annotations
 
 from itertools import compress
-from operator import attrgetter, not_
-from typing import Final
+from operator import not_
 
 from ..messages import Message
 from ._index_state import IndexState
-from .groups import MessageGroupKind
+from .groups import MessageGroupKind, excluded_of
 
 __all__ = ["included_messages"]
-
-_EXCLUDED_OF: Final = attrgetter("excluded")
 
 
 def included_messages(state: IndexState) -> list[Message]:
@@ -63,7 +60,7 @@ def _included_from(state: IndexState, start: int) -> list[Message]:
         raise ValueError("the index's messages and groups are out of step")
     summaries = _live_summaries(state)
     # Which messages are included, read in C (a comprehension costs a Python step per message).
-    keep = list(map(not_, map(_EXCLUDED_OF, group_of)))
+    keep = list(map(not_, map(excluded_of, group_of)))
     if not summaries:
         return list(compress(messages, keep))
     # Usually each included summary stands alone at its anchor, whose own message it replaced

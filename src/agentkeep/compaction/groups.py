@@ -32,11 +32,13 @@ __all__ = [
     "SUMMARY_PROPERTY",
     "MessageGroup",
     "MessageGroupKind",
+    "excluded_of",
     "fill_message_ids",
     "is_summary_message",
     "mark_summary",
     "order_key",
     "summarized_message_ids",
+    "token_count_of",
 ]
 
 SUMMARY_PROPERTY: Final[str] = "agentkeep.summary"
@@ -215,3 +217,7 @@ class MessageGroup:
 
 order_key: Callable[[MessageGroup], int] = attrgetter("order")
 """Sort and search key of groups: their logical order (a C-level getter: bisecting calls it often)."""
+
+excluded_of: Callable[[MessageGroup], bool] = attrgetter("excluded")
+token_count_of: Callable[[MessageGroup], int] = attrgetter("token_count")
+"""C-level getters of a group's flag and kept count, for loops over long runs of groups."""

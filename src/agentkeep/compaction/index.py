@@ -51,8 +51,10 @@ from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
+    excluded_of,
     order_key,
     summarized_message_ids,
+    token_count_of,
 )
 from .tokenizers import (
     PLAIN_TEXT_PAYLOAD_CHARS,
@@ -66,8 +68,6 @@ from .tokenizers import (
 __all__ = ["MessageIndex"]
 
 _ID_OF: Final = attrgetter("message_id")
-_TOKEN_COUNT_OF: Final = attrgetter("token_count")
-_EXCLUDED_OF: Final[Callable[[MessageGroup], bool]] = attrgetter("excluded")
 _BYTE_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("byte_count")
 _KIND_OF: Final[Callable[[MessageGroup], MessageGroupKind]] = attrgetter("kind")
 _TURN_OF: Final[Callable[[MessageGroup], int | None]] = attrgetter("turn")
@@ -310,7 +310,7 @@ class MessageIndex:
                 emptied += 1
         state.included_group_count -= len(run)
         state.included_message_count -= len(run) + sum(map(len, filter(None, map(_LATER_OF, run))))
-        state.included_token_count -= sum(map(_TOKEN_COUNT_OF, run))
+        state.included_token_count -= sum(map(token_count_of, run))
         state.included_byte_count -= sum(map(_BYTE_COUNT_OF, run))
         state.included_tool_group_count -= kinds.count(MessageGroupKind.TOOL_CALL)
         state.included_turn_count -= emptied
@@ -322,7 +322,7 @@ class MessageIndex:
         end = bisect_right(groups, last.order, key=order_key, lo=head)
         if end > head and groups[end - 1] is last:
             passed = groups[head:end]
-            included = map(not_, map(_EXCLUDED_OF, passed))
+            included = map(not_, map(excluded_of, passed))
             if not any(compress(included, map(is_not, map(_KIND_OF, passed), repeat(system)))):
                 state.head = end
 
@@ -626,7 +626,7 @@ class MessageIndex:
         finally:
             count = len(made)
             del messages[start + count :]  # a summary whose group was not made (a bad group stopped it)
-            state.tokens.extend(map(_TOKEN_COUNT_OF, made))
+            state.tokens.extend(map(token_count_of, made))
             if per_token:
                 state.payload_lengths.extend([-1] * count)
             state.total_tokens += added_tokens

@@ -11,12 +11,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from operator import attrgetter
-from typing import Final, Protocol, TypeAlias, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from ...messages import Message
 from ..annotations import AnnotatedCompactionStrategy, index_strategy
-from ..groups import MessageGroup
+from ..groups import MessageGroup, token_count_of
 from ..index import MessageIndex
 from ..tokenizers import CharacterEstimatorTokenizer, Tokenizer, count_message_tokens
 
@@ -85,9 +84,6 @@ def counts_like(tokenizer: Tokenizer | None, index_tokenizer: Tokenizer) -> bool
     )
 
 
-_TOKEN_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("token_count")
-
-
 class TokenMeter:
     """Included tokens as ``tokenizer`` counts them: the index's running totals (O(1)) when it
     counts as the index's own does, else a recount of the included messages, each counted once
@@ -126,7 +122,7 @@ class TokenMeter:
     def group_cost(self) -> Callable[[MessageGroup], int]:
         """:meth:`group` as a function to call once per group of a long run: the C-level read of
         the group's kept count when the meter uses the index's counts."""
-        return _TOKEN_COUNT_OF if self._tokenizer is None else self.group
+        return token_count_of if self._tokenizer is None else self.group
 
 
 async def apply_compaction(
