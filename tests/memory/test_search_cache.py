@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope
+from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope, SearchMode
 from agentkeep.memory._vector_cache import LOG_KEEP, ScopeVectors, VectorCache
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
@@ -314,6 +314,29 @@ async def test_a_record_of_another_scope_is_never_found_through_the_cache(backen
         assert {ANA.key, BO.key} <= set(cached._cache._scopes) | set(other._cache._scopes)
 
 
+async def test_words_ranked_alone_fall_back_when_other_scopes_crowd_the_best_out() -> None:
+    # ANA holds most of the file, so its words are ranked without looking up each match's row;
+    # BO's memories say "lamp" more often and fill the first ranks: ANA's best are still found.
+    async with stores(1, None) as (cached, writer):
+        mine = [await writer.add(ANA, memory(f"lamp by the door number {n} of many", n)) for n in range(10)]
+        for n in range(5):
+            await writer.add(BO, memory("lamp lamp lamp", 100 + n))
+        await cached.search(ANA, vector(0), k=1)  # by meaning: the scope's vectors, cached
+        assert ANA.key in cached._cache
+        for k in (1, 3, 10):
+            for kind in (None, "fact", "chunk"):
+                expected = await writer.search(ANA, None, k=k, text="lamp", mode="lexical", kind=kind)
+                assert_same_hits(
+                    await cached.search(ANA, None, k=k, text="lamp", mode="lexical", kind=kind), expected
+                )
+                if kind != "chunk":
+                    assert {hit.record.id for hit in expected} <= {record.id for record in mine}
+                    assert len(expected) == k
+        found = await cached.search(ANA, vector(1), k=3, text="lamp")
+        assert_same_hits(found, await writer.search(ANA, vector(1), k=3, text="lamp"))
+        assert ANA.key in cached._cache
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_cache_further_behind_than_the_log_keeps_is_rebuilt(backend: str) -> None:
     async with stores(1, None, backend=backend) as (cached, writer):
@@ -450,10 +473,20 @@ ops = st.one_of(
 )
 
 
+WORDS = ("lamp", "river", "stone", "cloud", "bread")
+
+
+def said(seed: int) -> str:
+    """A text of a few of WORDS (some repeated), so that searches by words match some memories
+    of every scope, ranked by how often and in how short a text."""
+    return " ".join(WORDS[(seed >> shift) % len(WORDS)] for shift in range(0, 3 * (1 + seed % 3), 3))
+
+
 async def apply(op: Op, store: Store, added: list[tuple[MemoryScope, str]]) -> None:
     if op.name == "add":
         key = None if op.key == 0 else f"k{op.key}"
-        record = memory(f"m{len(added)}", op.seed, kind=("fact", "chunk")[op.kind], key=key, old=op.old)
+        text = f"m{len(added)} {said(op.seed)}"
+        record = memory(text, op.seed, kind=("fact", "chunk")[op.kind], key=key, old=op.old)
         added.append((SCOPES[op.scope], (await store.add(SCOPES[op.scope], record)).id))
     elif op.name == "purge":
         await store.purge_expired()
@@ -467,7 +500,8 @@ async def apply(op: Op, store: Store, added: list[tuple[MemoryScope, str]]) -> N
             return
         try:
             if op.name == "update":
-                await store.update(scope, memory_id, text=f"moved {op.seed}", embedding=vector(op.seed))
+                text = f"moved {said(op.seed)}"
+                await store.update(scope, memory_id, text=text, embedding=vector(op.seed))
             else:
                 await store.update(scope, memory_id, metadata={"touched": op.seed})
         except LookupError:
@@ -488,7 +522,8 @@ def test_cached_searches_find_what_a_postgres_fetch_finds(sequence: list[Op], qu
 
 async def same_hits_after(sequence: list[Op], query_seed: int, *, backend: str) -> None:
     """Apply ``sequence`` through three stores on one file or schema (one with the cache off);
-    after each step, the two with a cache find what the one without finds."""
+    after each step, the two with a cache find what the one without finds, by meaning, by words
+    and both."""
     async with stores(None, 1, 1, backend=backend) as opened:
         plain, cached = opened[0], opened[1:]
         added: list[tuple[MemoryScope, str]] = []
@@ -500,3 +535,13 @@ async def same_hits_after(sequence: list[Op], query_seed: int, *, backend: str) 
                     expected = await plain.search(scope, query, k=k, kind=kind)
                     for store in cached:
                         assert_same_hits(await store.search(scope, query, k=k, kind=kind), expected)
+                words = WORDS[step % len(WORDS)]
+                searches: tuple[tuple[list[float] | None, SearchMode], ...] = (
+                    (None, "lexical"),
+                    (query, "hybrid"),
+                )
+                for embedding, mode in searches:
+                    expected = await plain.search(scope, embedding, k=3, text=words, mode=mode)
+                    for store in cached:
+                        found = await store.search(scope, embedding, k=3, text=words, mode=mode)
+                        assert_same_hits(found, expected)

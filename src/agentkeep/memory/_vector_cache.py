@@ -247,6 +247,25 @@ class ScopeVectors:
         scores = np.vecdot(self._matrix[list(found.values())], query)
         return {rowid: float(score) for rowid, score in zip(found, scores, strict=True)}
 
+    def held(
+        self, ranked: Iterable[tuple[int, float]], *, kind: str | None = None, cutoff: int | None = None
+    ) -> list[tuple[int, float]]:
+        """Those of ``ranked`` (row id, score) whose rows are held here, of ``kind`` and updated
+        at ``cutoff`` or later when given, in their order: of the ranked rows of a whole file,
+        the current ones of this scope that a search keeps."""
+        code = None if kind is None else self._kind_codes.get(kind)
+        if kind is not None and code is None:
+            return []
+        kinds, updated, position = self._kinds, self._updated, self._position
+        kept: list[tuple[int, float]] = []
+        for rowid, score in ranked:
+            at = position.get(rowid)
+            if at is None or (code is not None and kinds[at] != code):
+                continue
+            if cutoff is None or updated[at] >= cutoff:
+                kept.append((rowid, score))
+        return kept
+
     def nearest(
         self,
         query: FloatArray,
