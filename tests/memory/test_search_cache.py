@@ -114,17 +114,22 @@ async def ids(store: Store, scope: MemoryScope, seed: int, **options: object) ->
 
 
 # -- the cache on its own -------------------------------------------------------------------------
-def rows(count: int, *, start: int = 1) -> list[tuple[int, str, int, bytes]]:
+def rows(count: int, *, start: int = 1) -> list[tuple[int, str, int, int, bytes]]:
+    """Vector rows (row id, kind, updated_at, created_at, vector): said in another order than
+    updated."""
     matrix = np.random.default_rng(count).standard_normal((count, DIMENSIONS)).astype(np.float32)
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-    return [(start + n, "chunk" if n % 3 else "fact", n, matrix[n].tobytes()) for n in range(count)]
+    return [
+        (start + n, "chunk" if n % 3 else "fact", n, (n * 37) % count, matrix[n].tobytes())
+        for n in range(count)
+    ]
 
 
 def test_scope_vectors_find_what_a_full_sort_finds_through_puts_and_removes() -> None:
     loaded = rows(300)
     vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=DIMENSIONS, rows=loaded[:200])
-    for rowid, kind, updated, blob in loaded[200:]:
-        vectors.put(rowid, kind, updated, blob)  # past the reserved capacity
+    for rowid, kind, updated, said, blob in loaded[200:]:
+        vectors.put(rowid, kind, updated, said, blob)  # past the reserved capacity
     removed = set(range(1, 301, 7))
     for rowid in removed:
         vectors.remove(rowid)
@@ -136,16 +141,36 @@ def test_scope_vectors_find_what_a_full_sort_finds_through_puts_and_removes() ->
     assert len(vectors) == len(live)
     query = np.asarray(vector(5), dtype=np.float32)
     query /= np.linalg.norm(query)
-    for kind, cutoff in ((None, None), ("fact", None), (None, 150), ("chunk", 100), ("profile", None)):
+    filters: list[tuple[str | None, int | None, int | None, int | None]] = [
+        (None, None, None, None),
+        ("fact", None, None, None),
+        (None, 150, None, None),
+        ("chunk", 100, None, None),
+        ("profile", None, None, None),
+        (None, None, 40, 90),
+        ("fact", 100, 120, None),
+        (None, None, None, 30),
+        (None, None, 90, 40),  # an empty window
+    ]
+    for kind, cutoff, since, until in filters:
         wanted = [
             (rowid, float(np.frombuffer(blob, dtype=np.float32) @ query))
-            for rowid, (_, row_kind, updated, blob) in live.items()
-            if (kind is None or row_kind == kind) and (cutoff is None or updated >= cutoff)
+            for rowid, (_, row_kind, updated, said, blob) in live.items()
+            if (kind is None or row_kind == kind)
+            and (cutoff is None or updated >= cutoff)
+            and (since is None or said >= since)
+            and (until is None or said < until)
         ]
         wanted.sort(key=lambda pair: -pair[1])
-        found = vectors.nearest(query, 7, kind=kind, cutoff=cutoff)
+        found = vectors.nearest(query, 7, kind=kind, cutoff=cutoff, since=since, until=until)
         assert [rowid for rowid, _ in found] == [rowid for rowid, _ in wanted[:7]]
         assert [score for _, score in found] == pytest.approx([score for _, score in wanted[:7]], abs=1e-6)
+        assert vectors.count(kind=kind, cutoff=cutoff, since=since, until=until) == len(wanted)
+        # of a file's ranked rows (some of no scope here), those kept, in the order given
+        ranked = [(rowid, float(-rowid)) for rowid in range(0, 400, 3)]
+        kept = {rowid for rowid, _ in wanted}
+        held = vectors.held(ranked, kind=kind, cutoff=cutoff, since=since, until=until)
+        assert held == [(rowid, score) for rowid, score in ranked if rowid in kept]
     assert len(vectors.nearest(query, 1_000)) == len(live)
 
 
@@ -188,7 +213,7 @@ def test_the_int8_first_pass_never_drops_one_of_the_k_best(
     layout: str, count: int, dimensions: int, k: int, filtered: bool, near: bool, seed: int
 ) -> None:
     matrix = layout_matrix(layout, count, dimensions, seed)
-    loaded = [(n + 1, "fact" if n % 3 else "chunk", n, matrix[n].tobytes()) for n in range(count)]
+    loaded = [(n + 1, "fact" if n % 3 else "chunk", n, n, matrix[n].tobytes()) for n in range(count)]
     vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=dimensions, rows=loaded)
     rng = np.random.default_rng(seed + 1)
     query = rng.standard_normal(dimensions).astype(np.float32)
@@ -211,7 +236,7 @@ def test_the_int8_first_pass_never_drops_one_of_the_k_best(
 
 def test_the_int8_first_pass_leaves_few_rows_to_score_in_float32() -> None:
     matrix = layout_matrix("random", 20_000, 384, 3)
-    loaded = [(n + 1, "fact", n, matrix[n].tobytes()) for n in range(len(matrix))]
+    loaded = [(n + 1, "fact", n, n, matrix[n].tobytes()) for n in range(len(matrix))]
     vectors = ScopeVectors.loaded(scope_id=1, seq=0, dimensions=384, rows=loaded)
     query = matrix[17] + np.float32(0.05) * np.random.default_rng(4).standard_normal(384).astype(np.float32)
     query /= np.linalg.norm(query)
@@ -545,3 +570,10 @@ async def same_hits_after(sequence: list[Op], query_seed: int, *, backend: str) 
                     for store in cached:
                         found = await store.search(scope, embedding, k=3, text=words, mode=mode)
                         assert_same_hits(found, expected)
+                middle = datetime.now(UTC) - timedelta(seconds=TTL)  # the old ones said before
+                for since, until in ((middle, None), (None, middle)):
+                    for text in (None, words):
+                        expected = await plain.search(scope, query, k=3, text=text, since=since, until=until)
+                        for store in cached:
+                            found = await store.search(scope, query, k=3, text=text, since=since, until=until)
+                            assert_same_hits(found, expected)

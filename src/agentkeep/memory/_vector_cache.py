@@ -76,15 +76,15 @@ LOG_KEEP: Final = 4_096
 
 # A row id's entry in the position map (dict slot, key and value ints), for the byte budget.
 _MAP_ENTRY_BYTES: Final = 100
-# Per row besides the vector and its int8 copy: row id, kind, updated_at, scale, error.
-_ROW_BYTES: Final = 8 + 4 + 8 + 4 + 4
+# Per row besides the vector and its int8 copy: row id, kind, updated_at, created_at, scale, error.
+_ROW_BYTES: Final = 8 + 4 + 8 + 8 + 4 + 4
 # Matrices of at least twice this many rows are scored in parts on helper threads: one core
 # reads short of the memory's bandwidth (int8 first pass at 100,000 x 384: 2.9 ms with a helper,
 # 4.5 ms without).
 _PART_ROWS: Final = 16_384
 _HELPERS: Final = min(3, (os.cpu_count() or 1) - 1)
 # The arrays with a row per vector (one capacity, one order).
-_ROW_ARRAYS: Final = ("_matrix", "_codes", "_scales", "_errors", "_rowids", "_kinds", "_updated")
+_ROW_ARRAYS: Final = ("_matrix", "_codes", "_scales", "_errors", "_rowids", "_kinds", "_updated", "_said")
 # Rows quantized at once when a scope is loaded (bounds the float32 temporaries to a few MiB).
 _QUANTIZE_ROWS: Final = 4_096
 
@@ -131,10 +131,13 @@ def vector_matrix(rowids: Sequence[int], vectors: Sequence[bytes], dimensions: i
     return matrix
 
 
-def _check_fields(rowid: int, kind: object, updated: object) -> None:
-    """Refuse a vector row whose kind or ``updated_at`` a damaged row replaced with another type."""
-    if type(kind) is not str or type(updated) is not int:
-        raise DamagedVector(rowid, f"its kind {kind!r} or updated_at {updated!r} is damaged")
+def _check_fields(rowid: int, kind: object, updated: object, said: object) -> None:
+    """Refuse a vector row whose kind, ``updated_at`` or ``created_at`` a damaged row replaced
+    with another type."""
+    if type(kind) is not str or type(updated) is not int or type(said) is not int:
+        raise DamagedVector(
+            rowid, f"its kind {kind!r}, updated_at {updated!r} or created_at {said!r} is damaged"
+        )
 
 
 class ScopeVectors:
@@ -163,6 +166,7 @@ class ScopeVectors:
         self._rowids = np.empty(capacity, dtype=np.int64)
         self._kinds = np.empty(capacity, dtype=np.int32)
         self._updated = np.empty(capacity, dtype=np.int64)
+        self._said = np.empty(capacity, dtype=np.int64)
         self._count = 0
         self._position: dict[int, int] = {}
         self._kind_codes: dict[str, int] = {}
@@ -177,20 +181,22 @@ class ScopeVectors:
         scope_id: int,
         seq: int,
         dimensions: int,
-        rows: Sequence[tuple[int, str, int, bytes]],
+        rows: Sequence[tuple[int, str, int, int, bytes]],
     ) -> ScopeVectors:
-        """A scope's vectors from its rows ``(row id, kind, updated_at in µs, float32 bytes)``."""
+        """A scope's vectors from its rows ``(row id, kind, updated_at in µs, created_at in µs,
+        float32 bytes)``."""
         count = len(rows)
         vectors = cls(scope_id=scope_id, seq=seq, dimensions=dimensions, capacity=_grown(count))
         if count:
             rowids = [row[0] for row in rows]
-            vectors._matrix[:count] = vector_matrix(rowids, [row[3] for row in rows], dimensions)
+            vectors._matrix[:count] = vector_matrix(rowids, [row[4] for row in rows], dimensions)
             for start in range(0, count, _QUANTIZE_ROWS):
                 vectors._quantize(start, min(count, start + _QUANTIZE_ROWS))
             vectors._rowids[:count] = rowids
-            for rowid, kind, updated, _ in rows:
-                _check_fields(rowid, kind, updated)
+            for rowid, kind, updated, said, _ in rows:
+                _check_fields(rowid, kind, updated, said)
             vectors._updated[:count] = [row[2] for row in rows]
+            vectors._said[:count] = [row[3] for row in rows]
             vectors._kinds[:count] = [vectors._code(row[1]) for row in rows]
             vectors._position = {row[0]: at for at, row in enumerate(rows)}
             vectors._count = count
@@ -205,14 +211,15 @@ class ScopeVectors:
         arrays = sum(array.nbytes for array in self._row_arrays())
         return arrays + len(self._position) * _MAP_ENTRY_BYTES
 
-    def put(self, rowid: int, kind: str, updated: int, vector: bytes) -> None:
-        """Add the vector of ``rowid``, or replace the one it had.
+    def put(self, rowid: int, kind: str, updated: int, said: int, vector: bytes) -> None:
+        """Add the vector of ``rowid`` (its memory's kind, ``updated_at`` and ``created_at`` in
+        µs), or replace the one it had.
 
         Raises:
             DamagedVector: ``vector`` is damaged (nothing changes).
         """
         checked = vector_matrix((rowid,), (vector,), self.dimensions)
-        _check_fields(rowid, kind, updated)
+        _check_fields(rowid, kind, updated, said)
         at = self._position.get(rowid)
         if at is None:
             if self._count == len(self._rowids):
@@ -225,6 +232,7 @@ class ScopeVectors:
         self._quantize(at, at + 1)
         self._kinds[at] = self._code(kind)
         self._updated[at] = updated
+        self._said[at] = said
 
     def remove(self, rowid: int) -> None:
         """Drop the vector of ``rowid`` (nothing if it has none here)."""
@@ -248,23 +256,65 @@ class ScopeVectors:
         return {rowid: float(score) for rowid, score in zip(found, scores, strict=True)}
 
     def held(
-        self, ranked: Iterable[tuple[int, float]], *, kind: str | None = None, cutoff: int | None = None
+        self,
+        ranked: Sequence[tuple[int, float]],
+        *,
+        kind: str | None = None,
+        cutoff: int | None = None,
+        since: int | None = None,
+        until: int | None = None,
     ) -> list[tuple[int, float]]:
-        """Those of ``ranked`` (row id, score) whose rows are held here, of ``kind`` and updated
-        at ``cutoff`` or later when given, in their order: of the ranked rows of a whole file,
-        the current ones of this scope that a search keeps."""
-        code = None if kind is None else self._kind_codes.get(kind)
-        if kind is not None and code is None:
+        """Those of ``ranked`` (row id, score) whose rows are held here and kept by the filters
+        of :meth:`nearest`, in their order: of the ranked rows of a whole file, the current ones
+        of this scope that a search keeps."""
+        if not ranked:
             return []
-        kinds, updated, position = self._kinds, self._updated, self._position
-        kept: list[tuple[int, float]] = []
-        for rowid, score in ranked:
-            at = position.get(rowid)
-            if at is None or (code is not None and kinds[at] != code):
-                continue
-            if cutoff is None or updated[at] >= cutoff:
-                kept.append((rowid, score))
-        return kept
+        rowids = (rowid for rowid, _ in ranked)
+        at = np.fromiter(map(self._position.get, rowids, itertools.repeat(-1)), np.int64, len(ranked))
+        (listed,) = np.nonzero(at >= 0)
+        positions = at[listed]
+        keep = np.ones(len(positions), dtype=np.bool_)
+        if kind is not None:
+            keep &= self._kinds[positions] == self._kind_codes.get(kind, -1)
+        for bound, values, at_least in (
+            (cutoff, self._updated, True),
+            (since, self._said, True),
+            (until, self._said, False),
+        ):
+            if bound is not None:
+                keep &= values[positions] >= bound if at_least else values[positions] < bound
+        return [ranked[index] for index in listed[keep].tolist()]
+
+    def count(
+        self,
+        *,
+        kind: str | None = None,
+        cutoff: int | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> int:
+        """How many rows the filters of :meth:`nearest` keep."""
+        keep = self._kept(kind, cutoff, since, until)
+        return self._count if keep is None else int(np.count_nonzero(keep))
+
+    def _kept(
+        self, kind: str | None, cutoff: int | None, since: int | None, until: int | None
+    ) -> npt.NDArray[np.bool_] | None:
+        """Which rows the filters keep (``None``: all of them)."""
+        count = self._count
+        keep: npt.NDArray[np.bool_] | None = None
+        if kind is not None:
+            code = self._kind_codes.get(kind)
+            keep = np.zeros(count, dtype=np.bool_) if code is None else self._kinds[:count] == code
+        for bound, values, at_least in (
+            (cutoff, self._updated, True),
+            (since, self._said, True),
+            (until, self._said, False),
+        ):
+            if bound is not None:
+                kept = values[:count] >= bound if at_least else values[:count] < bound
+                keep = kept if keep is None else keep & kept
+        return keep
 
     def nearest(
         self,
@@ -273,12 +323,13 @@ class ScopeVectors:
         *,
         kind: str | None = None,
         cutoff: int | None = None,
-        among: Iterable[int] | None = None,
+        since: int | None = None,
+        until: int | None = None,
         helpers: Executor | None = None,
     ) -> list[tuple[int, float]]:
         """The ``k`` row ids most similar to the unit vector ``query``, best first, with their
-        cosine similarity; only of ``kind``, updated at ``cutoff`` or later, and among the row
-        ids ``among``, when given.
+        cosine similarity; only of ``kind``, updated at ``cutoff`` or later, and created at
+        ``since`` or later and before ``until`` (µs), when given.
         ``helpers`` (threads) share the first pass over a large matrix with the calling thread.
 
         With the query quantized the same way (``query ≈ q * step``, off by ``query_error``), each
@@ -292,18 +343,7 @@ class ScopeVectors:
         ``k`` best, so only the others are scored in float32.
         """
         count = self._count
-        keep: npt.NDArray[np.bool_] | None = None
-        if kind is not None:
-            code = self._kind_codes.get(kind)
-            if code is None:
-                return []
-            keep = self._kinds[:count] == code
-        if cutoff is not None:
-            fresh = self._updated[:count] >= cutoff
-            keep = fresh if keep is None else keep & fresh
-        if among is not None:
-            listed = np.isin(self._rowids[:count], np.fromiter(among, dtype=np.int64))
-            keep = listed if keep is None else keep & listed
+        keep = self._kept(kind, cutoff, since, until)
         kept = count if keep is None else int(np.count_nonzero(keep))
         if kept == 0:
             return []
@@ -343,9 +383,11 @@ class ScopeVectors:
         rounding = (query_length * self._longest * self.dimensions + 1.0) * 2.0**-21
         slack = query_error * self._longest + rounding
         lower = approx - width
-        if keep is not None:
-            lower[~keep] = -np.inf
-        kth_lower = float(np.partition(lower, count - k)[count - k])
+        if keep is None:
+            kth_lower = float(np.partition(lower, count - k)[count - k])
+        else:  # the k-th best of the rows kept (``keep`` holds more than k)
+            among = lower[keep]
+            kth_lower = float(np.partition(among, len(among) - k)[len(among) - k])
         approx += width
         reach = approx >= kth_lower - 2.0 * slack
         if keep is not None:

@@ -686,7 +686,7 @@ class PostgresMemoryStore(MemoryStore):
             if query is None:  # by words alone: the index's relevance is the score
                 records = await self._records_by_row(conn, scope.key, [row for row, _ in lexical[:k]])
                 return [MemoryHit(records[r], score, score) for r, score in lexical[:k] if r in records]
-            nearest = await self._by_meaning(conn, query, pool, filters, windowed=request.windowed)
+            nearest = await self._by_meaning(conn, query, pool, filters)
             similarity: dict[int, float] = {}
             named: list[int] = []
             if request.mode == "hybrid" and lexical:
@@ -735,17 +735,9 @@ class PostgresMemoryStore(MemoryStore):
         query: npt.NDArray[np.float32],
         n: int,
         filters: _Filters,
-        *,
-        windowed: bool,
     ) -> list[tuple[int, float]]:
         """The ``n`` nearest of the scope's vectors (row, cosine similarity), best first."""
         try:
-            among = None
-            if windowed:  # the window's rows, read before the cache lock (same snapshot)
-                cursor = await conn.execute(
-                    self._q(f"SELECT row FROM {{memories}} WHERE {_FILTERED}"), filters.params()
-                )
-                among = [row for (row,) in await cursor.fetchall()]
             async with self._cache_lock:
                 vectors = await self._cached(conn, filters.scope)
                 if vectors is not None:
@@ -755,7 +747,8 @@ class PostgresMemoryStore(MemoryStore):
                         n,
                         kind=filters.kind,
                         cutoff=filters.cutoff,
-                        among=among,
+                        since=filters.since,
+                        until=filters.until,
                         helpers=self._cache.helpers,
                     )
             return await self._nearest_fetched(conn, query, n, filters)
@@ -886,13 +879,14 @@ class PostgresMemoryStore(MemoryStore):
         async with conn.cursor(binary=True) as cursor:
             await cursor.execute(
                 self._q(
-                    "SELECT row, kind, updated_at, embedding FROM {memories} "
+                    "SELECT row, kind, updated_at, created_at, embedding FROM {memories} "
                     "WHERE scope = %s AND superseded_by IS NULL AND embedding IS NOT NULL"
                 ),
                 (scope,),
             )
             rows = [
-                (row, kind, updated, bytes(vector)) for row, kind, updated, vector in await cursor.fetchall()
+                (row, kind, updated, said, bytes(vector))
+                for row, kind, updated, said, vector in await cursor.fetchall()
             ]
         return await asyncio.to_thread(
             ScopeVectors.loaded, scope_id=scope_id, seq=seq, dimensions=self.dimensions, rows=rows
@@ -906,7 +900,7 @@ class PostgresMemoryStore(MemoryStore):
         async with conn.cursor(binary=True) as cursor:
             await cursor.execute(
                 self._q(
-                    "SELECT row, scope, kind, updated_at, embedding FROM {memories} "
+                    "SELECT row, scope, kind, updated_at, created_at, embedding FROM {memories} "
                     "WHERE row = ANY(%s) AND superseded_by IS NULL AND embedding IS NOT NULL"
                 ),
                 (list(rows),),
@@ -917,7 +911,7 @@ class PostgresMemoryStore(MemoryStore):
             if current is None or current[1] != scope:
                 vectors.remove(row)
             else:
-                vectors.put(row, current[2], current[3], bytes(current[4]))
+                vectors.put(row, current[2], current[3], current[4], bytes(current[5]))
 
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
         async def operation(conn: PostgresConnection) -> MemoryRecord | None:

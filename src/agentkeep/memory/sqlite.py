@@ -25,6 +25,7 @@ does the cache's numpy work (helped by threads of its own for the largest matric
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -133,6 +134,24 @@ class _Filters:
                 parts.append(condition)
                 args.append(value)
         return f"{lead} " + " AND ".join(parts), args
+
+    def kept(self, vectors: ScopeVectors, ranked: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+        """Those of ``ranked`` (row id, score) that ``vectors``, the scope's, hold and these
+        filters keep."""
+        since, until = self.window()
+        return vectors.held(ranked, kind=self.kind, cutoff=self.cutoff, since=since, until=until)
+
+    def count(self, vectors: ScopeVectors) -> int:
+        """How many of ``vectors``, the scope's, these filters keep."""
+        since, until = self.window()
+        return vectors.count(kind=self.kind, cutoff=self.cutoff, since=since, until=until)
+
+    def window(self) -> tuple[int | None, int | None]:
+        """``since`` and ``until`` in µs, as the search cache takes them."""
+        return (
+            None if self.since is None else to_micros(self.since),
+            None if self.until is None else to_micros(self.until),
+        )
 
 
 T = TypeVar("T")
@@ -442,15 +461,11 @@ class SQLiteMemoryStore(MemoryStore):
                 # by words alone, a scope's vectors are not read for it, but used if held
                 held = query is not None or scope.key in self._cache
                 vectors = self._vectors(db, scope.key) if held else None
-                lexical = (
-                    self._by_words(db, request.terms, pool, filters, None if request.windowed else vectors)
-                    if request.terms
-                    else []
-                )
+                lexical = self._by_words(db, request.terms, pool, filters, vectors) if request.terms else []
                 if query is None:  # by words alone: the index's relevance is the score
                     found = self._records_of(db, scope.key, lexical[:k])
                     return [MemoryHit(self._record(row), score, score) for row, score in found]
-                nearest = self._by_meaning(db, query, pool, filters, vectors, windowed=request.windowed)
+                nearest = self._by_meaning(db, query, pool, filters, vectors)
                 similarity: dict[int, float] = {}
                 named: list[int] = []
                 if request.mode == "hybrid" and lexical:
@@ -490,28 +505,24 @@ class SQLiteMemoryStore(MemoryStore):
         n: int,
         filters: _Filters,
         vectors: ScopeVectors | None,
-        *,
-        windowed: bool,
     ) -> list[tuple[int, float]]:
         """The ``n`` nearest of the scope's vectors (row id, cosine similarity), best first;
         ``vectors``: the scope's, cached (:meth:`_vectors`), or none: read by sqlite-vec."""
         if vectors is not None:
-            among = None
-            if windowed:
-                where, args = filters.where()
-                among = [r for (r,) in db.rows(f"SELECT m.rowid FROM agentkeep_memories AS m {where}", args)]
+            since, until = filters.window()
             try:
                 return vectors.nearest(
                     np.frombuffer(query, dtype=np.float32),
                     n,
                     kind=filters.kind,
                     cutoff=filters.cutoff,
-                    among=among,
+                    since=since,
+                    until=until,
                     helpers=self._cache.helpers,
                 )
             except DamagedVector as exc:
                 raise self._damaged_vector(db, exc) from exc
-        if not windowed:
+        if filters.since is None and filters.until is None:
             return self._nearest_by_vec0(db, filters.scope, query, n, filters.kind, filters.cutoff)
         # A window: the scope's memories said in it (their index), each vector scored by row id.
         where, args = filters.where()
@@ -565,28 +576,27 @@ class SQLiteMemoryStore(MemoryStore):
     ) -> list[tuple[int, float]]:
         """The ``n`` memories of the scope whose words best match ``terms`` (row id, BM25 as
         FTS5 computes it, negated: larger is better), best first. ``vectors``: the scope's,
-        cached and current (no window), which can tell its current memories from the rest."""
-        if vectors is not None and len(vectors) > 0:
-            # A scope holding a large share of the file: the word index ranks its matches alone
-            # and the cache keeps this scope's current ones, instead of a look-up of each match's
-            # memory row (1.6 of 2.5 ms at 100,000 memories). Enough for the best n are ranked
-            # if other scopes' rows match as often as this one's; when they crowd the best out
-            # (fewer than n kept while more matched), the look-ups as below.
+        cached and current, which can tell the memories the search keeps from the rest."""
+        if vectors is not None:
+            # The cache tells the memories the search keeps, so the word index's matches need
+            # no look-up of their memory rows (1.6 of 2.5 ms at 100,000 memories). A search that
+            # keeps a large share of the file ranks them all and keeps the best n of the first
+            # few; other rows crowding those out (fewer than n kept while more matched), or a
+            # small share: every match is scored and those kept ranked here.
+            filtered = filters.kind, filters.cutoff, filters.since, filters.until
+            share = len(vectors) if filtered == (None,) * 4 else filters.count(vectors)
+            if share == 0:
+                return []
             (last,) = db.one("SELECT coalesce(max(rowid), 0) FROM agentkeep_memories") or (0,)
-            spread = -(-int(last) // len(vectors))  # file rows per row of the scope, at least
+            spread = -(-int(last) // share)  # file rows per row kept, at least
             if spread <= _SPREAD_RANKED_ALONE:
                 limit = 2 * n * spread
-                ranked = [
-                    (rowid, float(score))
-                    for rowid, score in db.rows(
-                        "SELECT rowid, -bm25(agentkeep_memory_words) AS score FROM agentkeep_memory_words "
-                        "WHERE agentkeep_memory_words MATCH ? ORDER BY score DESC, rowid LIMIT ?",
-                        [fts5_query(terms), limit],
-                    )
-                ]
-                kept = vectors.held(ranked, kind=filters.kind, cutoff=filters.cutoff)
+                ranked = self._word_matches(db, terms, limit)
+                kept = filters.kept(vectors, ranked)
                 if len(kept) >= n or len(ranked) < limit:
                     return kept[:n]
+            kept = filters.kept(vectors, self._word_matches(db, terms, None))
+            return heapq.nsmallest(n, kept, key=lambda pair: (-pair[1], pair[0]))
         where, args = filters.where(lead="AND", checked=True)
         return [
             (rowid, float(score))
@@ -597,6 +607,19 @@ class SQLiteMemoryStore(MemoryStore):
                 [fts5_query(terms), *args, n],
             )
         ]
+
+    @staticmethod
+    def _word_matches(db: VecConnection, terms: Sequence[str], limit: int | None) -> list[tuple[int, float]]:
+        """The word index's matches of ``terms`` in the whole file (row id, negated BM25): the
+        ``limit`` best, best first, or all of them, in no order."""
+        sql = (
+            "SELECT rowid, -bm25(agentkeep_memory_words) AS score FROM agentkeep_memory_words "
+            "WHERE agentkeep_memory_words MATCH ?"
+        )
+        if limit is None:
+            return [(rowid, float(score)) for rowid, score in db.rows(sql, [fts5_query(terms)])]
+        ranked = db.rows(f"{sql} ORDER BY score DESC, rowid LIMIT ?", [fts5_query(terms), limit])
+        return [(rowid, float(score)) for rowid, score in ranked]
 
     def _damaged_vector(self, db: VecConnection, exc: DamagedVector) -> CorruptMemoryError:
         """The error for a damaged vector met by a search, naming its memory."""
@@ -685,15 +708,15 @@ class SQLiteMemoryStore(MemoryStore):
         # come from their own index and each vector is read by its row id: the cost follows the
         # scope's size, not the file's (about 8 µs a vector). kind and updated_at are the ones
         # every write sets on the record and its vector alike.
-        rows: list[tuple[int, str, int, bytes]] = []
-        for rowid, kind, updated in db.rows(
-            "SELECT rowid, kind, updated_at FROM agentkeep_memories "
+        rows: list[tuple[int, str, int, int, bytes]] = []
+        for rowid, kind, updated, said in db.rows(
+            "SELECT rowid, kind, updated_at, created_at FROM agentkeep_memories "
             "WHERE scope = ? AND superseded_by IS NULL",
             (scope,),
         ):
             found = db.one("SELECT embedding FROM agentkeep_memory_vectors WHERE memory_rowid = ?", (rowid,))
             if found is not None:  # records without an embedding (a profile field, a block)
-                rows.append((rowid, kind, updated, found[0]))
+                rows.append((rowid, kind, updated, said, found[0]))
         return ScopeVectors.loaded(scope_id=scope_id, seq=seq, dimensions=self.dimensions, rows=rows)
 
     @staticmethod
@@ -702,14 +725,15 @@ class SQLiteMemoryStore(MemoryStore):
         # removed one is gone), so entries apply in any order and more than once alike.
         for rowid in rowids:
             row = db.one(
-                "SELECT scope, kind, updated_at, embedding FROM agentkeep_memory_vectors "
-                "WHERE memory_rowid = ?",
+                "SELECT v.scope, v.kind, v.updated_at, m.created_at, v.embedding "
+                "FROM agentkeep_memory_vectors AS v JOIN agentkeep_memories AS m ON m.rowid = v.memory_rowid "
+                "WHERE v.memory_rowid = ?",
                 (rowid,),
             )
             if row is None or row[0] != scope:
                 vectors.remove(rowid)
             else:
-                vectors.put(rowid, row[1], row[2], row[3])
+                vectors.put(rowid, row[1], row[2], row[3], row[4])
 
     async def current(self, scope: MemoryScope, key: str) -> MemoryRecord | None:
         def job(db: VecConnection) -> MemoryRecord | None:
