@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import time
@@ -184,8 +185,12 @@ def conversation_id_problem(value: str) -> str | None:
 
 
 def is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
+    """Whether ``host`` (a client address or a host name) is this machine's loopback."""
+    return host is not None and _is_loopback(host)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_loopback(host: str) -> bool:  # asked twice per request: parsing the address costs more
     if host in _LOOPBACK_NAMES:
         return True
     try:
