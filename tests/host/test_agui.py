@@ -239,3 +239,43 @@ async def test_a_turn_sent_again_is_answered_from_what_is_stored_and_runs_nothin
         "tool",
         "assistant",
     ]
+
+
+def test_events_are_encoded_as_the_ag_ui_encoder_encodes_them() -> None:
+    from ag_ui.core import (
+        RunAgentInput,
+        RunErrorEvent,
+        RunFinishedEvent,
+        RunStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+        ToolCallArgsEvent,
+        ToolCallEndEvent,
+        ToolCallResultEvent,
+        ToolCallStartEvent,
+    )
+    from ag_ui.encoder import EventEncoder
+
+    from agentkeep.host._agui import encode_event
+
+    run_input = RunAgentInput(
+        thread_id="t", run_id="r", messages=[], tools=[], context=[], state={}, forwarded_props={}
+    )
+    events = [
+        RunStartedEvent(thread_id="t", run_id="r", timestamp=5),
+        RunStartedEvent(thread_id="t", run_id="r", input=run_input),  # a nested model
+        TextMessageStartEvent(message_id="m", role="assistant", timestamp=1),
+        TextMessageContentEvent(message_id="m", delta='a\x00\x1f\x7f\n\u2028é😀"\\</', timestamp=2),
+        TextMessageEndEvent(message_id="m", timestamp=3),
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f", parent_message_id="m", timestamp=4),
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f"),
+        ToolCallArgsEvent(tool_call_id="c", delta='{"a": 1}', timestamp=1),
+        ToolCallEndEvent(tool_call_id="c", timestamp=1),
+        ToolCallResultEvent(message_id="m", tool_call_id="c", content="sunny", role="tool", timestamp=1),
+        RunFinishedEvent(thread_id="t", run_id="r", timestamp=1),
+        RunFinishedEvent(thread_id="t", run_id="r", result={"a": [1, None]}),
+        RunErrorEvent(message="boom", code="timeout", timestamp=1),
+    ]
+    for event in events:
+        assert encode_event(event) == EventEncoder().encode(event)

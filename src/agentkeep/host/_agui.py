@@ -23,11 +23,13 @@ client resends it under that id and it is recognised; an answer of tool calls on
 closed empty, for the same reason); each tool call as ``TOOL_CALL_START`` / ``TOOL_CALL_ARGS`` /
 ``TOOL_CALL_END`` (parent: the answer's id); each result of a tool the agent
 ran as ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` with a code. Every event
-carries a timestamp.
+carries a timestamp. Each is sent as ``ag_ui.encoder.EventEncoder`` writes it (:func:`encode_event`:
+the same JSON, written by msgspec from the event's fields instead of by the model's serializer).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -64,6 +66,7 @@ __all__ = [
     "EventStream",
     "checked_messages",
     "client_tools",
+    "encode_event",
     "new_messages",
     "now_ms",
     "parse_input",
@@ -312,6 +315,45 @@ class EventStream:
     def finish(self) -> list[BaseEvent]:
         """The events that close what is still open at the end of the run."""
         return self._close()
+
+
+@functools.cache
+def _wire_fields(event_type: type[BaseEvent]) -> tuple[tuple[str, str, bool], ...]:
+    """Each field of ``event_type`` as (name, JSON key, left out when ``None``), in the order the
+    model serializes them: keyed by alias, an optional field whose default is ``None`` omitted
+    while it has no value (as ``ag_ui``'s models do)."""
+    return tuple(
+        (
+            name,
+            field.serialization_alias or field.alias or name,
+            not field.is_required() and field.default is None,
+        )
+        for name, field in event_type.model_fields.items()
+    )
+
+
+def encode_event(event: BaseEvent) -> str:
+    """``event`` as a server-sent event, as ``ag_ui.encoder.EventEncoder`` encodes it (``data:``,
+    the event's JSON by alias without the optional fields it has no value for, a blank line).
+
+    Its fields are written by msgspec: the model's own serializer (a Python wrapper around
+    pydantic's, to leave fields out) costs several times more, on every event of every turn.
+    An event with a value msgspec cannot write (a nested model) is encoded by the model."""
+    values = event.__dict__
+    body = {
+        key: values[name]
+        for name, key, optional in _wire_fields(type(event))
+        if not optional or values[name] is not None
+    }
+    if event.__pydantic_extra__:
+        body.update(event.__pydantic_extra__)
+    try:
+        return f"data: {_ENCODE(body).decode()}\n\n"
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
+        return f"data: {event.model_dump_json(by_alias=True)}\n\n"
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 def _result_text(result: FunctionResultContent) -> str:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
-from ag_ui.encoder import EventEncoder
 from starlette.requests import Request
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +31,7 @@ from ._agui import (
     EventStream,
     checked_messages,
     client_tools,
+    encode_event,
     new_messages,
     now_ms,
     parse_input,
@@ -99,11 +99,10 @@ class AGUIRoute:
         except HTTPProblem as exc:
             await exc.response()(request.scope, request.receive, send)
             return
-        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         parent: telemetry.Span = request.scope.get("state", {}).get("span") or telemetry.Span()
         batches = self._events(hosted, tenant, user, run_input, sent, tools, parent)
-        chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
-        response = EventStreamResponse(chunks, media_type=encoder.get_content_type())
+        chunks = (("".join(map(encode_event, events)), more) async for events, more in batches)
+        response = EventStreamResponse(chunks, media_type="text/event-stream")
         await response(request.scope, request.receive, send)
 
     async def _events(
