@@ -16,8 +16,9 @@ the store, with nothing run (see :mod:`agentkeep.host._agui`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -101,8 +102,7 @@ class AGUIRoute:
             return
         parent: telemetry.Span = request.scope.get("state", {}).get("span") or telemetry.Span()
         batches = self._events(hosted, tenant, user, run_input, sent, tools, parent)
-        chunks = (("".join(map(encode_event, events)), more) async for events, more in batches)
-        response = EventStreamResponse(chunks, media_type="text/event-stream")
+        response = EventStreamResponse(_encoded(batches), media_type="text/event-stream")
         await response(request.scope, request.receive, send)
 
     async def _events(
@@ -114,7 +114,7 @@ class AGUIRoute:
         sent: list[dict[str, Any]],
         tools: list[Any],
         parent: telemetry.Span,
-    ) -> AsyncIterator[tuple[list[BaseEvent], bool]]:
+    ) -> AsyncGenerator[tuple[list[BaseEvent], bool]]:
         """The run's events in batches, each sent as one chunk: what is ready together travels
         together (``RUN_STARTED`` at once, then each update's events, then the closing events with
         ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
@@ -148,6 +148,13 @@ class AGUIRoute:
             yield [*closing, RunErrorEvent(message=message, code=code, timestamp=now_ms())], False
             return
         yield [*closing, RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], False
+
+
+async def _encoded(batches: AsyncGenerator[tuple[list[BaseEvent], bool]]) -> AsyncGenerator[tuple[str, bool]]:
+    """Each batch of events as one chunk of server-sent events; ``batches`` closed with it."""
+    async with contextlib.aclosing(batches):
+        async for events, more in batches:
+            yield "".join(map(encode_event, events)), more
 
 
 def agui_openapi(document: dict[str, Any]) -> dict[str, Any]:
