@@ -38,6 +38,7 @@ from ._agui import (
     parse_input,
     replayed,
     stored_answer,
+    stored_ids,
 )
 from ._hosted_turn import HostedTurn
 from ._http import EventStreamResponse, HTTPProblem, conversation_id_problem, error_response, run_error
@@ -126,13 +127,14 @@ class AGUIRoute:
                 turn = await frame.session(user=user)
                 history = await turn.history(keep_for_run=True)
                 stream = EventStream()
-                answer = stored_answer(sent, history)
+                ids = stored_ids(history)  # the history walked once, for both questions
+                answer = stored_answer(sent, history, ids=ids)
                 if answer is not None:  # answered already: the same answer again, nothing run
                     turn.discard_kept()
                     events = [event for update in replayed(answer) for event in stream.update(update)]
                     closing = [*events, *stream.finish()]
                 else:
-                    new = checked_messages(new_messages(sent, history))
+                    new = checked_messages(new_messages(sent, history, ids=ids))
                     async with hosted.agent.run(
                         new, session=turn.session, stream=True, tools=tools
                     ) as updates:

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar, cast
@@ -160,6 +161,8 @@ def declared_tools(
 MAX_CONVERSATION_ID: Final = 256
 """The longest conversation id a client may name (characters)."""
 
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: one scan in C per turn
+
 
 def conversation_id_problem(value: str) -> str | None:
     """Why a conversation id a client names cannot be used (``None``: it can).
@@ -175,7 +178,7 @@ def conversation_id_problem(value: str) -> str | None:
         return f"a conversation id is at most {MAX_CONVERSATION_ID} characters"
     if "/" in value or "\\" in value:
         return "a conversation id holds no '/' or '\\'"
-    if any(ord(char) < 32 or 127 <= ord(char) < 160 for char in value):
+    if _CONTROL.search(value):
         return "a conversation id holds no control characters"
     try:
         value.encode("utf-8")
