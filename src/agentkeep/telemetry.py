@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Generator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Final
 
 __all__ = ["Span", "span", "start"]
@@ -71,12 +72,16 @@ class Span:
     def __init__(self, otel_span: Any = None) -> None:
         self._span = otel_span
 
-    @contextlib.contextmanager
-    def child(self, name: str, **attributes: Any) -> Generator[None]:
+    def child(self, name: str, **attributes: Any) -> AbstractContextManager[None]:
         """A child span, current for the block (use it around awaited calls only)."""
         if _TRACER is None or _trace is None or self._span is None:
-            yield
-            return
+            return _NOTHING
+        return self._child(name, attributes)
+
+    @contextlib.contextmanager
+    def _child(self, name: str, attributes: Mapping[str, Any]) -> Generator[None]:
+        assert _TRACER is not None
+        assert _trace is not None
         parent = _trace.set_span_in_context(self._span)
         with _TRACER.start_as_current_span(
             name,
@@ -91,13 +96,17 @@ class Span:
                 Span(made).fail(exc)
                 raise
 
-    @contextlib.contextmanager
-    def current(self) -> Generator[None]:
+    def current(self) -> AbstractContextManager[None]:
         """This span as the current one for the block, which may ``yield`` as long as one task
         runs all of it (a host's streamed turn): spans started inside become its children."""
         if _context is None or _trace is None or self._span is None:
-            yield
-            return
+            return _NOTHING
+        return self._current()
+
+    @contextlib.contextmanager
+    def _current(self) -> Generator[None]:
+        assert _context is not None
+        assert _trace is not None
         token = _context.attach(_trace.set_span_in_context(self._span))
         try:
             yield
@@ -134,13 +143,22 @@ def start(name: str, **attributes: Any) -> Span:
     return Span(tracer.start_span(name, attributes=_clean(attributes)))
 
 
-@contextlib.contextmanager
-def span(name: str, **attributes: Any) -> Generator[Span]:
+# What the context managers above give while nothing is traced: no-ops made once (the spans of
+# one turn would otherwise cost a generator each).
+_NOTHING: Final = contextlib.nullcontext()
+_UNTRACED: Final = contextlib.nullcontext(Span())
+
+
+def span(name: str, **attributes: Any) -> AbstractContextManager[Span]:
     """A span, child of the current one, current for the block; an exception marks it failed."""
     tracer = _tracer()
     if tracer is None:
-        yield Span()
-        return
+        return _UNTRACED
+    return _traced(tracer, name, attributes)
+
+
+@contextlib.contextmanager
+def _traced(tracer: Any, name: str, attributes: Mapping[str, Any]) -> Generator[Span]:
     with tracer.start_as_current_span(
         name, attributes=_clean(attributes), record_exception=False, set_status_on_exception=False
     ) as made:

@@ -28,9 +28,10 @@ before.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, runtime_checkable
 
 from . import telemetry
 
@@ -44,6 +45,8 @@ __all__ = [
     "SupportsHoldAppend",
     "SupportsTurnCommit",
     "TurnWrites",
+    "can_hold_appends",
+    "commits_turns",
     "held_appends",
     "hold_appends",
     "release_appends",
@@ -107,6 +110,23 @@ class SupportsTurnCommit(Protocol):
         ...
 
 
+@functools.cache
+def _class_is(cls: type, protocol: type) -> bool:
+    return issubclass(cls, protocol)
+
+
+def commits_turns(store: object) -> TypeGuard[SupportsTurnCommit]:
+    """``isinstance(store, SupportsTurnCommit)``, answered once per class: every turn asks it, and
+    a runtime protocol's own check walks the protocol's members each time. (A class without the
+    methods is still checked per object, for one that sets them on the object.)"""
+    return _class_is(type(store), SupportsTurnCommit) or isinstance(store, SupportsTurnCommit)
+
+
+def can_hold_appends(store: object) -> TypeGuard[SupportsHoldAppend]:
+    """``isinstance(store, SupportsHoldAppend)``, answered once per class (as :func:`commits_turns`)."""
+    return _class_is(type(store), SupportsHoldAppend) or isinstance(store, SupportsHoldAppend)
+
+
 @dataclass(slots=True)
 class TurnWrites:
     """The appends a session's current run held for its save (see the module docs).
@@ -161,7 +181,7 @@ async def _write(held: HeldAppend) -> None:
 def hold_appends(session: AgentSession, session_store: object) -> TurnWrites | None:
     """Attach a :class:`TurnWrites` for ``session_store`` to ``session`` for its next run, if the
     store can commit a turn in one step (else ``None``: appends are written as they come)."""
-    if not isinstance(session_store, SupportsTurnCommit):
+    if not commits_turns(session_store):
         return None
     writes = TurnWrites(session_store)
     session.runtime[_RUNTIME_KEY] = writes

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,70 @@ async def test_a_turn_sent_again_is_answered_from_what_is_stored_and_runs_nothin
         "tool",
         "assistant",
     ]
+
+
+def test_events_are_encoded_as_the_ag_ui_encoder_encodes_them() -> None:
+    from ag_ui.core import (
+        RunAgentInput,
+        RunErrorEvent,
+        RunFinishedEvent,
+        RunStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+        ToolCallArgsEvent,
+        ToolCallEndEvent,
+        ToolCallResultEvent,
+        ToolCallStartEvent,
+    )
+    from ag_ui.encoder import EventEncoder
+
+    from agentkeep.host._agui import encode_event
+
+    run_input = RunAgentInput(
+        thread_id="t", run_id="r", messages=[], tools=[], context=[], state={}, forwarded_props={}
+    )
+    events = [
+        RunStartedEvent(thread_id="t", run_id="r", timestamp=5),
+        RunStartedEvent(thread_id="t", run_id="r", input=run_input),  # a nested model
+        TextMessageStartEvent(message_id="m", role="assistant", timestamp=1),
+        TextMessageContentEvent(message_id="m", delta='a\x00\x1f\x7f\n\u2028é😀"\\</', timestamp=2),
+        TextMessageEndEvent(message_id="m", timestamp=3),
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f", parent_message_id="m", timestamp=4),
+        ToolCallStartEvent(tool_call_id="c", tool_call_name="f"),
+        ToolCallArgsEvent(tool_call_id="c", delta='{"a": 1}', timestamp=1),
+        ToolCallEndEvent(tool_call_id="c", timestamp=1),
+        ToolCallResultEvent(message_id="m", tool_call_id="c", content="sunny", role="tool", timestamp=1),
+        RunFinishedEvent(thread_id="t", run_id="r", timestamp=1),
+        RunFinishedEvent(thread_id="t", run_id="r", result={"a": [1, None]}),
+        RunErrorEvent(message="boom", code="timeout", timestamp=1),
+    ]
+    for event in events:
+        assert encode_event(event) == EventEncoder().encode(event)
+
+
+async def test_an_event_stream_response_closes_its_chunks_when_it_ends() -> None:
+    from agentkeep.host._http import EventStreamResponse
+
+    closed: list[str] = []
+
+    async def chunks() -> AsyncGenerator[tuple[str, bool]]:
+        try:
+            yield "data: {}\n\n", False
+            yield "never sent", False
+        finally:
+            closed.append("closed")  # at once, not when the garbage collector finds it
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client stays
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await EventStreamResponse(chunks())({"type": "http"}, receive, send)
+    assert closed == ["closed"]
+    assert [m.get("body") for m in sent] == [None, b"data: {}\n\n"]
+    assert sent[-1]["more_body"] is False

@@ -23,13 +23,16 @@ client resends it under that id and it is recognised; an answer of tool calls on
 closed empty, for the same reason); each tool call as ``TOOL_CALL_START`` / ``TOOL_CALL_ARGS`` /
 ``TOOL_CALL_END`` (parent: the answer's id); each result of a tool the agent
 ran as ``TOOL_CALL_RESULT``; then ``RUN_FINISHED``, or ``RUN_ERROR`` with a code. Every event
-carries a timestamp.
+carries a timestamp. Each is sent as ``ag_ui.encoder.EventEncoder`` writes it (:func:`encode_event`:
+the same JSON, written by msgspec from the event's fields instead of by the model's serializer).
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Final
 
 import msgspec
@@ -64,11 +67,13 @@ __all__ = [
     "EventStream",
     "checked_messages",
     "client_tools",
+    "encode_event",
     "new_messages",
     "now_ms",
     "parse_input",
     "replayed",
     "stored_answer",
+    "stored_ids",
     "to_messages",
 ]
 
@@ -118,7 +123,7 @@ def parse_input(body: bytes) -> tuple[RunAgentInput, list[dict[str, Any]]]:
         raise ValueError("the body is not a JSON object")
     fields: dict[str, Any] = raw  # pyright: ignore[reportUnknownVariableType]
     messages: Any = fields.get("messages")
-    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):  # pyright: ignore[reportUnknownVariableType]
+    if not isinstance(messages, list) or not all(map(isinstance, messages, repeat(dict))):  # pyright: ignore[reportUnknownArgumentType]
         raise ValueError("messages is a list of message objects")
     checked: list[dict[str, Any]] = messages  # pyright: ignore[reportUnknownVariableType] - each a dict
     return RunAgentInput.model_validate({**fields, "messages": []}), checked
@@ -200,24 +205,36 @@ def _fingerprint(message: dict[str, Any]) -> tuple[str, str]:
     return str(role), content if isinstance(content, str) else ""
 
 
-def stored_answer(sent: Sequence[dict[str, Any]], stored: Sequence[Message]) -> list[Message] | None:
+def stored_ids(stored: Sequence[Message]) -> dict[str, int]:
+    """Where each message id of ``stored`` is (its last position): :func:`stored_answer` and
+    :func:`new_messages` look the request's ids up in it, so a turn walks its history once."""
+    return {
+        message.message_id: index for index, message in enumerate(stored) if message.message_id is not None
+    }
+
+
+def stored_answer(
+    sent: Sequence[dict[str, Any]], stored: Sequence[Message], *, ids: Mapping[str, int] | None = None
+) -> list[Message] | None:
     """The stored answer to ``sent`` when the request was answered already (a retry: the client
     did not see its ``RUN_FINISHED``): its last message is stored (by id) and followed by stored
-    messages; the answer is those up to the next user message. ``None`` otherwise."""
+    messages; the answer is those up to the next user message. ``None`` otherwise.
+
+    ``ids`` is :func:`stored_ids` of ``stored``, if the caller has it."""
     if not sent or not stored:
         return None
     last = sent[-1].get("id")
     if not isinstance(last, str) or not last:
         return None
-    for index in range(len(stored) - 1, -1, -1):
-        if stored[index].message_id == last:
-            answer: list[Message] = []
-            for message in stored[index + 1 :]:
-                if message.role == "user":
-                    break
-                answer.append(message)
-            return answer or None
-    return None
+    index = (stored_ids(stored) if ids is None else ids).get(last)
+    if index is None:
+        return None
+    answer: list[Message] = []
+    for message in stored[index + 1 :]:
+        if message.role == "user":
+            break
+        answer.append(message)
+    return answer or None
 
 
 def replayed(answer: Sequence[Message]) -> Iterable[AgentResponseUpdate]:
@@ -231,12 +248,15 @@ def replayed(answer: Sequence[Message]) -> Iterable[AgentResponseUpdate]:
         )
 
 
-def new_messages(sent: Sequence[dict[str, Any]], stored: Sequence[Message]) -> list[dict[str, Any]]:
+def new_messages(
+    sent: Sequence[dict[str, Any]], stored: Sequence[Message], *, ids: Mapping[str, int] | None = None
+) -> list[dict[str, Any]]:
     """The messages of ``sent`` (a whole AG-UI conversation, as decoded JSON) that ``stored`` (the
-    newest stored history) does not hold yet; see the module docs."""
+    newest stored history) does not hold yet; see the module docs. ``ids`` is :func:`stored_ids`
+    of ``stored``, if the caller has it."""
     if not stored:
         return list(sent)
-    known = {m.message_id for m in stored if m.message_id is not None}
+    known = stored_ids(stored) if ids is None else ids
     for index in range(len(sent) - 1, -1, -1):
         if sent[index].get("id") in known:
             return list(sent[index + 1 :])
@@ -312,6 +332,45 @@ class EventStream:
     def finish(self) -> list[BaseEvent]:
         """The events that close what is still open at the end of the run."""
         return self._close()
+
+
+@functools.cache
+def _wire_fields(event_type: type[BaseEvent]) -> tuple[tuple[str, str, bool], ...]:
+    """Each field of ``event_type`` as (name, JSON key, left out when ``None``), in the order the
+    model serializes them: keyed by alias, an optional field whose default is ``None`` omitted
+    while it has no value (as ``ag_ui``'s models do)."""
+    return tuple(
+        (
+            name,
+            field.serialization_alias or field.alias or name,
+            not field.is_required() and field.default is None,
+        )
+        for name, field in event_type.model_fields.items()
+    )
+
+
+def encode_event(event: BaseEvent) -> str:
+    """``event`` as a server-sent event, as ``ag_ui.encoder.EventEncoder`` encodes it (``data:``,
+    the event's JSON by alias without the optional fields it has no value for, a blank line).
+
+    Its fields are written by msgspec: the model's own serializer (a Python wrapper around
+    pydantic's, to leave fields out) costs several times more, on every event of every turn.
+    An event with a value msgspec cannot write (a nested model) is encoded by the model."""
+    values = event.__dict__
+    body = {
+        key: values[name]
+        for name, key, optional in _wire_fields(type(event))
+        if not optional or values[name] is not None
+    }
+    if event.__pydantic_extra__:
+        body.update(event.__pydantic_extra__)
+    try:
+        return f"data: {_ENCODE(body).decode()}\n\n"
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError):
+        return f"data: {event.model_dump_json(by_alias=True)}\n\n"
+
+
+_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 def _result_text(result: FunctionResultContent) -> str:

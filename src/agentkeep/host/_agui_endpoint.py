@@ -16,13 +16,13 @@ the store, with nothing run (see :mod:`agentkeep.host._agui`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
-from ag_ui.encoder import EventEncoder
 from starlette.requests import Request
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,11 +32,13 @@ from ._agui import (
     EventStream,
     checked_messages,
     client_tools,
+    encode_event,
     new_messages,
     now_ms,
     parse_input,
     replayed,
     stored_answer,
+    stored_ids,
 )
 from ._hosted_turn import HostedTurn
 from ._http import EventStreamResponse, HTTPProblem, conversation_id_problem, error_response, run_error
@@ -99,11 +101,9 @@ class AGUIRoute:
         except HTTPProblem as exc:
             await exc.response()(request.scope, request.receive, send)
             return
-        encoder = EventEncoder(accept=request.headers.get("accept", "text/event-stream"))
         parent: telemetry.Span = request.scope.get("state", {}).get("span") or telemetry.Span()
         batches = self._events(hosted, tenant, user, run_input, sent, tools, parent)
-        chunks = (("".join(map(encoder.encode, events)), more) async for events, more in batches)
-        response = EventStreamResponse(chunks, media_type=encoder.get_content_type())
+        response = EventStreamResponse(_encoded(batches), media_type="text/event-stream")
         await response(request.scope, request.receive, send)
 
     async def _events(
@@ -115,7 +115,7 @@ class AGUIRoute:
         sent: list[dict[str, Any]],
         tools: list[Any],
         parent: telemetry.Span,
-    ) -> AsyncIterator[tuple[list[BaseEvent], bool]]:
+    ) -> AsyncGenerator[tuple[list[BaseEvent], bool]]:
         """The run's events in batches, each sent as one chunk: what is ready together travels
         together (``RUN_STARTED`` at once, then each update's events, then the closing events with
         ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
@@ -127,13 +127,14 @@ class AGUIRoute:
                 turn = await frame.session(user=user)
                 history = await turn.history(keep_for_run=True)
                 stream = EventStream()
-                answer = stored_answer(sent, history)
+                ids = stored_ids(history)  # the history walked once, for both questions
+                answer = stored_answer(sent, history, ids=ids)
                 if answer is not None:  # answered already: the same answer again, nothing run
                     turn.discard_kept()
                     events = [event for update in replayed(answer) for event in stream.update(update)]
                     closing = [*events, *stream.finish()]
                 else:
-                    new = checked_messages(new_messages(sent, history))
+                    new = checked_messages(new_messages(sent, history, ids=ids))
                     async with hosted.agent.run(
                         new, session=turn.session, stream=True, tools=tools
                     ) as updates:
@@ -149,6 +150,13 @@ class AGUIRoute:
             yield [*closing, RunErrorEvent(message=message, code=code, timestamp=now_ms())], False
             return
         yield [*closing, RunFinishedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], False
+
+
+async def _encoded(batches: AsyncGenerator[tuple[list[BaseEvent], bool]]) -> AsyncGenerator[tuple[str, bool]]:
+    """Each batch of events as one chunk of server-sent events; ``batches`` closed with it."""
+    async with contextlib.aclosing(batches):
+        async for events, more in batches:
+            yield "".join(map(encode_event, events)), more
 
 
 def agui_openapi(document: dict[str, Any]) -> dict[str, Any]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
+import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar, cast
 
 import anyio
@@ -159,6 +161,8 @@ def declared_tools(
 MAX_CONVERSATION_ID: Final = 256
 """The longest conversation id a client may name (characters)."""
 
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: one scan in C per turn
+
 
 def conversation_id_problem(value: str) -> str | None:
     """Why a conversation id a client names cannot be used (``None``: it can).
@@ -174,7 +178,7 @@ def conversation_id_problem(value: str) -> str | None:
         return f"a conversation id is at most {MAX_CONVERSATION_ID} characters"
     if "/" in value or "\\" in value:
         return "a conversation id holds no '/' or '\\'"
-    if any(ord(char) < 32 or 127 <= ord(char) < 160 for char in value):
+    if _CONTROL.search(value):
         return "a conversation id holds no control characters"
     try:
         value.encode("utf-8")
@@ -184,8 +188,12 @@ def conversation_id_problem(value: str) -> str | None:
 
 
 def is_loopback(host: str | None) -> bool:
-    if host is None:
-        return False
+    """Whether ``host`` (a client address or a host name) is this machine's loopback."""
+    return host is not None and _is_loopback(host)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_loopback(host: str) -> bool:  # asked twice per request: parsing the address costs more
     if host in _LOOPBACK_NAMES:
         return True
     try:
@@ -235,11 +243,15 @@ class EventStreamResponse(Response):
     quietly, as nobody is left to read it. (Starlette's ``StreamingResponse`` does the same with a
     task group around two tasks and an empty last message: this sends one message less per
     response and starts one task less.)
+
+    ``chunks`` is closed when the response ends (it stops at its last chunk, unfinished): left to
+    the garbage collector, an async generator is closed by a task the event loop starts for it,
+    woken through its self-pipe, which costs about as much as sending a chunk.
     """
 
     media_type = "text/event-stream"
 
-    def __init__(self, chunks: AsyncIterator[tuple[str, bool]], *, media_type: str | None = None) -> None:
+    def __init__(self, chunks: AsyncGenerator[tuple[str, bool]], *, media_type: str | None = None) -> None:
         self.chunks = chunks
         self.status_code = 200
         if media_type is not None:
@@ -250,17 +262,20 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         more = True
-        # anyio's scope, not a bare Task.cancel(): it cancels again at every await until the
-        # stream has stopped, so a library that swallows one CancelledError cannot keep it going.
-        with anyio.CancelScope() as stopped:
-            watcher = asyncio.create_task(_watch_for_disconnect(receive, stopped))
-            try:
-                async for text, more in self.chunks:
-                    await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
-                    if not more:
-                        break
-            finally:
-                watcher.cancel()
+        try:
+            # anyio's scope, not a bare Task.cancel(): it cancels again at every await until the
+            # stream has stopped, so a library that swallows one CancelledError cannot keep it going.
+            with anyio.CancelScope() as stopped:
+                watcher = asyncio.create_task(_watch_for_disconnect(receive, stopped))
+                try:
+                    async for text, more in self.chunks:
+                        await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
+                        if not more:
+                            break
+                finally:
+                    watcher.cancel()
+        finally:
+            await self.chunks.aclose()
         if more and not stopped.cancel_called:  # the chunks ran out without saying so
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -26,7 +26,7 @@ from ..message_log import MessageLog, MessageView
 from ..message_stores.base import HistoryView, MessageStore, Summary, close_store
 from ..messages import Message, new_message_id
 from ..sessions import AgentSession, ProviderSessionState
-from ..turn_writes import SupportsHoldAppend, held_appends
+from ..turn_writes import can_hold_appends, held_appends
 from .history import HistoryOptions, HistoryProvider
 
 __all__ = ["ConversationState", "StorageHistoryProvider"]
@@ -230,9 +230,9 @@ class StorageHistoryProvider(HistoryProvider):
         **kwargs: Any,
     ) -> None:
         conversation_id = self._state(session, state, session_id).conversation_id
-        writes = held_appends(session)
-        if writes is not None and isinstance(self.store, SupportsHoldAppend) and writes.joins(self.store):
-            writes.hold(self.store.hold_append(conversation_id, messages))  # stored with the session
+        writes, store = held_appends(session), self.store
+        if writes is not None and can_hold_appends(store) and writes.joins(store):
+            writes.hold(store.hold_append(conversation_id, messages))  # stored with the session
             return
         with telemetry.span(
             "agentkeep.store.append",

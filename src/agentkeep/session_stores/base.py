@@ -30,7 +30,7 @@ from .._json_values import text_problem
 from ..encryption import KeyMismatch, decrypt_payload, decryption_error, encrypt_payload
 from ..errors import ConflictError, SessionFormatError, StateTypeError
 from ..sessions import AgentSession, encode_payload
-from ..turn_writes import SupportsTurnCommit
+from ..turn_writes import SupportsTurnCommit, commits_turns
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -332,7 +332,7 @@ class DelegatingSessionStore(AgentSessionStore):
         """Whether the inner store can save with ``store``'s held appends in one transaction
         (:mod:`agentkeep.turn_writes`)."""
         inner = self.inner_store
-        return isinstance(inner, SupportsTurnCommit) and inner.shares_database(store)
+        return commits_turns(inner) and inner.shares_database(store)
 
     async def save_session_with_appends(
         self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
