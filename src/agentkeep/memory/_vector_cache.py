@@ -37,7 +37,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Final
+from typing import Any, Final
 
 try:
     import numpy as np
@@ -272,18 +272,8 @@ class ScopeVectors:
         rowids = (rowid for rowid, _ in ranked)
         at = np.fromiter(map(self._position.get, rowids, itertools.repeat(-1)), np.int64, len(ranked))
         (listed,) = np.nonzero(at >= 0)
-        positions = at[listed]
-        keep = np.ones(len(positions), dtype=np.bool_)
-        if kind is not None:
-            keep &= self._kinds[positions] == self._kind_codes.get(kind, -1)
-        for bound, values, at_least in (
-            (cutoff, self._updated, True),
-            (since, self._said, True),
-            (until, self._said, False),
-        ):
-            if bound is not None:
-                keep &= values[positions] >= bound if at_least else values[positions] < bound
-        return [ranked[index] for index in listed[keep].tolist()]
+        keep = self._kept(kind, cutoff, since, until, at[listed])
+        return [ranked[index] for index in (listed if keep is None else listed[keep]).tolist()]
 
     def count(
         self,
@@ -298,21 +288,29 @@ class ScopeVectors:
         return self._count if keep is None else int(np.count_nonzero(keep))
 
     def _kept(
-        self, kind: str | None, cutoff: int | None, since: int | None, until: int | None
+        self,
+        kind: str | None,
+        cutoff: int | None,
+        since: int | None,
+        until: int | None,
+        positions: npt.NDArray[np.int64] | None = None,
     ) -> npt.NDArray[np.bool_] | None:
-        """Which rows the filters keep (``None``: all of them)."""
-        count = self._count
+        """Which of the rows at ``positions`` (all rows, by default) the filters keep (``None``:
+        all of them)."""
+
+        def column(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return values[: self._count] if positions is None else values[positions]
+
         keep: npt.NDArray[np.bool_] | None = None
         if kind is not None:
-            code = self._kind_codes.get(kind)
-            keep = np.zeros(count, dtype=np.bool_) if code is None else self._kinds[:count] == code
+            keep = column(self._kinds) == self._kind_codes.get(kind, -1)
         for bound, values, at_least in (
             (cutoff, self._updated, True),
             (since, self._said, True),
             (until, self._said, False),
         ):
             if bound is not None:
-                kept = values[:count] >= bound if at_least else values[:count] < bound
+                kept = column(values) >= bound if at_least else column(values) < bound
                 keep = kept if keep is None else keep & kept
         return keep
 
