@@ -19,7 +19,16 @@ from psycopg import sql
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
 from agentkeep.memory import InMemoryMemoryStore, MemoryHit, MemoryRecord, MemoryScope
-from agentkeep.memory._lexical import BM25, blended, indexed_text, names_in, query_terms, ranked, words
+from agentkeep.memory._lexical import (
+    BM25,
+    blended,
+    indexed_text,
+    names_in,
+    query_terms,
+    ranked,
+    standout,
+    words,
+)
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.semantic import (
@@ -40,14 +49,29 @@ SPRING = datetime(2023, 4, 12, 18, 30, tzinfo=UTC)
 def test_fusion_blends_scaled_scores_and_the_named_speaker() -> None:
     cosines = {"a": 0.8, "b": 0.4, "c": 0.6, "d": -0.2}
     nearest = [("a", 0.8), ("c", 0.6), ("b", 0.4)]
-    # a: .7; c: .7 * .75 + .3 = .825; b: .35; d: .3 (a negative cosine counts 0)
+    # over a, c, b, d: cosines .8 .6 .4 0 (a negative one counts 0) stand out by 1.18, words
+    # 0 6 0 6 by 1: weights .6 * 1.4 and .4 * 1, to sum 1: .68 and .32;
+    # a: .68; c: .68 * .75 + .32 = .83; b: .34; d: .32
     assert blended(nearest, [("c", 6.0), ("d", 6.0)], cosines) == ["c", "a", "b", "d"]
-    assert blended(nearest, [("c", 6.0), ("d", 6.0)], cosines, named=["b"]) == ["c", "b", "a", "d"]
+    assert blended(nearest, [("c", 6.0), ("d", 6.0)], cosines, named=["b"]) == ["b", "c", "a", "d"]
     assert blended([], [("x", 2.0), ("y", 1.0)], {}) == ["x", "y"]
     assert blended([("a", 0.5), ("b", 0.5)], [], cosines) == ["a", "b"]  # ties: the vector order
     # scaled by each ranking's best: multiplying one ranking's scores changes nothing
     assert blended(nearest, [("c", 600.0), ("d", 600.0)], cosines) == ["c", "a", "b", "d"]
-    order, scores = ranked(nearest, [("d", 1.0)], mode="hybrid", k=2, min_score=0.5, similarity=cosines)
+    # a word match that stands out of the candidates' words is trusted more than one among many
+    close = {"a": 0.9, "b": 0.85, "c": 0.8, "d": 0.75, "e": 0.7}
+    by_cosine = sorted(close.items(), key=lambda pair: -pair[1])
+    alone = [("e", 10.0), ("a", 1.0), ("b", 1.0), ("c", 1.0), ("d", 1.0)]
+    crowded = [("e", 10.0), ("b", 9.0), ("c", 9.0), ("d", 9.0), ("a", 1.0)]
+    assert blended(by_cosine, alone, close)[0] == "e"
+    assert blended(by_cosine, crowded, close)[-1] == "e"
+    # how far the best stands out: none in a ranking whose scores all tie, or of a single one
+    assert standout([1.0, 1.0, 1.0, 1.0, 10.0]) == pytest.approx(2.0)
+    assert standout([3.0, 3.0]) == standout([5.0]) == standout([]) == 0.0
+    assert standout([2.0, 4.0, 9.0]) == pytest.approx(standout([200.0, 400.0, 900.0]))  # any scale
+    assert blended([("a", 0.5), ("b", 0.5)], [("b", 2.0)], close) == ["b", "a"]  # tied cosines: words
+    words_of = [("d", 1.0), ("a", 1.0)]
+    order, scores = ranked(nearest, words_of, mode="hybrid", k=2, min_score=0.5, similarity=cosines)
     assert order == ["a", "c"]  # b under min_score is no candidate by meaning
     assert scores == {"a": 0.8, "c": 0.6}
     assert names_in(["what", "mary", "ann", "paint"], "Mary Ann")

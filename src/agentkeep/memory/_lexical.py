@@ -36,6 +36,7 @@ __all__ = [
     "names_in",
     "query_terms",
     "ranked",
+    "standout",
     "stem",
     "tsquery",
     "words",
@@ -45,12 +46,13 @@ SearchMode = Literal["hybrid", "vector", "lexical"]
 """How a search ranks: by meaning and words fused (``"hybrid"``), by meaning (``"vector"``,
 cosine similarity of embeddings), or by words (``"lexical"``, the store's full-text index)."""
 
-VECTOR_WEIGHT: Final = 0.7
-LEXICAL_WEIGHT: Final = 0.3
-SPEAKER_BOOST: Final = 0.4
-"""The weights of fusion (:func:`blended`): of the cosine and of the word score, each scaled by
-its ranking's best, and what a memory said by someone the query names adds (measured with
-``bench/eval_memory.py``; see docs/memory.md)."""
+VECTOR_WEIGHT: Final = 0.6
+LEXICAL_WEIGHT: Final = 0.4
+SPEAKER_BOOST: Final = 0.5
+"""The weights of fusion (:func:`blended`): the prior of the cosine and of the word score (each
+multiplied, per search, by the square of how far its ranking's best stands out from the
+candidates: :func:`standout`; then the two made to sum to 1), and what a memory said by
+someone the query names adds (measured with ``bench/eval_memory.py``; see docs/memory.md)."""
 
 CANDIDATES: Final = 50
 """How many memories each ranking contributes to fusion at least (``4 * k`` if more)."""
@@ -206,6 +208,18 @@ class BM25:
 K = TypeVar("K", bound=Hashable)
 
 
+def standout(scores: Sequence[float]) -> float:
+    """How far the best of ``scores`` stands out from them all: (best - mean) / standard
+    deviation (0 for fewer than two scores, or all equal). The same whatever the scores' scale,
+    so the backends' different word scores give the same figure."""
+    count = len(scores)
+    if count < 2:
+        return 0.0
+    mean = math.fsum(scores) / count
+    spread = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / count)
+    return (max(scores) - mean) / spread if spread > 0 else 0.0
+
+
 def blended(
     nearest: Sequence[tuple[K, float]],
     lexical: Sequence[tuple[K, float]],
@@ -217,28 +231,35 @@ def blended(
     speaker_boost: float = SPEAKER_BOOST,
 ) -> list[K]:
     """Fusion by score of two rankings' candidates (``nearest``: item, cosine; ``lexical``: item,
-    word score; each best first), best first: each candidate scores ``vector_weight`` times its
-    cosine (``similarity`` holds every candidate's; below 0 counts 0) over the best cosine, plus
-    ``lexical_weight`` times its word score over the best word score (0 when the words did not
-    find it), plus ``speaker_boost`` when it is in ``named`` (said by someone the query names).
+    word score; each best first), best first: each candidate scores its cosine (``similarity``
+    holds every candidate's; below 0 counts 0) over the best cosine, times the vector side's
+    weight, plus its word score over the best word score (0 when the words did not find it),
+    times the word side's weight, plus ``speaker_boost`` when it is in ``named`` (said by someone
+    the query names). The weights adapt to the search: ``vector_weight`` and ``lexical_weight``
+    are each multiplied by the square of their side's :func:`standout` over all the candidates
+    (a ranking whose best stands far out of the rest is trusted more; on a question that shares
+    a rare name with one memory the words stand out, on one asked in other words the cosines
+    do), then made to sum to 1 (the priors alone when neither stands out).
     Ties in the order of the vector ranking, then of the lexical one."""
     words = dict(lexical)
     order = {
         item: at for at, item in enumerate(dict.fromkeys([i for i, _ in nearest] + [i for i, _ in lexical]))
     }
-    best_cosine = max((max(similarity.get(i, 0.0), 0.0) for i in order), default=0.0) or 1.0
-    best_words = max(words.values(), default=0.0) or 1.0
+    cosines = [max(similarity.get(item, 0.0), 0.0) for item in order]
+    matched = [words.get(item, 0.0) for item in order]
+    best_cosine = max(cosines, default=0.0) or 1.0
+    best_words = max(matched, default=0.0) or 1.0
+    by_meaning = vector_weight * standout(cosines) ** 2
+    by_words = lexical_weight * standout(matched) ** 2
+    if by_meaning + by_words <= 0:
+        by_meaning, by_words = vector_weight, lexical_weight
+    total = by_meaning + by_words
+    by_meaning, by_words = by_meaning / total / best_cosine, by_words / total / best_words
     named = set(named)
-
-    def score(item: K) -> float:
-        cosine = max(similarity.get(item, 0.0), 0.0)
-        return (
-            vector_weight * cosine / best_cosine
-            + lexical_weight * words.get(item, 0.0) / best_words
-            + (speaker_boost if item in named else 0.0)
-        )
-
-    scores = {item: score(item) for item in order}
+    scores = {
+        item: by_meaning * cosine + by_words * word + (speaker_boost if item in named else 0.0)
+        for item, cosine, word in zip(order, cosines, matched, strict=True)
+    }
     return sorted(order, key=lambda item: (-scores[item], order[item]))
 
 

@@ -15,7 +15,7 @@ Rules every backend keeps (the conformance suite in
 * searches and listings see current records only; scores are cosine similarities, best first;
   records read back may come without their embedding (a store need not return vectors);
 * a search with a query ``text`` also ranks by words, with a full-text index the store keeps in
-  the same transaction as the memory (``mode="hybrid"``: both rankings fused by reciprocal rank,
+  the same transaction as the memory (``mode="hybrid"``: both rankings fused by score,
   each hit's score still its cosine similarity; ``mode="lexical"``: by words alone, scores the
   index's relevance); a memory leaves the index when it is superseded, deleted, forgotten or
   purged, and no other scope's memory ever matches;
