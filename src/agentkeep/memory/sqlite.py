@@ -155,8 +155,9 @@ class _Filters:
 
 
 T = TypeVar("T")
-# The word index ranks a search's matches alone when the file holds at most this many rows per
-# row of the searched scope (its cached vectors): see SQLiteMemoryStore._by_words.
+# A search by words in a cached scope takes the word index's best few matches (and keeps those the
+# cache tells it keeps) when the file holds at most this many rows per row the search keeps; with
+# more, it scores every match: see SQLiteMemoryStore._by_words.
 _SPREAD_RANKED_ALONE: Final = 4
 _COLUMNS: Final = (
     "rowid, id, key, kind, text, source_session_id, metadata, created_at, updated_at, superseded_by"
