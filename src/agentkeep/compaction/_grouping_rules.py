@@ -36,12 +36,16 @@ from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
     EMPTY_PAYLOAD_CHARS,
+    FLAT_KEY_TYPES,
+    FLAT_VALUE_TYPES,
     MESSAGE_OVERHEAD_TOKENS,
+    ONE_CALL_PAYLOAD_CHARS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
     call_measures,
     calls_measures,
+    json_bytes,
     message_token_text,
     reference_payload_length,
 )
@@ -58,6 +62,8 @@ _SUMMARY: Final = MessageGroupKind.SUMMARY
 _USER: Final = MessageGroupKind.USER
 _TEXT: Final = MessageGroupKind.ASSISTANT_TEXT
 _TOOL: Final = MessageGroupKind.TOOL_CALL
+_PLAIN_KINDS: Final = {"user": _USER, "assistant": _TEXT}
+"""The roles whose plain text the grouping loop's fast path takes, and the group kind it makes."""
 _CALLS_ONLY: Final[frozenset[type]] = frozenset({FunctionCallContent})
 _CALL_ID_OF: Final[Callable[[FunctionCallContent], str]] = attrgetter("call_id")
 
@@ -66,7 +72,10 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     """Add ``messages`` to the index ``state``, grouping and counting only them.
 
     The common messages are handled here, in one pass written for speed: this loop is the whole
-    cold build of a long history. A message that forms a group of its own (one text content, a
+    cold build of a long history. The two most common (with the default estimator), a plain user
+    or assistant text and an assistant message of one call with flat arguments, each take a short
+    path of their own first, which measures the message and makes its group without the general
+    path's checks. Otherwise a message that forms a group of its own (one text content, a
     summary or system message, one function call) gets it made inline; a message with one result
     that joins one group gets added inline; the rest (parallel calls, reasoning, merges, unknown
     results, several contents) go to :func:`_append_structured`. Totals of the inline paths are
@@ -89,14 +98,131 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
     payload_lengths, ascii_json = state.payload_lengths, ascii_json_string
     measure_call, measure_calls = call_measures, calls_measures
+    plain_kinds, user_kind, tool_kind, owner_index = _PLAIN_KINDS, _USER, _TOOL, state.owner
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
+    plain_tokens = plain_bytes = 0  # of the plain texts: in the totals and the included totals
     try:
         for position, message in enumerate(messages, len(all_messages)):
             contents = message.contents
             only: Any = contents[0] if len(contents) == 1 else None  # read by type below, without casts
             kind_of_only: object = type(only)  # pyright: ignore[reportUnknownVariableType]
             plain = kind_of_only is TextContent
+            if (
+                plain
+                and per_token
+                and (kind := plain_kinds.get(message.role)) is not None
+                and not message.additional_properties
+                and not only.additional_properties
+                and not only.extra_fields
+            ):
+                # -- a plain user or assistant text (most messages): a group of its own, measured
+                # (as the general path below does, in the same order) and made inline --
+                text = only.text
+                ascii_text = text.isascii()
+                written = len(ascii_json(text)) if ascii_text else len(encode_basestring(text))
+                message_id = message.message_id
+                head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                length = PLAIN_TEXT_PAYLOAD_CHARS + written + head + len(message.role)
+                payload_lengths.append(length if message_id is None else -1)
+                tokens = length // per_token or 1  # max(1, ...) without a call
+                size = len(text) if ascii_text else len(text.encode("utf-8"))  # ASCII: 1 byte per char
+                all_messages.append(message)
+                token_list.append(tokens)
+                plain_tokens += tokens
+                plain_bytes += size
+                if state.reasoning_tail:
+                    state.reasoning_tail = []  # any message ends the reasoning tail
+                if kind is user_kind:  # a new turn, included from its first group
+                    turn = len(turn_live)
+                    turn_live.append(1)
+                    state.included_turn_count += 1
+                elif turn is not None:
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        state.included_turn_count += 1
+                group = new_group(MessageGroup)
+                group.index = owner_index
+                group.kind = kind
+                group.turn = turn
+                group.order = group.first_index = position
+                group.later_indices = None
+                group.token_count = tokens
+                group.byte_count = size
+                group.excluded = False
+                group.call_ids = ()
+                group.unanswered = None
+                state.open_group = None
+                groups.append(group)
+                group_of.append(group)
+                made += 1
+                continue
+            if (
+                kind_of_only is FunctionCallContent
+                and per_token
+                and not state.reasoning_tail
+                and message.role == "assistant"
+                and not message.additional_properties
+                and not only.additional_properties
+                and not only.extra_fields
+                and type(arguments := only.arguments) is dict
+                and arguments
+                and (encoded := json_bytes(arguments)).isascii()
+                and FLAT_KEY_TYPES.issuperset(map(type, arguments))  # pyright: ignore[reportUnknownArgumentType]
+                and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))  # pyright: ignore[reportUnknownArgumentType]
+            ):
+                # -- one call of flat ASCII arguments (the usual call message): a new tool-call group,
+                # measured as call_measures measures it (the payload's JSON of the arguments is the
+                # compact JSON but for a space after each ":" and ","), made inline --
+                name: str = only.name
+                call_id: str = only.call_id
+                written = (
+                    len(encode_basestring(call_id))
+                    + len(encode_basestring(name))
+                    + len(encoded)
+                    + 2 * len(arguments)  # pyright: ignore[reportUnknownArgumentType]
+                    - 1
+                )
+                message_id = message.message_id
+                head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                length = ONE_CALL_PAYLOAD_CHARS + written + head + len(message.role)
+                payload_lengths.append(length if message_id is None else -1)
+                tokens = length // per_token or 1
+                # the counted text is f"{name} {arguments' JSON}", the JSON all ASCII
+                size = (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
+                all_messages.append(message)
+                token_list.append(tokens)
+                plain_tokens += tokens
+                plain_bytes += size
+                group = new_group(MessageGroup)
+                group.index = owner_index
+                group.kind = tool_kind
+                group.turn = turn
+                group.order = group.first_index = position
+                group.later_indices = None
+                group.token_count = tokens
+                group.byte_count = size
+                group.excluded = False
+                group.call_ids = [call_id]
+                group.unanswered = {call_id}
+                pending = calls.get(call_id)  # the declaration is pending (as _add_calls records it)
+                if pending is None:
+                    calls[call_id] = [group]
+                else:
+                    pending.append(group)
+                state.open_group, state.open_after_call = group, True
+                groups.append(group)
+                group_of.append(group)
+                tool_groups.append(group)
+                made += 1
+                tool_groups_made += 1
+                if turn is not None:
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        state.included_turn_count += 1
+                continue
             ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
             call_written = -1  # what the function calls add to the payload, when measured here
             many_calls = False  # several contents, all function calls
@@ -248,12 +374,12 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 if live == 1:
                     state.included_turn_count += 1
     finally:
-        state.total_tokens += total_tokens
-        state.total_bytes += total_bytes
+        state.total_tokens += total_tokens + plain_tokens
+        state.total_bytes += total_bytes + plain_bytes
         state.included_group_count += made
         state.included_message_count += made + joined
-        state.included_token_count += tokens_made
-        state.included_byte_count += bytes_made
+        state.included_token_count += tokens_made + plain_tokens
+        state.included_byte_count += bytes_made + plain_bytes
         state.included_tool_group_count += tool_groups_made
 
 

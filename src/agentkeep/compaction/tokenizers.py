@@ -214,13 +214,14 @@ class OpenAITokenizer:
         return f"OpenAITokenizer({self._name!r})"
 
 
-_encode_json = msgspec.json.Encoder(enc_hook=str).encode
-"""JSON bytes of a value; whatever is not JSON-compatible is counted by its ``str()`` (an estimate
-must never fail). One encoder for every call: cheaper than ``msgspec.json.encode`` each time."""
+json_bytes: Final = msgspec.json.Encoder(enc_hook=str).encode
+"""JSON bytes of a value (compact, UTF-8); whatever is not JSON-compatible is counted by its
+``str()`` (an estimate must never fail). One encoder for every call: cheaper than
+``msgspec.json.encode`` each time."""
 
 
 def _json(value: Any) -> str:
-    return _encode_json(value).decode()
+    return json_bytes(value).decode()
 
 
 def _call_text(content: FunctionCallContent) -> str:
@@ -336,6 +337,9 @@ its role's letters."""
 EMPTY_PAYLOAD_CHARS: Final = _ENVELOPE
 """The characters of a message's reference payload besides its contents, its id and its role's
 letters (what :func:`call_measures` counts for a call is added to it)."""
+ONE_CALL_PAYLOAD_CHARS: Final = _ENVELOPE + _CALL_ADDS
+"""The characters of a one-call message's payload (a call with arguments) besides its escaped call
+id and name, its arguments' JSON, its id and its role's letters."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
@@ -435,8 +439,8 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
         and type(args) is dict
         and args
         and encoded.isascii()
-        and _TEXT_ONLY.issuperset(map(type, cast("dict[Any, Any]", args)))
-        and _SCALARS.issuperset(map(type, cast("dict[Any, Any]", args).values()))
+        and FLAT_KEY_TYPES.issuperset(map(type, cast("dict[Any, Any]", args)))
+        and FLAT_VALUE_TYPES.issuperset(map(type, cast("dict[Any, Any]", args).values()))
     ):
         # A flat object of ASCII text, whole numbers, booleans and nulls (the usual arguments): the
         # compact JSON just made is the payload's but for a space after each ":" and ",".
@@ -444,8 +448,9 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
     return text, _CALL_ADDS + names + _json_length(args)
 
 
-_TEXT_ONLY: Final[frozenset[type]] = frozenset({str})
-_SCALARS: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
+FLAT_KEY_TYPES: Final[frozenset[type]] = frozenset({str})
+"""The key types of a flat object (see :data:`FLAT_VALUE_TYPES`)."""
+FLAT_VALUE_TYPES: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
 """The value types of a flat object whose compact JSON (msgspec's) and payload JSON (the
 reference's) differ only by the separators' spaces: for ASCII, msgspec escapes text as
 ``encode_basestring`` does (see :data:`ascii_json_string`), and writes these scalars alike."""
