@@ -20,7 +20,12 @@ from agentkeep.compaction import (
     count_message_tokens,
     message_token_text,
 )
-from agentkeep.compaction.tokenizers import json_string_length, reference_payload, reference_payload_length
+from agentkeep.compaction.tokenizers import (
+    ascii_json_string,
+    json_string_length,
+    reference_payload,
+    reference_payload_length,
+)
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("", 1), ("a", 1), ("abcd", 1), ("abcde", 1), ("x" * 401, 100)])
@@ -235,6 +240,16 @@ def test_the_fast_json_string_length_is_the_standard_one_for_every_ascii_charact
     for code in range(128):
         text = f"a{chr(code)}b{chr(code)}"
         assert json_string_length(text) == len(encode_basestring(text)), code
+
+
+def test_msgspec_writes_every_code_point_as_encode_basestring_does() -> None:
+    # What the collapse loop relies on to measure a non-ASCII summary from its UTF-8 size.
+    for start in range(0, 0x110000, 4096):
+        text = "".join(chr(c) for c in range(start, start + 4096) if not 0xD800 <= c <= 0xDFFF)
+        text = f'a"{text}\\{text}'
+        assert ascii_json_string(text).decode() == encode_basestring(text), hex(start)
+        utf8_extra = len(text.encode()) - len(text)
+        assert len(ascii_json_string(text)) - utf8_extra == len(encode_basestring(text)), hex(start)
 
 
 @given(st.text())

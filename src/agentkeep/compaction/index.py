@@ -38,9 +38,8 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import compress, repeat
-from json.encoder import encode_basestring
 from operator import attrgetter, is_not, not_
-from typing import Final, cast
+from typing import Final
 
 from .._json_values import check_text
 from ..messages import Message, Role, message_id_generator
@@ -465,7 +464,7 @@ class MessageIndex:
                 length = reference_payload_length(messages[at])
             else:  # the id replaces the payload's null
                 # a generated id is hex, written as it is between quotes
-                length += len(cast(str, messages[at].message_id)) + 2 - 4
+                length += len(messages[at].message_id or "") + 2 - 4
                 payload_lengths[at] = -1
             fresh = length // per_token or 1
             if change := fresh - tokens[at]:
@@ -566,7 +565,9 @@ class MessageIndex:
                     if not per_token:
                         tokens = count_message(summary)
                     else:
-                        written = len(ascii_json(text)) if plain else len(encode_basestring(text))
+                        # msgspec writes a text as encode_basestring does, UTF-8 encoded (see
+                        # ascii_json_string): less the bytes beyond one per character, its length
+                        written = len(ascii_json(text)) if plain else len(ascii_json(text)) - size + len(text)
                         length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
                 else:

@@ -349,7 +349,10 @@ _MEASURED: Final = (TextContent, TextReasoningContent, FunctionCallContent, Func
 ascii_json_string: Final = msgspec.json.Encoder().encode
 """The JSON of an ASCII string as bytes, one per character: for ASCII text msgspec writes exactly
 what ``encode_basestring`` does (the same escapes, checked for every ASCII character by a test),
-several times faster for texts of a few hundred characters. ``len(ascii_json_string(text)) if
+several times faster for texts of a few hundred characters. Of any other text (without lone
+surrogates, which it refuses) it writes the same characters too, UTF-8 encoded (checked for every
+code point by a test); its length in a payload is then this length less the bytes the text's
+characters take beyond one each. ``len(ascii_json_string(text)) if
 text.isascii() else len(encode_basestring(text))`` is the length of ``text`` in a payload
 (``str.isascii`` reads a flag: it costs nothing)."""
 
