@@ -553,21 +553,23 @@ class MessageIndex:
                     plain = text.isascii()
                     if plain:
                         size = len(text)
-                    else:  # one encoding both checks the text (a lone surrogate fails) and sizes it
+                        written = len(ascii_json(text)) if per_token else 0  # its length in a payload
+                    else:  # the encodings both check the text (a lone surrogate fails) and size it
                         try:
+                            # msgspec writes a text as encode_basestring does, UTF-8 encoded (see
+                            # ascii_json_string); it keeps the text's UTF-8, which encode() reuses
+                            written = len(ascii_json(text))
                             size = len(text.encode("utf-8"))
                         except UnicodeEncodeError:
                             check_text(text, "text")  # raises, saying why
                             raise
+                        written -= size - len(text)  # the length less the bytes beyond one a character
                     summary_id = new_id()
                     summary = from_checked_text(role, text, None, summary_id, None)  # text checked above
                     summary.additional_properties = {SUMMARY_PROPERTY: ids}
                     if not per_token:
                         tokens = count_message(summary)
                     else:
-                        # msgspec writes a text as encode_basestring does, UTF-8 encoded (see
-                        # ascii_json_string): less the bytes beyond one per character, its length
-                        written = len(ascii_json(text)) if plain else len(ascii_json(text)) - size + len(text)
                         length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
                 else:
@@ -584,9 +586,7 @@ class MessageIndex:
                 messages.append(summary)
                 order, turn, kind = group.order, group.turn, group.kind
                 if order > last_order:  # in logical order: the slot lies after the previous one
-                    slot += 1
-                    while all_groups[slot] is not group:
-                        slot += 1
+                    slot = all_groups.index(group, slot + 1)  # by identity: groups define no __eq__
                 else:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order
