@@ -72,17 +72,17 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     """Add ``messages`` to the index ``state``, grouping and counting only them.
 
     The common messages are handled here, in one pass written for speed: this loop is the whole
-    cold build of a long history. The two most common (with the default estimator), a plain user
-    or assistant text and an assistant message of one call with flat arguments, each take a short
-    path of their own first, which measures the message and makes its group without the general
-    path's checks. Otherwise a message that forms a group of its own (one text content, a
-    summary or system message, one function call) gets it made inline; a message with one result
-    that joins one group gets added inline; the rest (parallel calls, reasoning, merges, unknown
-    results, several contents) go to :func:`_append_structured`. Totals of the inline paths are
-    summed in locals and added once at the end (in ``finally``, so they stay exact if the
-    tokenizer raises); the other path adds to ``state`` directly, and sums commute. Turn counts are
-    not sums (a turn is included when its count leaves 0), so they are kept up to date as groups
-    are made.
+    cold build of a long history. The most common (with the default estimator), a plain user or
+    assistant text, a tool message of one text result and an assistant message of one call with
+    flat arguments, each take a short path of their own first, which measures the message and
+    makes or joins its group without the general path's checks. Otherwise a message that forms a
+    group of its own (one text content, a summary or system message, one function call) gets it
+    made inline; a message with one result that joins one group gets added inline; the rest
+    (parallel calls, reasoning, merges, unknown results, several contents) go to
+    :func:`_append_structured`. Totals of the inline paths are summed in locals and added once at
+    the end (in ``finally``, so they stay exact if the tokenizer raises); the other path adds to
+    ``state`` directly, and sums commute. Turn counts are not sums (a turn is included when its
+    count leaves 0), so they are kept up to date as groups are made.
 
     This is the one function of the package over ruff's complexity limit, on purpose: split into
     helpers (token count, group choice, join), the cold build would pay Python calls per message
@@ -158,6 +158,62 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 group_of.append(group)
                 made += 1
                 continue
+            if (
+                kind_of_only is FunctionResultContent
+                and per_token
+                and not state.reasoning_tail
+                and message.role == "tool"
+                and type(value := only.result) is str
+                and value.isascii()
+                and only.exception is None
+                and not message.additional_properties
+                and not only.additional_properties
+                and not only.extra_fields
+            ):
+                # -- one ASCII text result (the usual tool message): the group it joins, chosen as
+                # the general path below chooses it (the one group whose call of its id is pending,
+                # or the open group, unless the two differ); when there is one, it joins inline --
+                pending = calls.get(result_id := only.call_id)
+                paired = pending[0] if pending is not None and len(pending) == 1 else None
+                adjacent = state.open_group
+                owner = None
+                if paired is None or adjacent is None or paired is adjacent:
+                    owner = paired or adjacent
+                if owner is not None:
+                    size = len(ascii_json(value))  # its counted text is the result's JSON
+                    message_id = message.message_id
+                    head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                    length = (
+                        RESULT_PAYLOAD_CHARS
+                        + len(encode_basestring(result_id))
+                        + size
+                        + head
+                        + len(message.role)
+                    )
+                    payload_lengths.append(length if message_id is None else -1)
+                    tokens = length // per_token or 1
+                    all_messages.append(message)
+                    token_list.append(tokens)
+                    total_tokens += tokens
+                    total_bytes += size
+                    if paired is not None:
+                        del calls[result_id]  # the declaration is answered: no longer pending
+                        if paired.unanswered:
+                            paired.unanswered.discard(result_id)
+                    later = owner.later_indices
+                    if later is None:
+                        owner.later_indices = [position]
+                    else:
+                        later.append(position)
+                    owner.token_count += tokens
+                    owner.byte_count += size
+                    group_of.append(owner)
+                    if not owner.excluded:
+                        joined += 1
+                        tokens_made += tokens
+                        bytes_made += size
+                    state.open_group, state.open_after_call = owner, False
+                    continue
             if (
                 kind_of_only is FunctionCallContent
                 and per_token
