@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkeep import Content, Message, MessageFormatError
+from agentkeep import Content, FunctionCallContent, Message, MessageFormatError
 from agentkeep.clients.local import ModelTokenizer
 from agentkeep.compaction import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -22,6 +22,8 @@ from agentkeep.compaction import (
 )
 from agentkeep.compaction.tokenizers import (
     ascii_json_string,
+    calls_measures,
+    flat_calls_measures,
     json_string_length,
     reference_payload,
     reference_payload_length,
@@ -256,3 +258,28 @@ def test_msgspec_writes_every_code_point_as_encode_basestring_does() -> None:
 @settings(max_examples=300)
 def test_the_fast_json_string_length_is_the_standard_one_for_any_text(text: str) -> None:
     assert json_string_length(text) == len(encode_basestring(text))
+
+
+_FLAT_VALUES = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(), st.floats())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=8),
+            st.text(max_size=8),
+            st.one_of(st.dictionaries(st.text(max_size=6), _FLAT_VALUES, max_size=4), st.none(), st.text()),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+@settings(max_examples=300)
+def test_the_flat_calls_measure_is_the_calls_measure(calls: list[tuple[str, str, Any]]) -> None:
+    contents = [FunctionCallContent(call_id, name, arguments) for call_id, name, arguments in calls]
+    written, size = flat_calls_measures(contents)
+    text, expected = calls_measures(contents)
+    if written >= 0:  # measured (flat ASCII arguments): as calls_measures measures
+        assert (written, size) == (expected, len(text.encode("utf-8")))
+    else:
+        assert size == -1

@@ -39,12 +39,13 @@ from .tokenizers import (
     FLAT_KEY_TYPES,
     FLAT_VALUE_TYPES,
     MESSAGE_OVERHEAD_TOKENS,
-    ONE_CALL_PAYLOAD_CHARS,
+    ONE_CALL_ADDS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
     call_measures,
     calls_measures,
+    flat_calls_measures,
     json_bytes,
     message_token_text,
     reference_payload_length,
@@ -215,70 +216,89 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                     state.open_group, state.open_after_call = owner, False
                     continue
             if (
-                kind_of_only is FunctionCallContent
+                (
+                    kind_of_only is FunctionCallContent
+                    or (len(contents) > 1 and _CALLS_ONLY.issuperset(map(type, contents)))
+                )
                 and per_token
                 and not state.reasoning_tail
                 and message.role == "assistant"
                 and not message.additional_properties
-                and not only.additional_properties
-                and not only.extra_fields
-                and type(arguments := only.arguments) is dict
-                and arguments
-                and (encoded := json_bytes(arguments)).isascii()
-                and FLAT_KEY_TYPES.issuperset(map(type, arguments))  # pyright: ignore[reportUnknownArgumentType]
-                and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))  # pyright: ignore[reportUnknownArgumentType]
             ):
-                # -- one call of flat ASCII arguments (the usual call message): a new tool-call group,
-                # measured as call_measures measures it (the payload's JSON of the arguments is the
-                # compact JSON but for a space after each ":" and ","), made inline --
-                name: str = only.name
-                call_id: str = only.call_id
-                written = (
-                    len(encode_basestring(call_id))
-                    + len(encode_basestring(name))
-                    + len(encoded)
-                    + 2 * len(arguments)  # pyright: ignore[reportUnknownArgumentType]
-                    - 1
-                )
-                message_id = message.message_id
-                head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
-                length = ONE_CALL_PAYLOAD_CHARS + written + head + len(message.role)
-                payload_lengths.append(length if message_id is None else -1)
-                tokens = length // per_token or 1
-                # the counted text is f"{name} {arguments' JSON}", the JSON all ASCII
-                size = (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
-                all_messages.append(message)
-                token_list.append(tokens)
-                plain_tokens += tokens
-                plain_bytes += size
-                group = new_group(MessageGroup)
-                group.index = owner_index
-                group.kind = tool_kind
-                group.turn = turn
-                group.order = group.first_index = position
-                group.later_indices = None
-                group.token_count = tokens
-                group.byte_count = size
-                group.excluded = False
-                group.call_ids = [call_id]
-                group.unanswered = {call_id}
-                pending = calls.get(call_id)  # the declaration is pending (as _add_calls records it)
-                if pending is None:
-                    calls[call_id] = [group]
+                # -- function calls of flat arguments (the usual call message): a new tool-call
+                # group, measured as call_measures measures them, made inline --
+                if kind_of_only is not FunctionCallContent:  # several calls
+                    written, size = flat_calls_measures(contents)
+                elif (
+                    not only.additional_properties
+                    and not only.extra_fields
+                    and type(arguments := only.arguments) is dict
+                    and arguments
+                    and (encoded := json_bytes(arguments)).isascii()
+                    and FLAT_KEY_TYPES.issuperset(map(type, arguments))  # pyright: ignore[reportUnknownArgumentType]
+                    and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))  # pyright: ignore[reportUnknownArgumentType]
+                ):  # one call (the common call message): flat_calls_measures inline
+                    name: str = only.name
+                    written = (
+                        ONE_CALL_ADDS
+                        + len(encode_basestring(only.call_id))
+                        + len(encode_basestring(name))
+                        + len(encoded)
+                        + 2 * len(arguments)  # pyright: ignore[reportUnknownArgumentType]
+                        - 1
+                    )
+                    size = (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
                 else:
-                    pending.append(group)
-                state.open_group, state.open_after_call = group, True
-                groups.append(group)
-                group_of.append(group)
-                tool_groups.append(group)
-                made += 1
-                tool_groups_made += 1
-                if turn is not None:
-                    live = turn_live[turn] + 1
-                    turn_live[turn] = live
-                    if live == 1:
-                        state.included_turn_count += 1
-                continue
+                    written = size = -1
+                if written >= 0:
+                    message_id = message.message_id
+                    head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                    length = EMPTY_PAYLOAD_CHARS + written + head + len(message.role)
+                    payload_lengths.append(length if message_id is None else -1)
+                    tokens = length // per_token or 1
+                    all_messages.append(message)
+                    token_list.append(tokens)
+                    plain_tokens += tokens
+                    plain_bytes += size
+                    group = new_group(MessageGroup)
+                    group.index = owner_index
+                    group.kind = tool_kind
+                    group.turn = turn
+                    group.order = group.first_index = position
+                    group.later_indices = None
+                    group.token_count = tokens
+                    group.byte_count = size
+                    group.excluded = False
+                    if kind_of_only is FunctionCallContent:
+                        call_id: str = only.call_id
+                        group.call_ids = [call_id]
+                        group.unanswered = {call_id}
+                        pending = calls.get(call_id)  # the declaration is pending (as _add_calls records it)
+                        if pending is None:
+                            calls[call_id] = [group]
+                        else:
+                            pending.append(group)
+                    else:
+                        group.call_ids = call_ids = list(map(_CALL_ID_OF, contents))
+                        group.unanswered = set(call_ids)
+                        for call_id in call_ids:
+                            pending = calls.get(call_id)
+                            if pending is None:
+                                calls[call_id] = [group]
+                            elif pending[-1] is not group:  # an id made twice in the message is listed once
+                                pending.append(group)
+                    state.open_group, state.open_after_call = group, True
+                    groups.append(group)
+                    group_of.append(group)
+                    tool_groups.append(group)
+                    made += 1
+                    tool_groups_made += 1
+                    if turn is not None:
+                        live = turn_live[turn] + 1
+                        turn_live[turn] = live
+                        if live == 1:
+                            state.included_turn_count += 1
+                    continue
             ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
             call_written = -1  # what the function calls add to the payload, when measured here
             many_calls = False  # several contents, all function calls

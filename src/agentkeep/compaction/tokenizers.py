@@ -337,9 +337,9 @@ its role's letters."""
 EMPTY_PAYLOAD_CHARS: Final = _ENVELOPE
 """The characters of a message's reference payload besides its contents, its id and its role's
 letters (what :func:`call_measures` counts for a call is added to it)."""
-ONE_CALL_PAYLOAD_CHARS: Final = _ENVELOPE + _CALL_ADDS
-"""The characters of a one-call message's payload (a call with arguments) besides its escaped call
-id and name, its arguments' JSON, its id and its role's letters."""
+ONE_CALL_ADDS: Final = _CALL_ADDS
+"""What a function call with arguments adds to its message's payload besides its escaped call id
+and name and its arguments' JSON (see :func:`flat_calls_measures`)."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
@@ -473,6 +473,38 @@ def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
         else:
             total += written
     return "\n".join(parts), total
+
+
+def flat_calls_measures(calls: Sequence[Any]) -> tuple[int, int]:
+    """For a message of function calls (``calls``: its contents, all function calls) whose
+    arguments are all flat objects (:data:`FLAT_VALUE_TYPES`) of ASCII JSON, without additional
+    properties: what the calls add to the message's reference payload (as :func:`calls_measures`
+    has it) and the UTF-8 bytes of their :func:`message_token_text`, without making the text.
+    ``(-1, -1)`` for other calls.
+
+    The grouping loop's measure of the usual call message: per call, the compact JSON of its
+    arguments, which is the payload's but for a space after each ":" and ",", and its text
+    ``f"{name} {arguments' JSON}"``, the texts joined by newlines. (The contents are typed
+    ``Any`` so that reading them costs no ``cast`` call.)
+    """
+    written = _ITEM_SEPARATOR * (len(calls) - 1)
+    size = len(calls) - 1  # the newlines between the calls' texts
+    for call in calls:
+        args = call.arguments
+        if type(args) is not dict or not args or call.additional_properties or call.extra_fields:
+            return -1, -1
+        encoded = json_bytes(args)
+        if not (
+            encoded.isascii()
+            and FLAT_KEY_TYPES.issuperset(map(type, args))  # pyright: ignore[reportUnknownArgumentType]
+            and FLAT_VALUE_TYPES.issuperset(map(type, args.values()))  # pyright: ignore[reportUnknownArgumentType]
+        ):
+            return -1, -1
+        name: str = call.name
+        names = len(encode_basestring(call.call_id)) + len(encode_basestring(name))
+        written += ONE_CALL_ADDS + names + len(encoded) + 2 * len(args) - 1  # pyright: ignore[reportUnknownArgumentType]
+        size += (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
+    return written, size
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}
