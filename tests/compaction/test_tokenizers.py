@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkeep import Content, Message, MessageFormatError
+from agentkeep import Content, FunctionCallContent, Message, MessageFormatError
 from agentkeep.clients.local import ModelTokenizer
 from agentkeep.compaction import (
     MESSAGE_OVERHEAD_TOKENS,
@@ -20,7 +20,14 @@ from agentkeep.compaction import (
     count_message_tokens,
     message_token_text,
 )
-from agentkeep.compaction.tokenizers import json_string_length, reference_payload, reference_payload_length
+from agentkeep.compaction.tokenizers import (
+    ascii_json_string,
+    calls_measures,
+    flat_calls_measures,
+    json_string_length,
+    reference_payload,
+    reference_payload_length,
+)
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("", 1), ("a", 1), ("abcd", 1), ("abcde", 1), ("x" * 401, 100)])
@@ -237,7 +244,42 @@ def test_the_fast_json_string_length_is_the_standard_one_for_every_ascii_charact
         assert json_string_length(text) == len(encode_basestring(text)), code
 
 
+def test_msgspec_writes_every_code_point_as_encode_basestring_does() -> None:
+    # What the collapse loop relies on to measure a non-ASCII summary from its UTF-8 size.
+    for start in range(0, 0x110000, 4096):
+        text = "".join(chr(c) for c in range(start, start + 4096) if not 0xD800 <= c <= 0xDFFF)
+        text = f'a"{text}\\{text}'
+        assert ascii_json_string(text).decode() == encode_basestring(text), hex(start)
+        utf8_extra = len(text.encode()) - len(text)
+        assert len(ascii_json_string(text)) - utf8_extra == len(encode_basestring(text)), hex(start)
+
+
 @given(st.text())
 @settings(max_examples=300)
 def test_the_fast_json_string_length_is_the_standard_one_for_any_text(text: str) -> None:
     assert json_string_length(text) == len(encode_basestring(text))
+
+
+_FLAT_VALUES = st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(), st.floats())
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=8),
+            st.text(max_size=8),
+            st.one_of(st.dictionaries(st.text(max_size=6), _FLAT_VALUES, max_size=4), st.none(), st.text()),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+@settings(max_examples=300)
+def test_the_flat_calls_measure_is_the_calls_measure(calls: list[tuple[str, str, Any]]) -> None:
+    contents = [FunctionCallContent(call_id, name, arguments) for call_id, name, arguments in calls]
+    written, size = flat_calls_measures(contents)
+    text, expected = calls_measures(contents)
+    if written >= 0:  # measured (flat ASCII arguments): as calls_measures measures
+        assert (written, size) == (expected, len(text.encode("utf-8")))
+    else:
+        assert size == -1

@@ -36,12 +36,17 @@ from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
     EMPTY_PAYLOAD_CHARS,
+    FLAT_KEY_TYPES,
+    FLAT_VALUE_TYPES,
     MESSAGE_OVERHEAD_TOKENS,
+    ONE_CALL_ADDS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
     call_measures,
     calls_measures,
+    flat_calls_measures,
+    json_bytes,
     message_token_text,
     reference_payload_length,
 )
@@ -58,6 +63,8 @@ _SUMMARY: Final = MessageGroupKind.SUMMARY
 _USER: Final = MessageGroupKind.USER
 _TEXT: Final = MessageGroupKind.ASSISTANT_TEXT
 _TOOL: Final = MessageGroupKind.TOOL_CALL
+_PLAIN_KINDS: Final = {"user": _USER, "assistant": _TEXT}
+"""The roles whose plain text the grouping loop's fast path takes, and the group kind it makes."""
 _CALLS_ONLY: Final[frozenset[type]] = frozenset({FunctionCallContent})
 _CALL_ID_OF: Final[Callable[[FunctionCallContent], str]] = attrgetter("call_id")
 
@@ -66,14 +73,17 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     """Add ``messages`` to the index ``state``, grouping and counting only them.
 
     The common messages are handled here, in one pass written for speed: this loop is the whole
-    cold build of a long history. A message that forms a group of its own (one text content, a
-    summary or system message, one function call) gets it made inline; a message with one result
-    that joins one group gets added inline; the rest (parallel calls, reasoning, merges, unknown
-    results, several contents) go to :func:`_append_structured`. Totals of the inline paths are
-    summed in locals and added once at the end (in ``finally``, so they stay exact if the
-    tokenizer raises); the other path adds to ``state`` directly, and sums commute. Turn counts are
-    not sums (a turn is included when its count leaves 0), so they are kept up to date as groups
-    are made.
+    cold build of a long history. The most common (with the default estimator), a plain user or
+    assistant text, a tool message of one text result and an assistant message of one call with
+    flat arguments, each take a short path of their own first, which measures the message and
+    makes or joins its group without the general path's checks. Otherwise a message that forms a
+    group of its own (one text content, a summary or system message, one function call) gets it
+    made inline; a message with one result that joins one group gets added inline; the rest
+    (parallel calls, reasoning, merges, unknown results, several contents) go to
+    :func:`_append_structured`. Totals of the inline paths are summed in locals and added once at
+    the end (in ``finally``, so they stay exact if the tokenizer raises); the other path adds to
+    ``state`` directly, and sums commute. Turn counts are not sums (a turn is included when its
+    count leaves 0), so they are kept up to date as groups are made.
 
     This is the one function of the package over ruff's complexity limit, on purpose: split into
     helpers (token count, group choice, join), the cold build would pay Python calls per message
@@ -89,14 +99,206 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
     role_kinds, new_group = _ROLE_KINDS, MessageGroup.__new__
     payload_lengths, ascii_json = state.payload_lengths, ascii_json_string
     measure_call, measure_calls = call_measures, calls_measures
+    plain_kinds, user_kind, tool_kind, owner_index = _PLAIN_KINDS, _USER, _TOOL, state.owner
     turn: int | None = len(turn_live) - 1 if turn_live else None
     total_tokens = total_bytes = made = joined = tokens_made = bytes_made = tool_groups_made = 0
+    plain_tokens = plain_bytes = 0  # of the plain texts: in the totals and the included totals
     try:
         for position, message in enumerate(messages, len(all_messages)):
             contents = message.contents
             only: Any = contents[0] if len(contents) == 1 else None  # read by type below, without casts
             kind_of_only: object = type(only)  # pyright: ignore[reportUnknownVariableType]
             plain = kind_of_only is TextContent
+            if (
+                plain
+                and per_token
+                and (kind := plain_kinds.get(message.role)) is not None
+                and not message.additional_properties
+                and not only.additional_properties
+                and not only.extra_fields
+            ):
+                # -- a plain user or assistant text (most messages): a group of its own, measured
+                # (as the general path below does, in the same order) and made inline --
+                text = only.text
+                ascii_text = text.isascii()
+                written = len(ascii_json(text)) if ascii_text else len(encode_basestring(text))
+                message_id = message.message_id
+                head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                length = PLAIN_TEXT_PAYLOAD_CHARS + written + head + len(message.role)
+                payload_lengths.append(length if message_id is None else -1)
+                tokens = length // per_token or 1  # max(1, ...) without a call
+                size = len(text) if ascii_text else len(text.encode("utf-8"))  # ASCII: 1 byte per char
+                all_messages.append(message)
+                token_list.append(tokens)
+                plain_tokens += tokens
+                plain_bytes += size
+                if state.reasoning_tail:
+                    state.reasoning_tail = []  # any message ends the reasoning tail
+                if kind is user_kind:  # a new turn, included from its first group
+                    turn = len(turn_live)
+                    turn_live.append(1)
+                    state.included_turn_count += 1
+                elif turn is not None:
+                    live = turn_live[turn] + 1
+                    turn_live[turn] = live
+                    if live == 1:
+                        state.included_turn_count += 1
+                group = new_group(MessageGroup)
+                group.index = owner_index
+                group.kind = kind
+                group.turn = turn
+                group.order = group.first_index = position
+                group.later_indices = None
+                group.token_count = tokens
+                group.byte_count = size
+                group.excluded = False
+                group.call_ids = ()
+                group.unanswered = None
+                state.open_group = None
+                groups.append(group)
+                group_of.append(group)
+                made += 1
+                continue
+            if (
+                kind_of_only is FunctionResultContent
+                and per_token
+                and not state.reasoning_tail
+                and message.role == "tool"
+                and type(value := only.result) is str
+                and value.isascii()
+                and only.exception is None
+                and not message.additional_properties
+                and not only.additional_properties
+                and not only.extra_fields
+            ):
+                # -- one ASCII text result (the usual tool message): the group it joins, chosen as
+                # the general path below chooses it (the one group whose call of its id is pending,
+                # or the open group, unless the two differ); when there is one, it joins inline --
+                pending = calls.get(result_id := only.call_id)
+                paired = pending[0] if pending is not None and len(pending) == 1 else None
+                adjacent = state.open_group
+                owner = None
+                if paired is None or adjacent is None or paired is adjacent:
+                    owner = paired or adjacent
+                if owner is not None:
+                    size = len(ascii_json(value))  # its counted text is the result's JSON
+                    message_id = message.message_id
+                    head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                    length = (
+                        RESULT_PAYLOAD_CHARS
+                        + len(encode_basestring(result_id))
+                        + size
+                        + head
+                        + len(message.role)
+                    )
+                    payload_lengths.append(length if message_id is None else -1)
+                    tokens = length // per_token or 1
+                    all_messages.append(message)
+                    token_list.append(tokens)
+                    total_tokens += tokens
+                    total_bytes += size
+                    if paired is not None:
+                        del calls[result_id]  # the declaration is answered: no longer pending
+                        if paired.unanswered:
+                            paired.unanswered.discard(result_id)
+                    later = owner.later_indices
+                    if later is None:
+                        owner.later_indices = [position]
+                    else:
+                        later.append(position)
+                    owner.token_count += tokens
+                    owner.byte_count += size
+                    group_of.append(owner)
+                    if not owner.excluded:
+                        joined += 1
+                        tokens_made += tokens
+                        bytes_made += size
+                    state.open_group, state.open_after_call = owner, False
+                    continue
+            if (
+                (
+                    kind_of_only is FunctionCallContent
+                    or (len(contents) > 1 and _CALLS_ONLY.issuperset(map(type, contents)))
+                )
+                and per_token
+                and not state.reasoning_tail
+                and message.role == "assistant"
+                and not message.additional_properties
+            ):
+                # -- function calls of flat arguments (the usual call message): a new tool-call
+                # group, measured as call_measures measures them, made inline --
+                if kind_of_only is not FunctionCallContent:  # several calls
+                    written, size = flat_calls_measures(contents)
+                elif (
+                    not only.additional_properties
+                    and not only.extra_fields
+                    and type(arguments := only.arguments) is dict
+                    and arguments
+                    and (encoded := json_bytes(arguments)).isascii()
+                    and FLAT_KEY_TYPES.issuperset(map(type, arguments))  # pyright: ignore[reportUnknownArgumentType]
+                    and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))  # pyright: ignore[reportUnknownArgumentType]
+                ):  # one call (the common call message): flat_calls_measures inline
+                    name: str = only.name
+                    written = (
+                        ONE_CALL_ADDS
+                        + len(encode_basestring(only.call_id))
+                        + len(encode_basestring(name))
+                        + len(encoded)
+                        + 2 * len(arguments)  # pyright: ignore[reportUnknownArgumentType]
+                        - 1
+                    )
+                    size = (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
+                else:
+                    written = size = -1
+                if written >= 0:
+                    message_id = message.message_id
+                    head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id
+                    length = EMPTY_PAYLOAD_CHARS + written + head + len(message.role)
+                    payload_lengths.append(length if message_id is None else -1)
+                    tokens = length // per_token or 1
+                    all_messages.append(message)
+                    token_list.append(tokens)
+                    plain_tokens += tokens
+                    plain_bytes += size
+                    group = new_group(MessageGroup)
+                    group.index = owner_index
+                    group.kind = tool_kind
+                    group.turn = turn
+                    group.order = group.first_index = position
+                    group.later_indices = None
+                    group.token_count = tokens
+                    group.byte_count = size
+                    group.excluded = False
+                    if kind_of_only is FunctionCallContent:
+                        call_id: str = only.call_id
+                        group.call_ids = [call_id]
+                        group.unanswered = {call_id}
+                        pending = calls.get(call_id)  # the declaration is pending (as _add_calls records it)
+                        if pending is None:
+                            calls[call_id] = [group]
+                        else:
+                            pending.append(group)
+                    else:
+                        group.call_ids = call_ids = list(map(_CALL_ID_OF, contents))
+                        group.unanswered = set(call_ids)
+                        for call_id in call_ids:
+                            pending = calls.get(call_id)
+                            if pending is None:
+                                calls[call_id] = [group]
+                            elif pending[-1] is not group:  # an id made twice in the message is listed once
+                                pending.append(group)
+                    state.open_group, state.open_after_call = group, True
+                    groups.append(group)
+                    group_of.append(group)
+                    tool_groups.append(group)
+                    made += 1
+                    tool_groups_made += 1
+                    if turn is not None:
+                        live = turn_live[turn] + 1
+                        turn_live[turn] = live
+                        if live == 1:
+                            state.included_turn_count += 1
+                    continue
             ascii_result = False  # one result of ASCII text, no exception: its JSON, made here
             call_written = -1  # what the function calls add to the payload, when measured here
             many_calls = False  # several contents, all function calls
@@ -248,12 +450,12 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 if live == 1:
                     state.included_turn_count += 1
     finally:
-        state.total_tokens += total_tokens
-        state.total_bytes += total_bytes
+        state.total_tokens += total_tokens + plain_tokens
+        state.total_bytes += total_bytes + plain_bytes
         state.included_group_count += made
         state.included_message_count += made + joined
-        state.included_token_count += tokens_made
-        state.included_byte_count += bytes_made
+        state.included_token_count += tokens_made + plain_tokens
+        state.included_byte_count += bytes_made + plain_bytes
         state.included_tool_group_count += tool_groups_made
 
 

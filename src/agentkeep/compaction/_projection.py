@@ -9,11 +9,10 @@ once held.
 from __future__ import annotations
 
 from itertools import compress
-from operator import not_
 
 from ..messages import Message
 from ._index_state import IndexState
-from .groups import MessageGroupKind, excluded_of
+from .groups import MessageGroupKind
 
 __all__ = ["included_messages"]
 
@@ -59,8 +58,9 @@ def _included_from(state: IndexState, start: int) -> list[Message]:
     if len(messages) != len(group_of):
         raise ValueError("the index's messages and groups are out of step")
     summaries = _live_summaries(state)
-    # Which messages are included, read in C (a comprehension costs a Python step per message).
-    keep = list(map(not_, map(excluded_of, group_of)))
+    # Which messages are included. A comprehension: its attribute read is specialized, about three
+    # times cheaper than map(not_, map(excluded_of, ...)), whose attrgetter takes the generic path.
+    keep = [not group.excluded for group in group_of]
     if not summaries:
         return list(compress(messages, keep))
     # Usually each included summary stands alone at its anchor, whose own message it replaced

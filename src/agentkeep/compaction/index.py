@@ -35,12 +35,9 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_left, bisect_right
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from json.encoder import encode_basestring
-from operator import attrgetter, is_not, not_
-from typing import Final, cast
+from operator import attrgetter
+from typing import Final
 
 from .._json_values import check_text
 from ..messages import Message, Role, message_id_generator
@@ -51,7 +48,6 @@ from .groups import (
     SUMMARY_PROPERTY,
     MessageGroup,
     MessageGroupKind,
-    excluded_of,
     order_key,
     summarized_message_ids,
     token_count_of,
@@ -68,10 +64,6 @@ from .tokenizers import (
 __all__ = ["MessageIndex"]
 
 _ID_OF: Final = attrgetter("message_id")
-_BYTE_COUNT_OF: Final[Callable[[MessageGroup], int]] = attrgetter("byte_count")
-_KIND_OF: Final[Callable[[MessageGroup], MessageGroupKind]] = attrgetter("kind")
-_TURN_OF: Final[Callable[[MessageGroup], int | None]] = attrgetter("turn")
-_LATER_OF: Final[Callable[[MessageGroup], list[int] | None]] = attrgetter("later_indices")
 
 
 class MessageIndex:
@@ -263,9 +255,11 @@ class MessageIndex:
         """Exclude every included non-system group (with ``include_system``, system groups too)
         whose :attr:`~MessageGroup.order` is below ``before``: what a window does.
 
-        The same as ``exclude_many(oldest_included(include_system=..., before=before))``, in bulk:
-        the groups are listed in one comprehension from the walk's cursor and their totals summed
-        in C, instead of a walk step and a dozen updates per group.
+        The same as ``exclude_many(oldest_included(include_system=..., before=before))``: the
+        groups are listed in one comprehension from the walk's cursor, excluded by
+        :meth:`exclude_many`'s loop (cheaper per group than sums over the run in C, whose
+        attribute getters take CPython's generic path), and a long run (a cold window) moves the
+        walks' cursor past it at once.
 
         Returns:
             How many groups were excluded.
@@ -279,52 +273,16 @@ class MessageIndex:
             run = [g for g in groups[start:stop] if not g.excluded]
         else:
             run = [g for g in groups[start:stop] if not g.excluded and g.kind is not system]
-        if len(run) < 16:  # a turn's few: the plain loop costs less than the sums' set-up
-            return self.exclude_many(run)
-        self._exclude_run(run)
-        return len(run)
-
-    def _exclude_run(self, run: list[MessageGroup]) -> None:
-        """Exclude ``run``: distinct included groups of this index, in order (what
-        :meth:`exclude_many` does for them, with the totals summed in C)."""
-        if not run:
-            return
-        state = self._state
-        for group in run:
-            group.excluded = True
-        kinds = list(map(_KIND_OF, run))
-        system = MessageGroupKind.SYSTEM
-        turns: Counter[int | None]
-        if system in kinds:  # a system group does not count in its turn
-            turns = Counter(g.turn for g in run if g.kind is not system)
-        else:
-            turns = Counter(map(_TURN_OF, run))
-        turn_live = state.turn_live
-        emptied = 0
-        for turn, gone in turns.items():
-            if turn is None:
-                continue
-            live = turn_live[turn] - gone
-            turn_live[turn] = live
-            if not live:
-                emptied += 1
-        state.included_group_count -= len(run)
-        state.included_message_count -= len(run) + sum(map(len, filter(None, map(_LATER_OF, run))))
-        state.included_token_count -= sum(map(token_count_of, run))
-        state.included_byte_count -= sum(map(_BYTE_COUNT_OF, run))
-        state.included_tool_group_count -= kinds.count(MessageGroupKind.TOOL_CALL)
-        state.included_turn_count -= emptied
-        if state.journal is not None:
-            state.journal[0].extend(run)
-        # When the run reached from the walks' cursor (it usually does: windows and budgets drop the
-        # oldest), the cursor moves past it, checked in C, so the next walk or projection starts there.
-        groups, head, last = state.groups, state.head, run[-1]
-        end = bisect_right(groups, last.order, key=order_key, lo=head)
-        if end > head and groups[end - 1] is last:
-            passed = groups[head:end]
-            included = map(not_, map(excluded_of, passed))
-            if not any(compress(included, map(is_not, map(_KIND_OF, passed), repeat(system)))):
+        count = self.exclude_many(run)
+        if count >= 16:  # a turn's few are left to the next walk, which moves the cursor as it passes
+            # The run was every included (non-system) group from the cursor (or the first group)
+            # to ``before``: every group up to its last is excluded (or a system group) now.
+            last = run[-1]
+            head = state.head
+            end = bisect_right(groups, last.order, key=order_key, lo=head)
+            if end > head and groups[end - 1] is last:
                 state.head = end
+        return count
 
     def include(self, group: MessageGroup) -> None:
         """Undo :meth:`exclude` (idempotent).
@@ -465,7 +423,7 @@ class MessageIndex:
                 length = reference_payload_length(messages[at])
             else:  # the id replaces the payload's null
                 # a generated id is hex, written as it is between quotes
-                length += len(cast(str, messages[at].message_id)) + 2 - 4
+                length += len(messages[at].message_id or "") + 2 - 4
                 payload_lengths[at] = -1
             fresh = length // per_token or 1
             if change := fresh - tokens[at]:
@@ -554,19 +512,23 @@ class MessageIndex:
                     plain = text.isascii()
                     if plain:
                         size = len(text)
-                    else:  # one encoding both checks the text (a lone surrogate fails) and sizes it
+                        written = len(ascii_json(text)) if per_token else 0  # its length in a payload
+                    else:  # the encodings both check the text (a lone surrogate fails) and size it
                         try:
+                            # msgspec writes a text as encode_basestring does, UTF-8 encoded (see
+                            # ascii_json_string); it keeps the text's UTF-8, which encode() reuses
+                            written = len(ascii_json(text))
                             size = len(text.encode("utf-8"))
                         except UnicodeEncodeError:
                             check_text(text, "text")  # raises, saying why
                             raise
+                        written -= size - len(text)  # the length less the bytes beyond one a character
                     summary_id = new_id()
                     summary = from_checked_text(role, text, None, summary_id, None)  # text checked above
                     summary.additional_properties = {SUMMARY_PROPERTY: ids}
                     if not per_token:
                         tokens = count_message(summary)
                     else:
-                        written = len(ascii_json(text)) if plain else len(encode_basestring(text))
                         length = text_payload + written + len(summary_id) + 2  # a hex id, quoted
                         tokens = length // per_token or 1  # max(1, ...) without a call
                 else:
@@ -583,9 +545,7 @@ class MessageIndex:
                 messages.append(summary)
                 order, turn, kind = group.order, group.turn, group.kind
                 if order > last_order:  # in logical order: the slot lies after the previous one
-                    slot += 1
-                    while all_groups[slot] is not group:
-                        slot += 1
+                    slot = all_groups.index(group, slot + 1)  # by identity: groups define no __eq__
                 else:
                     slot = bisect_left(all_groups, order, key=order_key)
                 last_order = order

@@ -214,13 +214,14 @@ class OpenAITokenizer:
         return f"OpenAITokenizer({self._name!r})"
 
 
-_encode_json = msgspec.json.Encoder(enc_hook=str).encode
-"""JSON bytes of a value; whatever is not JSON-compatible is counted by its ``str()`` (an estimate
-must never fail). One encoder for every call: cheaper than ``msgspec.json.encode`` each time."""
+json_bytes: Final = msgspec.json.Encoder(enc_hook=str).encode
+"""JSON bytes of a value (compact, UTF-8); whatever is not JSON-compatible is counted by its
+``str()`` (an estimate must never fail). One encoder for every call: cheaper than
+``msgspec.json.encode`` each time."""
 
 
 def _json(value: Any) -> str:
-    return _encode_json(value).decode()
+    return json_bytes(value).decode()
 
 
 def _call_text(content: FunctionCallContent) -> str:
@@ -336,6 +337,9 @@ its role's letters."""
 EMPTY_PAYLOAD_CHARS: Final = _ENVELOPE
 """The characters of a message's reference payload besides its contents, its id and its role's
 letters (what :func:`call_measures` counts for a call is added to it)."""
+ONE_CALL_ADDS: Final = _CALL_ADDS
+"""What a function call with arguments adds to its message's payload besides its escaped call id
+and name and its arguments' JSON (see :func:`flat_calls_measures`)."""
 RESULT_PAYLOAD_CHARS: Final = _ENVELOPE + _RESULT_ADDS
 """The characters of a one-result message's payload besides its escaped call id and result text,
 its id and its role's letters (as :data:`PLAIN_TEXT_PAYLOAD_CHARS` for a plain text)."""
@@ -345,7 +349,10 @@ _MEASURED: Final = (TextContent, TextReasoningContent, FunctionCallContent, Func
 ascii_json_string: Final = msgspec.json.Encoder().encode
 """The JSON of an ASCII string as bytes, one per character: for ASCII text msgspec writes exactly
 what ``encode_basestring`` does (the same escapes, checked for every ASCII character by a test),
-several times faster for texts of a few hundred characters. ``len(ascii_json_string(text)) if
+several times faster for texts of a few hundred characters. Of any other text (without lone
+surrogates, which it refuses) it writes the same characters too, UTF-8 encoded (checked for every
+code point by a test); its length in a payload is then this length less the bytes the text's
+characters take beyond one each. ``len(ascii_json_string(text)) if
 text.isascii() else len(encode_basestring(text))`` is the length of ``text`` in a payload
 (``str.isascii`` reads a flag: it costs nothing)."""
 
@@ -435,8 +442,8 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
         and type(args) is dict
         and args
         and encoded.isascii()
-        and _TEXT_ONLY.issuperset(map(type, cast("dict[Any, Any]", args)))
-        and _SCALARS.issuperset(map(type, cast("dict[Any, Any]", args).values()))
+        and FLAT_KEY_TYPES.issuperset(map(type, cast("dict[Any, Any]", args)))
+        and FLAT_VALUE_TYPES.issuperset(map(type, cast("dict[Any, Any]", args).values()))
     ):
         # A flat object of ASCII text, whole numbers, booleans and nulls (the usual arguments): the
         # compact JSON just made is the payload's but for a space after each ":" and ",".
@@ -444,8 +451,9 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
     return text, _CALL_ADDS + names + _json_length(args)
 
 
-_TEXT_ONLY: Final[frozenset[type]] = frozenset({str})
-_SCALARS: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
+FLAT_KEY_TYPES: Final[frozenset[type]] = frozenset({str})
+"""The key types of a flat object (see :data:`FLAT_VALUE_TYPES`)."""
+FLAT_VALUE_TYPES: Final[frozenset[type]] = frozenset({str, int, bool, type(None)})
 """The value types of a flat object whose compact JSON (msgspec's) and payload JSON (the
 reference's) differ only by the separators' spaces: for ASCII, msgspec escapes text as
 ``encode_basestring`` does (see :data:`ascii_json_string`), and writes these scalars alike."""
@@ -465,6 +473,38 @@ def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
         else:
             total += written
     return "\n".join(parts), total
+
+
+def flat_calls_measures(calls: Sequence[Any]) -> tuple[int, int]:
+    """For a message of function calls (``calls``: its contents, all function calls) whose
+    arguments are all flat objects (:data:`FLAT_VALUE_TYPES`) of ASCII JSON, without additional
+    properties: what the calls add to the message's reference payload (as :func:`calls_measures`
+    has it) and the UTF-8 bytes of their :func:`message_token_text`, without making the text.
+    ``(-1, -1)`` for other calls.
+
+    The grouping loop's measure of the usual call message: per call, the compact JSON of its
+    arguments, which is the payload's but for a space after each ":" and ",", and its text
+    ``f"{name} {arguments' JSON}"``, the texts joined by newlines. (The contents are typed
+    ``Any`` so that reading them costs no ``cast`` call.)
+    """
+    written = _ITEM_SEPARATOR * (len(calls) - 1)
+    size = len(calls) - 1  # the newlines between the calls' texts
+    for call in calls:
+        args = call.arguments
+        if type(args) is not dict or not args or call.additional_properties or call.extra_fields:
+            return -1, -1
+        encoded = json_bytes(args)
+        if not (
+            encoded.isascii()
+            and FLAT_KEY_TYPES.issuperset(map(type, args))  # pyright: ignore[reportUnknownArgumentType]
+            and FLAT_VALUE_TYPES.issuperset(map(type, args.values()))  # pyright: ignore[reportUnknownArgumentType]
+        ):
+            return -1, -1
+        name: str = call.name
+        names = len(encode_basestring(call.call_id)) + len(encode_basestring(name))
+        written += ONE_CALL_ADDS + names + len(encoded) + 2 * len(args) - 1  # pyright: ignore[reportUnknownArgumentType]
+        size += (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
+    return written, size
 
 
 _SCALAR_LENGTHS: Final = {True: 4, False: 5}
