@@ -28,6 +28,11 @@ the one a full float32 scan gives (100,000 vectors of 384 dimensions: 2.9 ms, wh
 scan on 2 cores took 8.9 ms and on one 17 ms; a random query leaves about 100 candidates). Only the
 :class:`VectorCache`'s byte budget decides which scopes are held; a scope it cannot hold is
 searched by the store's own path. Everything here runs on one thread at a time (the store's).
+
+Beside each vector a row holds its memory's kind, ``updated_at`` and ``created_at`` (when it was
+said, which no update changes), so a search filters by kind, expiry and time window in memory
+(:meth:`ScopeVectors.nearest`), and a store can tell which of its word index's matches, ranked
+over the whole file, a search keeps (:meth:`ScopeVectors.held`) without reading their rows.
 """
 
 from __future__ import annotations
