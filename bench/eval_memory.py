@@ -20,8 +20,12 @@ Sets:
   questions of the first four categories that name their evidence are asked; adversarial ones
   (about something the conversation never says) have no answer to find.
 
+``--embed-as`` measures other texts to embed for each turn (its speaker, the turn it replies to;
+:data:`EMBED_AS`) with everything else as the provider does it.
+
 Run: ``.venv/bin/python bench/eval_memory.py [--locomo PATH] [--embedder minilm|hashing]
-[--store sqlite|memory] [--plain] [--vectors CACHE.npz] [--json OUT]``.
+[--store sqlite|memory] [--plain] [--embed-as text|speaker|reply|reply-text|mix]
+[--vectors CACHE.npz] [--json OUT]``.
 """
 
 from __future__ import annotations
@@ -154,6 +158,7 @@ async def remember(
     vectors: dict[str, list[float]],
     *,
     plain: bool = False,
+    embedded: dict[str, list[float]] | None = None,
 ) -> None:
     """Remember ``turns`` as the provider remembers a user's messages (one turn at a time), or
     with ``plain`` each turn's text alone (no speaker, no context, no dedupe: the baseline of
@@ -173,7 +178,8 @@ async def remember(
         message = Message(
             "user", turn.text, author_name=turn.speaker, message_id=turn.id, created_at=turn.said_at
         )
-        await provider.remember(scope, session, [message], known={turn.text.strip(): vectors[turn.text]})
+        vector = embedded[turn.id] if embedded is not None else vectors[turn.text]
+        await provider.remember(scope, session, [message], known={turn.text.strip(): vector})
 
 
 @dataclass
@@ -195,8 +201,53 @@ async def rank(
     return found
 
 
+EMBED_AS: Final = ("text", "speaker", "reply", "reply-text", "mix")
+"""What a turn's embedding can be made of (``--embed-as``; see :func:`embedded_texts`). Only
+the embedding changes: the remembered text, its speaker and context (what the word index reads)
+stay those the provider keeps, and questions are embedded alone."""
+
+
+def embedded_texts(turns: Sequence[Turn], embed_as: str) -> dict[str, list[str]]:
+    """What each turn's embedding is made of, by turn id (the texts whose normalized mean it is):
+    ``"text"`` the turn alone (what the provider embeds); ``"speaker"`` ``"Speaker: text"``;
+    ``"reply"`` ``"Speaker (replying to Other: previous...): text"``; ``"reply-text"``
+    ``"(replying to: previous...) text"``, no names; ``"mix"`` the turn alone and ``"Speaker:
+    text"``. The previous turn is the one before in its session, clipped as a recalled line shows
+    it (160 characters); the first turn of a session has none."""
+    made: dict[str, list[str]] = {}
+    before: dict[str, Turn] = {}
+    for turn in turns:
+        said = f"{turn.speaker}: {turn.text}"
+        previous = before.get(turn.session)
+        if embed_as == "speaker":
+            made[turn.id] = [said]
+        elif embed_as == "reply" and previous is not None:
+            made[turn.id] = [
+                f"{turn.speaker} (replying to {_clip(f'{previous.speaker}: {previous.text}')}): {turn.text}"
+            ]
+        elif embed_as == "reply":
+            made[turn.id] = [said]
+        elif embed_as == "reply-text" and previous is not None:
+            made[turn.id] = [f"(replying to: {_clip(previous.text)}) {turn.text}"]
+        elif embed_as == "mix":
+            made[turn.id] = [turn.text, said]
+        else:
+            made[turn.id] = [turn.text]
+        before[turn.session] = turn
+    return made
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 async def evaluate(
-    data: EvalSet, embedder: Embedder, *, store_kind: str = "sqlite", plain: bool = False
+    data: EvalSet,
+    embedder: Embedder,
+    *,
+    store_kind: str = "sqlite",
+    plain: bool = False,
+    embed_as: str = "text",
 ) -> tuple[
     dict[str, dict[str, dict[int, float]]], dict[str, int], list[tuple[Question, dict[str, list[str]]]]
 ]:
@@ -204,6 +255,17 @@ async def evaluate(
     question's rankings."""
     texts = sorted({t.text for turns in data.conversations.values() for t in turns})
     vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
+    embedded: dict[str, list[float]] | None = None
+    if embed_as != "text" and not plain:
+        made = {
+            i: m for turns in data.conversations.values() for i, m in embedded_texts(turns, embed_as).items()
+        }
+        wanted = sorted({t for m in made.values() for t in m})
+        known = dict(zip(wanted, await embedder.embed(wanted), strict=True))
+        embedded = {}
+        for turn_id, parts in made.items():
+            mean = np.mean([known[t] for t in parts], axis=0)
+            embedded[turn_id] = (mean / np.linalg.norm(mean)).tolist()
     asked = [q.text for q in data.questions]
     question_vectors = await embedder.embed(asked)
     folder = Path(tempfile.mkdtemp(prefix="agentkeep-eval-"))
@@ -217,7 +279,7 @@ async def evaluate(
             try:
                 provider = SemanticMemoryProvider(store, embedder)
                 scope = MemoryScope("eval", agent_id=name)
-                await remember(provider, scope, turns, vectors, plain=plain)
+                await remember(provider, scope, turns, vectors, plain=plain, embedded=embedded)
                 for at in by_conversation.get(name, []):
                     question = data.questions[at]
                     ranked.append((question, await rank(store, scope, question.text, question_vectors[at])))
@@ -316,6 +378,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--plain", action="store_true", help="each turn's text alone: no speaker, no context, no dedupe"
     )
+    parser.add_argument(
+        "--embed-as", choices=EMBED_AS, default="text", help="what a turn's embedding is made of"
+    )
     parser.add_argument("--vectors", type=Path, help="keep the embeddings made here, to reuse them")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
@@ -329,7 +394,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
     figures: dict[str, Any] = {}
     for data in sets:
         started = time.perf_counter()
-        table, counts, _ = await evaluate(data, embedder, store_kind=args.store, plain=args.plain)
+        table, counts, _ = await evaluate(
+            data, embedder, store_kind=args.store, plain=args.plain, embed_as=args.embed_as
+        )
         _print(data, table, counts)
         print(f"({time.perf_counter() - started:.0f} s)")
         figures[data.name] = {"counts": counts, "recall": table}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
@@ -128,3 +129,37 @@ def test_locomo_files_are_read_with_their_dates_and_evidence(evaluation: ModuleT
         ("temporal", ["conv-x:D1:1"]),
         ("multi-hop", ["conv-x:D1:2", "conv-x:D2:1"]),
     ]
+
+
+def test_embedded_texts_name_the_speaker_and_the_turn_replied_to(evaluation: ModuleType) -> None:
+    """``--embed-as``: what each variant embeds for a turn (the previous turn: of its session)."""
+    when = datetime(2023, 5, 8, tzinfo=UTC)
+    turns = [
+        evaluation.Turn("t1", "S1", "Ana", "I went to a pottery class.", when),
+        evaluation.Turn("t2", "S1", "Bo", "Nice!", when),
+        evaluation.Turn("t3", "S2", "Bo", "x" * 200, when),
+        evaluation.Turn("t4", "S2", "Ana", "Long.", when),
+    ]
+    assert evaluation.embedded_texts(turns, "text")["t2"] == ["Nice!"]
+    assert evaluation.embedded_texts(turns, "speaker")["t2"] == ["Bo: Nice!"]
+    reply = evaluation.embedded_texts(turns, "reply")
+    assert reply["t1"] == ["Ana: I went to a pottery class."]  # a session's first turn replies to none
+    assert reply["t2"] == ["Bo (replying to Ana: I went to a pottery class.): Nice!"]
+    assert reply["t4"][0].startswith("Ana (replying to Bo: xxx")
+    assert reply["t4"][0].endswith("...): Long.")
+    assert len(reply["t4"][0]) < 200
+    assert evaluation.embedded_texts(turns, "reply-text")["t2"] == [
+        "(replying to: I went to a pottery class.) Nice!"
+    ]
+    assert evaluation.embedded_texts(turns, "mix")["t2"] == ["Nice!", "Bo: Nice!"]
+
+
+async def test_another_embedded_text_is_what_the_turns_are_found_by(evaluation: ModuleType) -> None:
+    """``embed_as="text"`` is the provider's own run; another variant changes the embeddings."""
+    data = evaluation.load_committed()
+    embedder = HashingEmbedder(dimensions=256)
+    alone, _, _ = await evaluation.evaluate(data, embedder, store_kind="memory")
+    same, _, _ = await evaluation.evaluate(data, embedder, store_kind="memory", embed_as="text")
+    named, _, _ = await evaluation.evaluate(data, embedder, store_kind="memory", embed_as="speaker")
+    assert same["vector"] == alone["vector"]  # (ties among word scores may order either way)
+    assert named["vector"]["all"] != alone["vector"]["all"]
