@@ -108,13 +108,13 @@ __all__ = ["SQLiteMemoryStore"]
 @dataclass(frozen=True, slots=True)
 class _Filters:
     """What a search keeps of a scope's memories: current ones of the scope, of ``kind``,
-    unexpired (updated at ``cutoff`` or later) and said in ``[since, until)``, when given."""
+    unexpired (updated at ``cutoff`` or later) and said in ``[since, until)`` (µs), when given."""
 
     scope: str
     kind: str | None
     cutoff: int | None
-    since: datetime | None
-    until: datetime | None
+    since: int | None
+    until: int | None
 
     def where(self, *, lead: str = "WHERE", checked: bool = False) -> tuple[str, list[Any]]:
         """The conditions on ``agentkeep_memories AS m``, and their arguments. ``checked``: only
@@ -127,8 +127,8 @@ class _Filters:
         for condition, value in (
             (f"{plus}m.kind = ?", self.kind),
             (f"{plus}m.updated_at >= ?", self.cutoff),
-            (f"{plus}m.created_at >= ?", None if self.since is None else to_micros(self.since)),
-            (f"{plus}m.created_at < ?", None if self.until is None else to_micros(self.until)),
+            (f"{plus}m.created_at >= ?", self.since),
+            (f"{plus}m.created_at < ?", self.until),
         ):
             if value is not None:
                 parts.append(condition)
@@ -138,20 +138,11 @@ class _Filters:
     def kept(self, vectors: ScopeVectors, ranked: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
         """Those of ``ranked`` (row id, score) that ``vectors``, the scope's, hold and these
         filters keep."""
-        since, until = self.window()
-        return vectors.held(ranked, kind=self.kind, cutoff=self.cutoff, since=since, until=until)
+        return vectors.held(ranked, kind=self.kind, cutoff=self.cutoff, since=self.since, until=self.until)
 
     def count(self, vectors: ScopeVectors) -> int:
         """How many of ``vectors``, the scope's, these filters keep."""
-        since, until = self.window()
-        return vectors.count(kind=self.kind, cutoff=self.cutoff, since=since, until=until)
-
-    def window(self) -> tuple[int | None, int | None]:
-        """``since`` and ``until`` in µs, as the search cache takes them."""
-        return (
-            None if self.since is None else to_micros(self.since),
-            None if self.until is None else to_micros(self.until),
-        )
+        return vectors.count(kind=self.kind, cutoff=self.cutoff, since=self.since, until=self.until)
 
 
 T = TypeVar("T")
@@ -451,7 +442,13 @@ class SQLiteMemoryStore(MemoryStore):
             self, embedding, k=k, min_score=min_score, text=text, mode=mode, since=since, until=until
         )
         query = None if request.vector is None else vector_bytes(request.vector)
-        filters = _Filters(scope.key, kind, cutoff_micros(self), since, until)
+        filters = _Filters(
+            scope.key,
+            kind,
+            cutoff_micros(self),
+            None if since is None else to_micros(since),
+            None if until is None else to_micros(until),
+        )
 
         def job(db: VecConnection) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
@@ -472,7 +469,7 @@ class SQLiteMemoryStore(MemoryStore):
                 if request.mode == "hybrid" and lexical:
                     near = {r for r, _ in nearest}
                     missing = [r for r, _ in lexical if r not in near]  # found by words only
-                    similarity = self._cosines(db, scope.key, query, missing) if missing else {}
+                    similarity = self._cosines(db, vectors, query, missing) if missing else {}
                     named = self._named(db, request.terms, [*near, *(r for r, _ in lexical)])
                 order, scores = ranked(
                     nearest,
@@ -510,15 +507,14 @@ class SQLiteMemoryStore(MemoryStore):
         """The ``n`` nearest of the scope's vectors (row id, cosine similarity), best first;
         ``vectors``: the scope's, cached (:meth:`_vectors`), or none: read by sqlite-vec."""
         if vectors is not None:
-            since, until = filters.window()
             try:
                 return vectors.nearest(
                     np.frombuffer(query, dtype=np.float32),
                     n,
                     kind=filters.kind,
                     cutoff=filters.cutoff,
-                    since=since,
-                    until=until,
+                    since=filters.since,
+                    until=filters.until,
                     helpers=self._cache.helpers,
                 )
             except DamagedVector as exc:
@@ -542,10 +538,11 @@ class SQLiteMemoryStore(MemoryStore):
             )
         return 1.0 - float(distance)
 
-    def _cosines(self, db: VecConnection, scope: str, query: bytes, rowids: list[int]) -> dict[int, float]:
-        """The cosine similarity of each of ``rowids``' vectors to ``query``: from the scope's
-        cached matrix, just caught up in this transaction, or read in one query by row id."""
-        vectors = self._cache.get(scope)
+    def _cosines(
+        self, db: VecConnection, vectors: ScopeVectors | None, query: bytes, rowids: list[int]
+    ) -> dict[int, float]:
+        """The cosine similarity of each of ``rowids``' vectors to ``query``: from ``vectors``, the
+        scope's cached matrix caught up in this transaction, or read in one query by row id."""
         if vectors is not None:
             return vectors.similarities(np.frombuffer(query, dtype=np.float32), rowids)
         marks = ", ".join("?" * len(rowids))
