@@ -36,17 +36,13 @@ from ._index_state import IndexState
 from .groups import SUMMARY_PROPERTY, MessageGroup, MessageGroupKind
 from .tokenizers import (
     EMPTY_PAYLOAD_CHARS,
-    FLAT_KEY_TYPES,
-    FLAT_VALUE_TYPES,
     MESSAGE_OVERHEAD_TOKENS,
-    ONE_CALL_ADDS,
     PLAIN_TEXT_PAYLOAD_CHARS,
     RESULT_PAYLOAD_CHARS,
     ascii_json_string,
     call_measures,
     calls_measures,
     flat_calls_measures,
-    json_bytes,
     message_token_text,
     reference_payload_length,
 )
@@ -226,30 +222,8 @@ def append_messages(state: IndexState, messages: Iterable[Message]) -> None:  # 
                 and not message.additional_properties
             ):
                 # -- function calls of flat arguments (the usual call message): a new tool-call
-                # group, measured as call_measures measures them, made inline --
-                if kind_of_only is not FunctionCallContent:  # several calls
-                    written, size = flat_calls_measures(contents)
-                elif (
-                    not only.additional_properties
-                    and not only.extra_fields
-                    and type(arguments := only.arguments) is dict
-                    and arguments
-                    and (encoded := json_bytes(arguments)).isascii()
-                    and FLAT_KEY_TYPES.issuperset(map(type, arguments))  # pyright: ignore[reportUnknownArgumentType]
-                    and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))  # pyright: ignore[reportUnknownArgumentType]
-                ):  # one call (the common call message): flat_calls_measures inline
-                    name: str = only.name
-                    written = (
-                        ONE_CALL_ADDS
-                        + len(encode_basestring(only.call_id))
-                        + len(encode_basestring(name))
-                        + len(encoded)
-                        + 2 * len(arguments)  # pyright: ignore[reportUnknownArgumentType]
-                        - 1
-                    )
-                    size = (len(name) if name.isascii() else len(name.encode("utf-8"))) + 1 + len(encoded)
-                else:
-                    written = size = -1
+                # group, measured as call_measures measures them (flat_calls_measures), made inline --
+                written, size = flat_calls_measures(contents)  # one call or several
                 if written >= 0:
                     message_id = message.message_id
                     head = 4 if message_id is None else len(encode_basestring(message_id))  # null, or the id

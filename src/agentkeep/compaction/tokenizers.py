@@ -437,14 +437,7 @@ def call_measures(content: FunctionCallContent) -> tuple[str, int]:
         return text, _CALL_NO_ARGS_ADDS + names
     if type(args) is str:
         return text, _CALL_ADDS + names + json_string_length(args)
-    if (
-        encoded is not None
-        and type(args) is dict
-        and args
-        and encoded.isascii()
-        and FLAT_KEY_TYPES.issuperset(map(type, cast("dict[Any, Any]", args)))
-        and FLAT_VALUE_TYPES.issuperset(map(type, cast("dict[Any, Any]", args).values()))
-    ):
+    if encoded is not None and type(args) is dict and flat_ascii(cast("dict[Any, Any]", args), encoded):
         # A flat object of ASCII text, whole numbers, booleans and nulls (the usual arguments): the
         # compact JSON just made is the payload's but for a space after each ":" and ",".
         return text, _CALL_ADDS + names + len(encoded) + 2 * len(cast("dict[Any, Any]", args)) - 1
@@ -457,6 +450,18 @@ FLAT_VALUE_TYPES: Final[frozenset[type]] = frozenset({str, int, bool, type(None)
 """The value types of a flat object whose compact JSON (msgspec's) and payload JSON (the
 reference's) differ only by the separators' spaces: for ASCII, msgspec escapes text as
 ``encode_basestring`` does (see :data:`ascii_json_string`), and writes these scalars alike."""
+
+
+def flat_ascii(arguments: dict[Any, Any], encoded: str | bytes) -> bool:
+    """Whether ``arguments``, whose compact JSON is ``encoded``, are a non-empty flat object
+    (:data:`FLAT_KEY_TYPES`, :data:`FLAT_VALUE_TYPES`) of ASCII JSON: its payload JSON is then
+    ``encoded`` with a space after each ":" and ","."""
+    return (
+        bool(arguments)
+        and encoded.isascii()
+        and FLAT_KEY_TYPES.issuperset(map(type, arguments))
+        and FLAT_VALUE_TYPES.issuperset(map(type, arguments.values()))
+    )
 
 
 def calls_measures(calls: Sequence[FunctionCallContent]) -> tuple[str, int]:
@@ -494,11 +499,7 @@ def flat_calls_measures(calls: Sequence[Any]) -> tuple[int, int]:
         if type(args) is not dict or not args or call.additional_properties or call.extra_fields:
             return -1, -1
         encoded = json_bytes(args)
-        if not (
-            encoded.isascii()
-            and FLAT_KEY_TYPES.issuperset(map(type, args))  # pyright: ignore[reportUnknownArgumentType]
-            and FLAT_VALUE_TYPES.issuperset(map(type, args.values()))  # pyright: ignore[reportUnknownArgumentType]
-        ):
+        if not flat_ascii(args, encoded):  # pyright: ignore[reportUnknownArgumentType]
             return -1, -1
         name: str = call.name
         names = len(encode_basestring(call.call_id)) + len(encode_basestring(name))
