@@ -73,6 +73,7 @@ __all__ = [
     "to_micros",
     "update_vector",
     "updated_record",
+    "window_micros",
 ]
 
 DAMAGED_ROW_ERRORS: Final = (
@@ -386,6 +387,13 @@ def expired_before(store: MemoryStore) -> datetime | None:
     if store.ttl is None:
         return None
     return datetime.now(UTC) - timedelta(seconds=store.ttl)
+
+
+def window_micros(request: SearchRequest) -> tuple[int | None, int | None]:
+    """The search's ``since`` and ``until`` in microseconds (``None`` where not given), as the
+    stores' filters and their search caches take them."""
+    since, until = request.since, request.until
+    return None if since is None else to_micros(since), None if until is None else to_micros(until)
 
 
 def cutoff_micros(store: MemoryStore) -> int | None:

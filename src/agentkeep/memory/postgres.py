@@ -78,6 +78,7 @@ from .base import (
     to_micros,
     update_vector,
     updated_record,
+    window_micros,
 )
 from .records import (
     MemoryHit,
@@ -669,13 +670,7 @@ class PostgresMemoryStore(MemoryStore):
             self, embedding, k=k, min_score=min_score, text=text, mode=mode, since=since, until=until
         )
         query = None if request.vector is None else np.asarray(request.vector, dtype=np.float32)
-        filters = _Filters(
-            scope.key,
-            kind,
-            cutoff_micros(self),
-            None if since is None else to_micros(since),
-            None if until is None else to_micros(until),
-        )
+        filters = _Filters(scope.key, kind, cutoff_micros(self), *window_micros(request))
         pool = request.pool(k)
 
         async def operation(conn: PostgresConnection) -> list[MemoryHit]:

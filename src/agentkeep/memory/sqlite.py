@@ -93,6 +93,7 @@ from .base import (
     to_micros,
     update_vector,
     updated_record,
+    window_micros,
 )
 from .records import (
     MemoryHit,
@@ -442,13 +443,7 @@ class SQLiteMemoryStore(MemoryStore):
             self, embedding, k=k, min_score=min_score, text=text, mode=mode, since=since, until=until
         )
         query = None if request.vector is None else vector_bytes(request.vector)
-        filters = _Filters(
-            scope.key,
-            kind,
-            cutoff_micros(self),
-            None if since is None else to_micros(since),
-            None if until is None else to_micros(until),
-        )
+        filters = _Filters(scope.key, kind, cutoff_micros(self), *window_micros(request))
 
         def job(db: VecConnection) -> list[MemoryHit]:
             # One read transaction, so one snapshot: the scope's vectors (cached and caught up,
