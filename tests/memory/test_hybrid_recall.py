@@ -234,6 +234,7 @@ def _downgrade_sqlite_to_layout_3(path: Path) -> None:
         connection.load_extension(sqlite_vec.loadable_path())
         connection.execute("DROP TABLE agentkeep_memory_words")
         connection.execute("DROP INDEX agentkeep_memories_said")
+        connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '3' WHERE name = 'layout'")
     finally:
         connection.close()
@@ -273,6 +274,7 @@ def _index_sqlite_text_alone(path: Path) -> None:
             "UPDATE agentkeep_memory_words SET text = "
             "(SELECT m.text FROM agentkeep_memories AS m WHERE m.rowid = agentkeep_memory_words.rowid)"
         )
+        connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '4' WHERE name = 'layout'")
     finally:
         connection.close()
@@ -286,7 +288,7 @@ def _index_sqlite_text_alone(path: Path) -> None:
 async def test_a_sqlite_file_of_an_older_layout_is_upgraded(
     tmp_path: Path, downgrade: Callable[[Path], None]
 ) -> None:
-    assert LAYOUT == 5
+    assert LAYOUT == 6
     path = tmp_path / "memory.db"
     old = SQLiteMemoryStore(path, dimensions=4)
     await _written_at_the_previous_layout(old)
@@ -301,7 +303,7 @@ async def test_a_sqlite_file_of_an_older_layout_is_upgraded(
 
 @pytest.mark.postgres
 async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
-    assert MEMORY_LAYOUT == 6
+    assert MEMORY_LAYOUT == 7
     schema = new_schema("akmhyb")
     old = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
     try:
@@ -315,7 +317,7 @@ async def test_a_postgres_schema_of_layout_4_gains_the_word_index() -> None:
         try:
             await _words_are_indexed(upgraded)
             recorded = await execute(sql.SQL("SELECT value FROM {} WHERE name = 'layout'").format(meta))
-            assert recorded == [("6",)]
+            assert recorded == [("7",)]
         finally:
             await upgraded.aclose()
     finally:

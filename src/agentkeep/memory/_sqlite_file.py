@@ -39,7 +39,7 @@ __all__ = [
     "vector_bytes",
 ]
 
-LAYOUT: Final = 5
+LAYOUT: Final = 6
 # vec0 keeps each scope's vectors in chunks of this many; a scope takes at least one chunk
 # (64 x 384 x 4 bytes = 96 KiB), where the default 1,024 took 1.5 MiB per user. Searches of large
 # scopes are as fast (measured: 3.0 ms for 10k vectors either way).
@@ -314,12 +314,22 @@ def _index_metadata_words(db: VecConnection, dimensions: int) -> None:
     )
 
 
+def _index_sessions(db: VecConnection, dimensions: int) -> None:
+    """Layout 6: an index of current memories by scope, session and the time they were said
+    (what was said next after a search hit, see :meth:`~.base.MemoryStore.following`)."""
+    db.run(
+        "CREATE INDEX agentkeep_memories_session "
+        "ON agentkeep_memories (scope, source_session_id, created_at) WHERE superseded_by IS NULL"
+    )
+
+
 _MIGRATIONS: Final[tuple[Callable[[VecConnection, int], None], ...]] = (
     _create_tables,
     _create_change_log,
     _add_scope_summary,
     _add_word_index,
     _index_metadata_words,
+    _index_sessions,
 )
 """One step per layout, in order: a file of layout ``n`` runs the steps from index ``n`` on."""
 

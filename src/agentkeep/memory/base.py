@@ -50,6 +50,7 @@ __all__ = [
     "NO_CURRENT",
     "MemoryStore",
     "SearchMode",
+    "check_following",
     "check_mode",
     "check_page",
     "check_query",
@@ -67,6 +68,7 @@ __all__ = [
     "normalized",
     "replace_conflict",
     "rewrite_keyed",
+    "said_next",
     "scope_summary",
     "search_request",
     "stored_record",
@@ -259,6 +261,25 @@ class MemoryStore(Protocol):
         the key's whole history.
         """
         return next((r for r in await self.history(scope, key) if r.current), None)
+
+    async def following(
+        self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
+    ) -> list[list[MemoryRecord]]:
+        """What was said next after each of ``records`` (the window after a search hit): for each,
+        up to ``limit`` current, unexpired records of ``scope`` from its session
+        (``source_session_id``) and of its kind, said after it (a later ``created_at``), oldest
+        first (then by id). A record without a session is followed by nothing.
+
+        The stores read an index of each scope's current memories by session and time; this
+        default lists the scope's current records of those kinds.
+
+        Raises:
+            ValueError: ``limit`` outside 1..1,000.
+        """
+        check_following(limit)
+        kinds = {record.kind for record in records if record.source_session_id is not None}
+        listed = [found for kind in sorted(kinds) for found in await self.list_memories(scope, kind=kind)]
+        return said_next(listed, records, limit)
 
     @abstractmethod
     async def scopes(
@@ -477,6 +498,30 @@ def check_query(k: int, min_score: float | None) -> None:
         raise ValueError(f"k must be between 1 and {MAX_K}")
     if min_score is not None and not -1.0 <= min_score <= 1.0:
         raise ValueError("min_score must be between -1 and 1")
+
+
+def check_following(limit: int) -> None:
+    """Refuse a window that asks for nothing sensible (see :meth:`MemoryStore.following`)."""
+    if not 1 <= limit <= MAX_K:
+        raise ValueError(f"limit must be between 1 and {MAX_K}")
+
+
+def said_next(
+    candidates: Sequence[MemoryRecord], records: Sequence[MemoryRecord], limit: int
+) -> list[list[MemoryRecord]]:
+    """:meth:`MemoryStore.following` over ``candidates`` (a scope's current, unexpired records)."""
+    by_session: dict[tuple[str, str], list[MemoryRecord]] = {}
+    for candidate in candidates:
+        if candidate.source_session_id is not None:
+            by_session.setdefault((candidate.source_session_id, candidate.kind), []).append(candidate)
+    for said in by_session.values():
+        said.sort(key=lambda r: (r.created_at, r.id))
+    found: list[list[MemoryRecord]] = []
+    for record in records:
+        session = record.source_session_id
+        said = by_session.get((session, record.kind), []) if session is not None else []
+        found.append([r for r in said if r.created_at > record.created_at][:limit])
+    return found
 
 
 def check_mode(mode: object) -> None:

@@ -24,6 +24,7 @@ from ._lexical import BM25, SearchMode, indexed_text, names_in, ranked
 from .base import (
     NO_CURRENT,
     MemoryStore,
+    check_following,
     check_page,
     check_replaces,
     check_settings,
@@ -33,6 +34,7 @@ from .base import (
     expired_before,
     from_micros,
     replace_conflict,
+    said_next,
     search_request,
     to_micros,
     update_vector,
@@ -251,6 +253,13 @@ class InMemoryMemoryStore(MemoryStore):
         found = [_copy(r) for r in self._records(scope).values() if r.key == key]
         found.sort(key=lambda r: (r.created_at, r.id))
         return found
+
+    async def following(
+        self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
+    ) -> list[list[MemoryRecord]]:
+        check_following(limit)
+        live = [r for r in self._records(scope).values() if r.source_session_id is not None and self._live(r)]
+        return [[_copy(r) for r in said] for said in said_next(live, records, limit)]
 
     async def scopes(
         self,

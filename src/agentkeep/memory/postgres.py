@@ -61,6 +61,7 @@ from ._vector_cache import (
 from .base import (
     NO_CURRENT,
     MemoryStore,
+    check_following,
     check_page,
     check_replaces,
     check_settings,
@@ -195,6 +196,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"ALTER TABLE {{memories}} ADD COLUMN words tsvector GENERATED ALWAYS AS ({_WORDS}) STORED",
         "CREATE INDEX memories_words ON {memories} USING gin (words) "
         "WHERE superseded_by IS NULL AND embedding IS NOT NULL",
+    ),
+    (  # 7: current memories by scope, session and the time they were said (what was said next
+        # after a search hit: MemoryStore.following)
+        "CREATE INDEX IF NOT EXISTS memories_session ON {memories} "
+        "(scope, source_session_id, created_at) WHERE superseded_by IS NULL",
     ),
 )
 """The memory schema's layouts, in order: a schema of layout ``n`` runs the steps from index ``n``
@@ -934,6 +940,47 @@ class PostgresMemoryStore(MemoryStore):
             return [self._record(row) for row in await cursor.fetchall()]
 
         return await self._run(operation)
+
+    async def following(
+        self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
+    ) -> list[list[MemoryRecord]]:
+        """See :meth:`MemoryStore.following`: one statement, a range of the index of current
+        memories by scope, session and time per record."""
+        check_following(limit)
+        asked = [(n, r) for n, r in enumerate(records) if r.source_session_id is not None]
+        found: list[list[MemoryRecord]] = [[] for _ in records]
+        if not asked:
+            return found
+        cutoff = cutoff_micros(self)
+
+        async def operation(conn: PostgresConnection) -> list[Sequence[Any]]:
+            cursor = await conn.execute(
+                self._q(
+                    "SELECT h.n, m.* FROM unnest(%s::int[], %s::text[], %s::text[], %s::bigint[]) "
+                    "AS h(n, session, kind, said) CROSS JOIN LATERAL ("
+                    f"SELECT {_COLUMNS} FROM {{memories}} WHERE scope = %s "
+                    "AND source_session_id = h.session AND created_at > h.said "
+                    "AND superseded_by IS NULL AND kind = h.kind "
+                    "AND (%s::bigint IS NULL OR updated_at >= %s) "
+                    "ORDER BY created_at, id LIMIT %s) AS m ORDER BY h.n"
+                ),
+                (
+                    [n for n, _ in asked],
+                    [r.source_session_id for _, r in asked],
+                    [r.kind for _, r in asked],
+                    [to_micros(r.created_at) for _, r in asked],
+                    scope.key,
+                    cutoff,
+                    cutoff,
+                    limit,
+                ),
+            )
+            return await cursor.fetchall()
+
+        for row in await self._run(operation):
+            n: int = row[0]
+            found[n].append(self._record(row[1:]))
+        return found
 
     async def scopes(
         self,

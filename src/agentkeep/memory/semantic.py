@@ -10,7 +10,10 @@ the scope that best match it, from any earlier session of the user: by meaning a
 fused (``mode="hybrid"``, the default: a memory that shares the input's rarer words is found
 even when its embedding is not among the nearest), or by one of them. It adds them as one
 context message (role ``system`` by default) that gives today's date and each memory's date,
-speaker and source session, so the model can place "last spring" or "two weeks ago".
+speaker and source session, so the model can place "last spring" or "two weeks ago"; each
+recalled chunk comes with what was said next in its session (``window``: that many of the
+memories said after it, see :meth:`~agentkeep.memory.MemoryStore.following`), so a question
+found by the words of its answer brings the answer along.
 
 **After a run that succeeded** it remembers: with a :class:`FactExtractor`, the facts one
 structured-output call finds in the turn (each with a key: what it is about); otherwise the
@@ -186,6 +189,8 @@ class SemanticMemoryProvider(ContextProvider):
             ``"lexical"`` (see :meth:`~agentkeep.memory.MemoryStore.search`).
         order: How the recalled memories are listed to the model: most relevant first
             (``"relevance"``) or oldest first (``"time"``: a story in the order it happened).
+        window: How many of the memories said next in its session each recalled chunk is shown
+            with (0: none).
         dedupe_threshold: From this similarity on, a new memory is the same as an existing one.
         role: The role of the recalled-memories message.
         source_id: Unique id within the agent.
@@ -208,6 +213,7 @@ class SemanticMemoryProvider(ContextProvider):
         min_score: float = 0.2,
         mode: SearchMode = "hybrid",
         order: Literal["relevance", "time"] = "relevance",
+        window: int = 1,
         dedupe_threshold: float = 0.95,
         role: Literal["system", "user"] = "system",
         source_id: str = DEFAULT_SOURCE_ID,
@@ -232,6 +238,9 @@ class SemanticMemoryProvider(ContextProvider):
         if order not in ("relevance", "time"):
             raise ValueError(f"order must be 'relevance' or 'time', not {order!r}")
         self.order: Literal["relevance", "time"] = order
+        if not 0 <= window <= MAX_WINDOW:
+            raise ValueError(f"window must be between 0 and {MAX_WINDOW}")
+        self.window = window
         self.dedupe_threshold = dedupe_threshold
         self.role: Literal["system", "user"] = role
 
@@ -276,12 +285,23 @@ class SemanticMemoryProvider(ContextProvider):
             # The input is remembered after the run: its embedding is made once, here.
             context.metadata[self._vectors_key] = {query.strip(): vector}
             hits = await self.recall(scope, query, vector=vector)
+            after = await self.said_next(scope, hits)
         except AgentkeepError as exc:  # memory unavailable: the run goes on without it
             _log.warning("recall failed for %s: %s", scope, exc)
             return None
         if not hits:
             return None
-        return AIContext(messages=[Message(self.role, render_memories(hits, order=self.order))])
+        rendered = render_memories(hits, order=self.order, following=after)
+        return AIContext(messages=[Message(self.role, rendered)])
+
+    async def said_next(self, scope: MemoryScope, hits: Sequence[MemoryHit]) -> list[list[MemoryRecord]]:
+        """What was said next after each of ``hits`` that is a chunk (up to ``window`` memories of
+        its session; see :meth:`~agentkeep.memory.MemoryStore.following`); facts get none."""
+        chunks = [hit.record for hit in hits if hit.record.kind == "chunk"]
+        if not self.window or not chunks:
+            return [[] for _ in hits]
+        found = iter(await self.store.following(scope, chunks, limit=self.window))
+        return [next(found) if hit.record.kind == "chunk" else [] for hit in hits]
 
     async def after_run(
         self, *, agent: Agent, session: AgentSession, context: SessionContext, state: Any
@@ -377,6 +397,9 @@ class SemanticMemoryProvider(ContextProvider):
         return f"SemanticMemoryProvider(source_id={self.source_id!r}, store={self.store!r})"
 
 
+MAX_WINDOW: Final = 20
+"""The most memories said next a recalled chunk can be shown with."""
+
 CONTEXT_CHARS: Final = 500
 """How much of the message before a remembered one its chunk keeps as ``context`` (indexed with
 its words, see :data:`~._lexical.INDEXED_METADATA`)."""
@@ -428,38 +451,53 @@ def render_memories(
     *,
     today: datetime | None = None,
     order: Literal["relevance", "time"] = "relevance",
+    following: Sequence[Sequence[MemoryRecord]] | None = None,
 ) -> str:
     """The recalled-memories message: today's date, then one line per memory with the date it
     was said, its speaker, what it replied to (its ``context``, clipped) and its session, most
-    relevant first (``order="time"``: oldest first)."""
+    relevant first (``order="time"``: oldest first); under each, what was said next
+    (``following``: for each hit, as :meth:`SemanticMemoryProvider.said_next` gives it), each
+    line clipped, and not again when it is listed already."""
     now = today or datetime.now(UTC)
     listed = "most relevant first" if order == "relevance" else "oldest first"
     lines = [
         f"Memories from earlier conversations with this user ({listed}; today is {now.date().isoformat()}):"
     ]
+    pairs = list(zip(hits, following or [[] for _ in hits], strict=True))
     if order == "time":
-        hits = sorted(hits, key=lambda hit: (hit.record.created_at, hit.record.id))
-    for hit in hits:
+        pairs.sort(key=lambda pair: (pair[0].record.created_at, pair[0].record.id))
+    shown = {hit.record.id for hit in hits}
+    for hit, after in pairs:
         record = hit.record
-        speaker = record.metadata.get("speaker")
-        named = isinstance(speaker, str) and speaker and speaker != record.metadata.get("role")
-        who = f"{speaker}: " if named else ""  # a name, not just the role
         source = f" (session {record.source_session_id})" if record.source_session_id else ""
         before = record.metadata.get("context")
         reply = f" (replying to {_clipped(before)})" if isinstance(before, str) and before else ""
-        lines.append(f"- [{record.created_at.date().isoformat()}] {who}{record.text}{reply}{source}")
+        lines.append(f"- [{record.created_at.date().isoformat()}] {_who(record)}{record.text}{reply}{source}")
+        for then in after:
+            if then.id not in shown:
+                shown.add(then.id)
+                said = _clipped(then.text, RENDERED_NEXT_CHARS)
+                lines.append(f"  then [{then.created_at.date().isoformat()}] {_who(then)}{said}")
     return "\n".join(lines)
+
+
+def _who(record: MemoryRecord) -> str:
+    """``"Name: "`` of a memory's speaker, when it has a name rather than just a role."""
+    speaker = record.metadata.get("speaker")
+    named = isinstance(speaker, str) and speaker and speaker != record.metadata.get("role")
+    return f"{speaker}: " if named else ""
 
 
 RENDERED_CONTEXT_CHARS: Final = 160
 """How much of a recalled chunk's context (what it replied to) the recalled line shows."""
 
+RENDERED_NEXT_CHARS: Final = 320
+"""How much of each memory said next after a recalled chunk the recalled lines show."""
 
-def _clipped(text: str) -> str:
+
+def _clipped(text: str, limit: int = RENDERED_CONTEXT_CHARS) -> str:
     flat = " ".join(text.split())
-    return (
-        flat if len(flat) <= RENDERED_CONTEXT_CHARS else flat[: RENDERED_CONTEXT_CHARS - 3].rstrip() + "..."
-    )
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
 
 
 def transcript(messages: Sequence[Message]) -> str:

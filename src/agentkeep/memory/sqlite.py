@@ -77,6 +77,7 @@ from ._vector_cache import (
 from .base import (
     NO_CURRENT,
     MemoryStore,
+    check_following,
     check_page,
     check_replaces,
     check_settings,
@@ -747,6 +748,43 @@ class SQLiteMemoryStore(MemoryStore):
                 (scope.key, key),
             )
             return [self._record(row) for row in rows]
+
+        return await self._run(job)
+
+    async def following(
+        self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
+    ) -> list[list[MemoryRecord]]:
+        """See :meth:`MemoryStore.following`: one range of the index of current memories by
+        scope, session and time per record."""
+        check_following(limit)
+        cutoff = cutoff_micros(self)
+        sql = (
+            f"SELECT {_COLUMNS} FROM agentkeep_memories INDEXED BY agentkeep_memories_session "
+            "WHERE scope = ? AND source_session_id = ? AND created_at > ? AND superseded_by IS NULL "
+            "AND kind = ? AND (? IS NULL OR updated_at >= ?) ORDER BY created_at, id LIMIT ?"
+        )
+
+        def job(db: VecConnection) -> list[list[MemoryRecord]]:
+            return [
+                []
+                if record.source_session_id is None
+                else [
+                    self._record(row)
+                    for row in db.rows(
+                        sql,
+                        (
+                            scope.key,
+                            record.source_session_id,
+                            to_micros(record.created_at),
+                            record.kind,
+                            cutoff,
+                            cutoff,
+                            limit,
+                        ),
+                    )
+                ]
+                for record in records
+            ]
 
         return await self._run(job)
 

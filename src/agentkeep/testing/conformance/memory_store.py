@@ -6,7 +6,7 @@ against it (see :mod:`agentkeep.testing.conformance`). Covered: round trips, exa
 supersede (with history), updates, deletion, ``forget`` of a user, expiry, bad input, concurrent
 writers of one key, the scopes of a tenant (pages joined by cursors, every write and expiry
 reflected), searches by words and hybrid ones (the word index follows every write; other scopes
-never match), time windows, and (for durable stores) reopening.
+never match), time windows, what was said next in a session, and (for durable stores) reopening.
 """
 
 from __future__ import annotations
@@ -288,6 +288,66 @@ async def searches_keep_a_time_window(backend: MemoryStoreBackend) -> None:
 
 
 @_check
+async def following_gives_what_was_said_next_in_a_session(backend: MemoryStoreBackend) -> None:
+    """``following`` gives, for each record, the current records of its scope, session and kind
+    said after it, oldest first, at most ``limit``: never another scope's, session's or kind's,
+    nor a superseded or deleted one; a record without a session is followed by nothing."""
+    async with backend.open(dimensions=DIMENSIONS) as store:
+        start = datetime(2023, 5, 1, tzinfo=UTC)
+
+        async def said(
+            text: str, minute: int, session: str | None = "s1", kind: str = "chunk", key: str | None = None
+        ) -> MemoryRecord:
+            at = start + timedelta(minutes=minute)
+            return await store.add(
+                ALICE, fact(text, minute, created_at=at, source_session_id=session, kind=kind, key=key)
+            )
+
+        asked = await said("Bo: been to Svalbard?", 0)
+        answer = await said("Ana: yes, twice!", 1)
+        again = await said("Bo: in winter?", 2)
+        await said("Ana: another day", 1, session="s2")
+        await said("Ana: a fact of that minute", 1, kind="fact")
+        await store.add(
+            MemoryScope("bob", tenant_id="acme"),
+            fact(
+                "Bob's line",
+                1,
+                created_at=start + timedelta(seconds=30),
+                source_session_id="s1",
+                kind="chunk",
+            ),
+        )
+        await said("Ana: old words", 3, key="words")
+        newer = await said("Ana: new words", 4, key="words")  # supersedes the old words
+        alone = await said("said in no session", 0, session=None)
+
+        def ids(found: list[list[MemoryRecord]]) -> list[list[str]]:
+            return [[r.id for r in records] for records in found]
+
+        found = await store.following(ALICE, [asked, answer, again, alone])
+        expect_equal(ids(found), [[answer.id], [again.id], [newer.id], []], "what was said next")
+        expect_equal(found[0][0].text, answer.text, "a following record reads back whole")
+        expect_equal(ids(await store.following(ALICE, [asked], limit=2)), [[answer.id, again.id]], "limit 2")
+        expect_equal(
+            ids(await store.following(ALICE, [asked], limit=10)),
+            [[answer.id, again.id, newer.id]],
+            "everything after, the superseded version left out",
+        )
+        expect_equal(await store.following(ALICE, []), [], "nothing asked")
+        expect_equal(
+            ids(await store.following(MemoryScope("carol", tenant_id="acme"), [asked])),
+            [[]],
+            "another scope's session of the same name",
+        )
+        await store.delete(ALICE, answer.id)
+        expect_equal(ids(await store.following(ALICE, [asked])), [[again.id]], "after a delete")
+        for limit in (0, MAX_K + 1):
+            with expect_raises(ValueError, f"limit {limit}"):
+                await store.following(ALICE, [asked], limit=limit)
+
+
+@_check
 async def search_requests_that_ask_for_nothing_sensible_are_refused(backend: MemoryStoreBackend) -> None:
     """A lexical search needs text and takes no min_score; the others need an embedding."""
     async with backend.open(dimensions=DIMENSIONS) as store:
@@ -450,7 +510,14 @@ async def expired_memories_are_neither_found_nor_kept(backend: MemoryStoreBacken
         fresh = await store.add(ALICE, fact("fresh", 1))
         expect_equal([r.id for r in await store.list_memories(ALICE)], [fresh.id], "listed")
         expect_equal([h.record.id for h in await store.search(ALICE, axis(0), k=5)], [fresh.id], "found")
-        expect_equal(await store.purge_expired(), 1, "purged")
+        said = await store.add(ALICE, fact("said", 2, created_at=long_ago, source_session_id="s"))
+        await store.add(
+            ALICE, fact("expired reply", 3, created_at=long_ago + timedelta(seconds=1), source_session_id="s")
+        )
+        reply = await store.add(ALICE, fact("fresh reply", 4, source_session_id="s"))
+        following = await store.following(ALICE, [said], limit=5)
+        expect_equal([[r.id for r in f] for f in following], [[reply.id]], "followed")
+        expect_equal(await store.purge_expired(), 3, "purged")
         expect_equal(await store.get(ALICE, old.id), None, "a purged record")
 
 
