@@ -6,7 +6,9 @@ messages (``SemanticMemoryProvider.remember``: one chunk per turn, with its spea
 and the session's date; near-identical turns of one speaker kept once), in a SQLite memory store
 of its own (or the in-process one); each question is then searched in its conversation's scope
 in the three modes. A question counts as found at ``k`` when one of the turns labelled as its
-evidence is among the ``k`` first hits. Printed: recall@1/5/10 per category and mode.
+evidence is among the ``k`` first hits. Printed: recall@1/5/10 per category and mode, and for
+the hybrid hits with what was said next after each (the turn after it in its session, as the
+provider shows a recalled chunk with ``window=1``: "hybrid+next", k hits and their followers).
 
 Sets:
 
@@ -55,7 +57,9 @@ from agentkeep.testing import HashingEmbedder
 
 SET: Final = Path(__file__).parent / "data" / "recall_conversations.json"
 MODES: Final = ("lexical", "vector", "hybrid")
-MODE_NAMES: Final = {"lexical": "BM25", "vector": "embeddings", "hybrid": "hybrid"}
+MODE_NAMES: Final = {"lexical": "BM25", "vector": "embeddings", "hybrid": "hybrid", "next": "hybrid+next"}
+COLUMNS: Final = (*MODES, "next")
+"""What is reported: the three modes, then the hybrid's hits each with what was said next."""
 KS: Final = (1, 5, 10)
 POOL: Final = 50
 LOCOMO_CATEGORIES: Final = {
@@ -182,23 +186,27 @@ async def remember(
         await provider.remember(scope, session, [message], known={turn.text.strip(): vector})
 
 
-@dataclass
-class Rankings:
-    """For each question, the turn ids each mode found (best first, up to the pool)."""
-
-    by_mode: dict[str, list[list[str]]]
-
-
 async def rank(
     store: MemoryStore, scope: MemoryScope, question: str, vector: list[float]
-) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
+) -> dict[str, list[list[str]]]:
+    """The turn ids each column found, best first, as one group per hit: the hit alone, or for
+    ``"next"`` the hybrid's hit and what was said next after it."""
+    found: dict[str, list[list[str]]] = {}
     for mode in MODES:
         # a hybrid search of 10 fuses the top 50 of each ranking, the single rankings' pool
         k = max(KS) if mode == "hybrid" else POOL
         hits = await store.search(scope, None if mode == "lexical" else vector, k=k, text=question, mode=mode)
-        found[mode] = [str(h.record.metadata.get("message_id")) for h in hits]
+        found[mode] = [[_turn_id(h.record)] for h in hits]
+        if mode == "hybrid":
+            after = await store.following(scope, [h.record for h in hits], limit=1)
+            found["next"] = [
+                [_turn_id(h.record), *map(_turn_id, then)] for h, then in zip(hits, after, strict=True)
+            ]
     return found
+
+
+def _turn_id(record: MemoryRecord) -> str:
+    return str(record.metadata.get("message_id"))
 
 
 EMBED_AS: Final = ("text", "speaker", "reply", "reply-text", "mix")
@@ -249,7 +257,7 @@ async def evaluate(
     plain: bool = False,
     embed_as: str = "text",
 ) -> tuple[
-    dict[str, dict[str, dict[int, float]]], dict[str, int], list[tuple[Question, dict[str, list[str]]]]
+    dict[str, dict[str, dict[int, float]]], dict[str, int], list[tuple[Question, dict[str, list[list[str]]]]]
 ]:
     """recall@k by mode and category (with ``"all"``), the count per category, and each
     question's rankings."""
@@ -269,7 +277,7 @@ async def evaluate(
     asked = [q.text for q in data.questions]
     question_vectors = await embedder.embed(asked)
     folder = Path(tempfile.mkdtemp(prefix="agentkeep-eval-"))
-    ranked: list[tuple[Question, dict[str, list[str]]]] = []
+    ranked: list[tuple[Question, dict[str, list[list[str]]]]] = []
     try:
         by_conversation: dict[str, list[int]] = defaultdict(list)
         for at, question in enumerate(data.questions):
@@ -307,7 +315,7 @@ def _counts(questions: Sequence[Question]) -> dict[str, int]:
 
 
 def recall_table(
-    ranked: Sequence[tuple[Question, dict[str, list[str]]]],
+    ranked: Sequence[tuple[Question, dict[str, list[list[str]]]]],
 ) -> dict[str, dict[str, dict[int, float]]]:
     """recall@k (k in 1, 5, 10) by mode, then category (``"all"``: every question)."""
     table: dict[str, dict[str, dict[int, float]]] = {}
@@ -318,7 +326,8 @@ def recall_table(
             for category in (question.category, "all"):
                 totals[category] += 1
                 for k in KS:
-                    hits[category][k] += bool(question.evidence & set(found[mode][:k]))
+                    shown = {turn for group in found[mode][:k] for turn in group}
+                    hits[category][k] += bool(question.evidence & shown)
         table[mode] = {c: {k: hits[c][k] / totals[c] for k in KS} for c in totals}
     return table
 
@@ -329,9 +338,9 @@ def _print(data: EvalSet, table: dict[str, dict[str, dict[int, float]]], counts:
         f"\n{data.name}: {len(data.conversations)} conversations, "
         f"{sum(len(t) for t in data.conversations.values())} turns, {len(data.questions)} questions"
     )
-    print(f"{'category':<14}{'n':>5}  " + "  ".join(f"{MODE_NAMES[m] + ' @1/@5/@10':<26}" for m in MODES))
+    print(f"{'category':<14}{'n':>5}  " + "  ".join(f"{MODE_NAMES[m] + ' @1/@5/@10':<26}" for m in COLUMNS))
     for category in categories:
-        cells = ["/".join(f"{table[m][category][k]:.2f}" for k in KS).ljust(26) for m in MODES]
+        cells = ["/".join(f"{table[m][category][k]:.2f}" for k in KS).ljust(26) for m in COLUMNS]
         print(f"{category:<14}{counts[category]:>5}  " + "  ".join(cells))
 
 

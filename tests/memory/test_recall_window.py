@@ -30,18 +30,19 @@ ANA = MemoryScope("ana", tenant_id="t")
 START = datetime(2023, 5, 1, 9, tzinfo=UTC)
 
 # -- the stores against the rule -------------------------------------------------------------------
-# a write: (session, kind, minute, key) adds a memory; an int deletes the n-th memory added
+# a write: (session, kind, minute, key, seconds) adds a memory; an int deletes the n-th memory added
 _adds = st.tuples(
     st.sampled_from(["s1", "s2", None]),
     st.sampled_from(["chunk", "fact"]),
     st.integers(0, 4),  # few minutes: equal times happen
     st.sampled_from([None, None, "k1", "k2"]),  # a key supersedes the key's current memory
+    st.integers(0, 2),  # when it was remembered (updated_at), seconds after it was said
 )
 writes = st.lists(_adds | st.integers(0, 30), min_size=1, max_size=24)
 
 
 async def following_after(
-    sequence: list[tuple[str | None, str, int, str | None] | int], backend: str
+    sequence: list[tuple[str | None, str, int, str | None, int] | int], backend: str
 ) -> None:
     """After the writes, each memory's followers (limits 1, 2 and 30), as the store answers, are
     what the protocol's default finds by listing the scope (superseded, deleted and other
@@ -53,14 +54,16 @@ async def following_after(
                 if added:
                     await store.delete(ANA, added[write % len(added)].id)
                 continue
-            session, kind, minute, key = write
+            session, kind, minute, key, remembered = write
+            said = START + timedelta(minutes=minute)
             record = MemoryRecord(
                 f"memory {n}",
                 embedding=[1.0, 0.0, 0.0, 0.0],
                 kind=kind,
                 key=key,
                 source_session_id=session,
-                created_at=START + timedelta(minutes=minute),
+                created_at=said,
+                updated_at=said + timedelta(seconds=remembered),
             )
             added.append(await store.add(ANA, record))
         await store.add(MemoryScope("bo", tenant_id="t"), MemoryRecord("other scope", source_session_id="s1"))
@@ -73,7 +76,7 @@ async def following_after(
 @settings(max_examples=40, deadline=None)
 @given(writes)
 def test_sqlite_following_keeps_the_rule(
-    sequence: list[tuple[str | None, str, int, str | None] | int],
+    sequence: list[tuple[str | None, str, int, str | None, int] | int],
 ) -> None:
     asyncio.run(following_after(sequence, "sqlite"))
 
@@ -81,7 +84,7 @@ def test_sqlite_following_keeps_the_rule(
 @settings(max_examples=40, deadline=None)
 @given(writes)
 def test_in_process_following_keeps_the_rule(
-    sequence: list[tuple[str | None, str, int, str | None] | int],
+    sequence: list[tuple[str | None, str, int, str | None, int] | int],
 ) -> None:
     asyncio.run(following_after(sequence, "memory"))
 
@@ -90,7 +93,7 @@ def test_in_process_following_keeps_the_rule(
 @settings(max_examples=10, deadline=None)
 @given(writes)
 def test_postgres_following_keeps_the_rule(
-    sequence: list[tuple[str | None, str, int, str | None] | int],
+    sequence: list[tuple[str | None, str, int, str | None, int] | int],
 ) -> None:
     asyncio.run(following_after(sequence, "postgres"))
 

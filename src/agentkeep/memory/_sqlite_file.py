@@ -315,11 +315,11 @@ def _index_metadata_words(db: VecConnection, dimensions: int) -> None:
 
 
 def _index_sessions(db: VecConnection, dimensions: int) -> None:
-    """Layout 6: an index of current memories by scope, session and the time they were said
+    """Layout 6: an index of current memories by scope, session and the order they were said
     (what was said next after a search hit, see :meth:`~.base.MemoryStore.following`)."""
     db.run(
-        "CREATE INDEX agentkeep_memories_session "
-        "ON agentkeep_memories (scope, source_session_id, created_at) WHERE superseded_by IS NULL"
+        "CREATE INDEX agentkeep_memories_session ON agentkeep_memories "
+        "(scope, source_session_id, created_at, updated_at, id) WHERE superseded_by IS NULL"
     )
 
 

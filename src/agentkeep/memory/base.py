@@ -267,8 +267,10 @@ class MemoryStore(Protocol):
     ) -> list[list[MemoryRecord]]:
         """What was said next after each of ``records`` (the window after a search hit): for each,
         up to ``limit`` current, unexpired records of ``scope`` from its session
-        (``source_session_id``) and of its kind, said after it (a later ``created_at``), oldest
-        first (then by id). A record without a session is followed by nothing.
+        (``source_session_id``) and of its kind, said after it, in the order they were said: by
+        ``created_at``, then (messages imported with one time for a whole session) by
+        ``updated_at``, when each was remembered, then by id. A record without a session is
+        followed by nothing.
 
         The stores read an index of each scope's current memories by session and time; this
         default lists the scope's current records of those kinds.
@@ -515,13 +517,19 @@ def said_next(
         if candidate.source_session_id is not None:
             by_session.setdefault((candidate.source_session_id, candidate.kind), []).append(candidate)
     for said in by_session.values():
-        said.sort(key=lambda r: (r.created_at, r.id))
+        said.sort(key=_said_order)
     found: list[list[MemoryRecord]] = []
     for record in records:
         session = record.source_session_id
         said = by_session.get((session, record.kind), []) if session is not None else []
-        found.append([r for r in said if r.created_at > record.created_at][:limit])
+        after = _said_order(record)
+        found.append([r for r in said if _said_order(r) > after][:limit])
     return found
+
+
+def _said_order(record: MemoryRecord) -> tuple[datetime, datetime, str]:
+    """Where a memory stands in the order things were said (see :meth:`MemoryStore.following`)."""
+    return record.created_at, record.updated_at or record.created_at, record.id
 
 
 def check_mode(mode: object) -> None:

@@ -197,10 +197,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "CREATE INDEX memories_words ON {memories} USING gin (words) "
         "WHERE superseded_by IS NULL AND embedding IS NOT NULL",
     ),
-    (  # 7: current memories by scope, session and the time they were said (what was said next
-        # after a search hit: MemoryStore.following)
+    (  # 7: current memories by scope, session and the order they were said (what was said
+        # next after a search hit: MemoryStore.following)
         "CREATE INDEX IF NOT EXISTS memories_session ON {memories} "
-        "(scope, source_session_id, created_at) WHERE superseded_by IS NULL",
+        "(scope, source_session_id, created_at, updated_at, id) WHERE superseded_by IS NULL",
     ),
 )
 """The memory schema's layouts, in order: a schema of layout ``n`` runs the steps from index ``n``
@@ -945,7 +945,7 @@ class PostgresMemoryStore(MemoryStore):
         self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
     ) -> list[list[MemoryRecord]]:
         """See :meth:`MemoryStore.following`: one statement, a range of the index of current
-        memories by scope, session and time per record."""
+        memories by scope, session and the order they were said per record."""
         check_following(limit)
         asked = [(n, r) for n, r in enumerate(records) if r.source_session_id is not None]
         found: list[list[MemoryRecord]] = [[] for _ in records]
@@ -956,19 +956,22 @@ class PostgresMemoryStore(MemoryStore):
         async def operation(conn: PostgresConnection) -> list[Sequence[Any]]:
             cursor = await conn.execute(
                 self._q(
-                    "SELECT h.n, m.* FROM unnest(%s::int[], %s::text[], %s::text[], %s::bigint[]) "
-                    "AS h(n, session, kind, said) CROSS JOIN LATERAL ("
-                    f"SELECT {_COLUMNS} FROM {{memories}} WHERE scope = %s "
-                    "AND source_session_id = h.session AND created_at > h.said "
-                    "AND superseded_by IS NULL AND kind = h.kind "
-                    "AND (%s::bigint IS NULL OR updated_at >= %s) "
-                    "ORDER BY created_at, id LIMIT %s) AS m ORDER BY h.n"
+                    "SELECT h.n, m.* FROM unnest(%s::int[], %s::text[], %s::text[], %s::bigint[], "
+                    "%s::bigint[], %s::text[]) AS h(n, session, kind, said, updated, id) "
+                    f"CROSS JOIN LATERAL (SELECT {_COLUMNS} FROM {{memories}} AS x WHERE x.scope = %s "
+                    "AND x.source_session_id = h.session AND x.created_at >= h.said "
+                    "AND (x.created_at, x.updated_at, x.id) > (h.said, h.updated, h.id) "
+                    "AND x.superseded_by IS NULL AND x.kind = h.kind "
+                    "AND (%s::bigint IS NULL OR x.updated_at >= %s) "
+                    "ORDER BY x.created_at, x.updated_at, x.id LIMIT %s) AS m ORDER BY h.n"
                 ),
                 (
                     [n for n, _ in asked],
                     [r.source_session_id for _, r in asked],
                     [r.kind for _, r in asked],
                     [to_micros(r.created_at) for _, r in asked],
+                    [to_micros(r.updated_at or r.created_at) for _, r in asked],
+                    [r.id for _, r in asked],
                     scope.key,
                     cutoff,
                     cutoff,

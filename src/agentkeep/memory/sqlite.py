@@ -755,36 +755,28 @@ class SQLiteMemoryStore(MemoryStore):
         self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
     ) -> list[list[MemoryRecord]]:
         """See :meth:`MemoryStore.following`: one range of the index of current memories by
-        scope, session and time per record."""
+        scope, session and the order they were said per record."""
         check_following(limit)
         cutoff = cutoff_micros(self)
         sql = (
             f"SELECT {_COLUMNS} FROM agentkeep_memories INDEXED BY agentkeep_memories_session "
-            "WHERE scope = ? AND source_session_id = ? AND created_at > ? AND superseded_by IS NULL "
-            "AND kind = ? AND (? IS NULL OR updated_at >= ?) ORDER BY created_at, id LIMIT ?"
+            "WHERE scope = ? AND source_session_id = ? AND created_at >= ? AND superseded_by IS NULL "
+            "AND (created_at > ? OR updated_at > ? OR (updated_at = ? AND id > ?)) "
+            "AND kind = ? AND (? IS NULL OR updated_at >= ?) ORDER BY created_at, updated_at, id LIMIT ?"
         )
 
         def job(db: VecConnection) -> list[list[MemoryRecord]]:
-            return [
-                []
-                if record.source_session_id is None
-                else [
-                    self._record(row)
-                    for row in db.rows(
-                        sql,
-                        (
-                            scope.key,
-                            record.source_session_id,
-                            to_micros(record.created_at),
-                            record.kind,
-                            cutoff,
-                            cutoff,
-                            limit,
-                        ),
-                    )
-                ]
-                for record in records
-            ]
+            found: list[list[MemoryRecord]] = []
+            for record in records:
+                if record.source_session_id is None:
+                    found.append([])
+                    continue
+                said = to_micros(record.created_at)
+                updated = to_micros(record.updated_at or record.created_at)
+                args = (scope.key, record.source_session_id, said, said, updated, updated, record.id)
+                rows = db.rows(sql, (*args, record.kind, cutoff, cutoff, limit))
+                found.append([self._record(row) for row in rows])
+            return found
 
         return await self._run(job)
 

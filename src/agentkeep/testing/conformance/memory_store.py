@@ -290,8 +290,9 @@ async def searches_keep_a_time_window(backend: MemoryStoreBackend) -> None:
 @_check
 async def following_gives_what_was_said_next_in_a_session(backend: MemoryStoreBackend) -> None:
     """``following`` gives, for each record, the current records of its scope, session and kind
-    said after it, oldest first, at most ``limit``: never another scope's, session's or kind's,
-    nor a superseded or deleted one; a record without a session is followed by nothing."""
+    said after it (by ``created_at``, then ``updated_at``), oldest first, at most ``limit``:
+    never another scope's, session's or kind's, nor a superseded or deleted one; a record
+    without a session is followed by nothing."""
     async with backend.open(dimensions=DIMENSIONS) as store:
         start = datetime(2023, 5, 1, tzinfo=UTC)
 
@@ -342,6 +343,26 @@ async def following_gives_what_was_said_next_in_a_session(backend: MemoryStoreBa
         )
         await store.delete(ALICE, answer.id)
         expect_equal(ids(await store.following(ALICE, [asked])), [[again.id]], "after a delete")
+        # a session imported with one time for all its messages: in the order they were remembered
+        imported = [
+            await store.add(
+                ALICE,
+                fact(
+                    f"imported {n}",
+                    n,
+                    created_at=start,
+                    updated_at=start + timedelta(seconds=10 - n),
+                    source_session_id="s3",
+                    kind="chunk",
+                ),
+            )
+            for n in range(3)
+        ]
+        expect_equal(
+            ids(await store.following(ALICE, imported, limit=5)),
+            [[], [imported[0].id], [imported[1].id, imported[0].id]],
+            "said at one time: in the order remembered",
+        )
         for limit in (0, MAX_K + 1):
             with expect_raises(ValueError, f"limit {limit}"):
                 await store.following(ALICE, [asked], limit=limit)
