@@ -200,7 +200,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (  # 7: current memories by scope, session and the order they were said (what was said
         # next after a search hit: MemoryStore.following)
         "CREATE INDEX IF NOT EXISTS memories_session ON {memories} "
-        "(scope, source_session_id, created_at, updated_at, id) WHERE superseded_by IS NULL",
+        '(scope, source_session_id, created_at, updated_at, id COLLATE "C") WHERE superseded_by IS NULL',
     ),
 )
 """The memory schema's layouts, in order: a schema of layout ``n`` runs the steps from index ``n``
@@ -960,10 +960,10 @@ class PostgresMemoryStore(MemoryStore):
                     "%s::bigint[], %s::text[]) AS h(n, session, kind, said, updated, id) "
                     f"CROSS JOIN LATERAL (SELECT {_COLUMNS} FROM {{memories}} AS x WHERE x.scope = %s "
                     "AND x.source_session_id = h.session AND x.created_at >= h.said "
-                    "AND (x.created_at, x.updated_at, x.id) > (h.said, h.updated, h.id) "
+                    'AND (x.created_at, x.updated_at, x.id COLLATE "C") > (h.said, h.updated, h.id) '
                     "AND x.superseded_by IS NULL AND x.kind = h.kind "
                     "AND (%s::bigint IS NULL OR x.updated_at >= %s) "
-                    "ORDER BY x.created_at, x.updated_at, x.id LIMIT %s) AS m ORDER BY h.n"
+                    'ORDER BY x.created_at, x.updated_at, x.id COLLATE "C" LIMIT %s) AS m ORDER BY h.n'
                 ),
                 (
                     [n for n, _ in asked],

@@ -363,6 +363,18 @@ async def following_gives_what_was_said_next_in_a_session(backend: MemoryStoreBa
             [[], [imported[0].id], [imported[1].id, imported[0].id]],
             "said at one time: in the order remembered",
         )
+        tied = [
+            await store.add(
+                ALICE,
+                fact(f"tied {n}", 0, id=f"tied-{n}", created_at=start, source_session_id="s4", kind="chunk"),
+            )
+            for n in ("a", "_", "B")
+        ]
+        expect_equal(
+            ids(await store.following(ALICE, tied, limit=5)),
+            [[], ["tied-a"], ["tied-_", "tied-a"]],
+            "said and remembered at one time: by id, in code point order",
+        )
         for limit in (0, MAX_K + 1):
             with expect_raises(ValueError, f"limit {limit}"):
                 await store.following(ALICE, [asked], limit=limit)
