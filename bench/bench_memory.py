@@ -22,9 +22,10 @@ frequent: those are a text's function words, which queries leave out), k=5: by m
 words, both fused, and fused within a 30-day window of when the memories were said (spread
 over a year).
 
-Run: ``.venv/bin/python bench/bench_memory.py [--quick] [--stores-only] [--backend sqlite]
-[--hybrid]`` (``--quick``: 1k and 10k only; ``--stores-only``: the store tables, not the model's
-figures; ``--hybrid``: the searches by words only).
+Run: ``.venv/bin/python bench/bench_memory.py [--quick] [--stores-only | --model-only]
+[--backend sqlite] [--hybrid]`` (``--quick``: 1k and 10k only; ``--stores-only``: the store
+tables, not the model's figures; ``--model-only``: the model's figures and the providers'
+per-turn overheads, not the store tables; ``--hybrid``: the searches by words only).
 """
 
 from __future__ import annotations
@@ -309,6 +310,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description="Long-term memory: store latency, embedding throughput.")
     parser.add_argument("--quick", action="store_true", help="1k and 10k memories only")
     parser.add_argument("--stores-only", action="store_true", help="the store tables only (no model)")
+    parser.add_argument(
+        "--model-only",
+        action="store_true",
+        help="the model's figures and per-turn overheads only (no store tables)",
+    )
     parser.add_argument("--backend", choices=["sqlite", "postgres"], help="one store only")
     parser.add_argument("--hybrid", action="store_true", help="searches by words and fused only (SQLite)")
     args = parser.parse_args()
@@ -337,7 +343,7 @@ async def main() -> None:
         ("sqlite", "SQLite memory store (sqlite-vec; large scopes from the search cache)"),
         ("postgres", "PostgreSQL memory store (bytea vectors; large scopes from the search cache)"),
     ):
-        if args.backend not in (None, backend):
+        if args.model_only or args.backend not in (None, backend):
             continue
         print(f"{title}, median of {SAMPLES} calls, k=5")
         print(
