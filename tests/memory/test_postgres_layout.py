@@ -77,7 +77,7 @@ async def test_a_schema_of_layout_3_gains_the_commit_by_check_and_keeps_its_memo
         upgraded = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
         try:
             await upgraded.setup()
-            assert await layout_of(schema) == str(MEMORY_LAYOUT) == "6"
+            assert await layout_of(schema) == str(MEMORY_LAYOUT) == "7"
             triggers = await execute(
                 "SELECT tgdeferrable AND tginitdeferred FROM pg_trigger "
                 "WHERE tgrelid = %s::regclass AND tgname = 'commit_by'",

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
 
 import apsw
+import psycopg
 import pytest
 import sqlite_vec
 from hypothesis import given, settings
@@ -17,6 +19,7 @@ from psycopg import sql
 
 from agentkeep import Agent, Message
 from agentkeep.clients import ScriptedChatClient
+from agentkeep.errors import StorageError
 from agentkeep.memory import InMemoryMemoryStore, MemoryHit, MemoryRecord, MemoryScope, MemoryStore
 from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
@@ -243,3 +246,79 @@ def test_followers_are_rendered_under_their_memory_once() -> None:
     assert len(by_time[2]) < 360
     with pytest.raises(ValueError):
         render_memories(hits, following=[[third]])  # one list per hit
+
+
+class _Wrapped:
+    """A store of the protocol's shape that does not derive from it: every call passed on to
+    ``inner``, except ``following``, which it lacks (``missing``) or fails (``failing``)."""
+
+    def __init__(self, inner: MemoryStore, *, failing: bool) -> None:
+        self._inner = inner
+        self._failing = failing
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "following":
+            if not self._failing:
+                raise AttributeError(name)
+
+            async def following(*args: object, **kwargs: object) -> list[list[MemoryRecord]]:
+                raise StorageError("the store went away", backend="test")
+
+            return following
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("failing", [False, True], ids=["missing", "failing"])
+async def test_a_store_without_following_still_recalls(failing: bool) -> None:
+    """A store of the protocol's shape without ``following`` gets the protocol's default; one
+    whose ``following`` fails still gives the memories found, without what followed them."""
+    inner = InMemoryMemoryStore(dimensions=64)
+    store = cast("MemoryStore", _Wrapped(inner, failing=failing))
+    memory = SemanticMemoryProvider(store, HashingEmbedder(dimensions=64), min_score=0.99, top_k=1)
+    client = ScriptedChatClient(lambda messages: "ok")
+    agent = Agent(client, context_providers=memory)
+    session = agent.create_session(session_id="may")
+    scope = set_memory_user(session, "ana")
+    for n, text in enumerate(["Did you ever get to Svalbard?", "Yes, twice."]):
+        said = Message(
+            "user", text, author_name="Bo" if n == 0 else "Ana", created_at=START + timedelta(minutes=n)
+        )
+        await memory.remember(scope, session, [said])
+    later = agent.create_session(session_id="june")
+    set_memory_user(later, "ana")
+    await agent.run("Svalbard?", session=later)
+    recalled = next(m.text for m in client.calls[-1] if m.role == "system" and "Memories from" in m.text)
+    assert "Bo: Did you ever get to Svalbard?" in recalled
+    assert ("then [2023-05-01] Ana: Yes, twice." in recalled) is not failing
+
+
+@pytest.mark.postgres
+async def test_postgres_orders_equal_times_by_code_point_whatever_the_collation() -> None:
+    """In a database whose collation sorts ``tied-_`` before ``tied-B`` (ICU, en-US), what was
+    said at one time still follows in code point order, as in the other stores."""
+    name = new_schema("akicu")
+    admin = URL.rsplit("/", 1)[0] + "/postgres"
+    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as connection:
+        await connection.execute(
+            sql.SQL(
+                "CREATE DATABASE {} TEMPLATE template0 "
+                "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+            ).format(sql.Identifier(name))
+        )
+    try:
+        store = PostgresMemoryStore.from_url(f"{admin.rsplit('/', 1)[0]}/{name}", dimensions=4)
+        try:
+            tied = [
+                await store.add(
+                    ANA,
+                    MemoryRecord(f"tied {n}", id=f"tied-{n}", source_session_id="s", created_at=START),
+                )
+                for n in ("a", "_", "B")
+            ]
+            found = await store.following(ANA, tied, limit=5)
+            assert [[r.id for r in f] for f in found] == [[], ["tied-a"], ["tied-_", "tied-a"]]
+        finally:
+            await store.aclose()
+    finally:
+        async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as connection:
+            await connection.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))

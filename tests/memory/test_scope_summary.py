@@ -239,6 +239,7 @@ def downgrade_sqlite_to_layout_2(path: Path) -> None:
         connection.execute("DROP INDEX agentkeep_memories_current")
         connection.execute("DROP TABLE agentkeep_memory_words")  # layout 4's
         connection.execute("DROP INDEX agentkeep_memories_said")
+        connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("DELETE FROM agentkeep_memory_scopes WHERE seq = 0")
         for column in ("tenant", "memories", "newest"):
             connection.execute(f"ALTER TABLE agentkeep_memory_scopes DROP COLUMN {column}")
@@ -248,7 +249,7 @@ def downgrade_sqlite_to_layout_2(path: Path) -> None:
 
 
 async def test_a_sqlite_file_of_layout_2_gains_the_summary_with_the_right_counts() -> None:
-    assert LAYOUT == 5
+    assert LAYOUT == 6
     async with opened("sqlite") as old:
         assert isinstance(old, SQLiteMemoryStore)
         await fill(old)
@@ -267,7 +268,7 @@ async def test_a_sqlite_file_of_layout_2_gains_the_summary_with_the_right_counts
             layout = await asyncio.to_thread(
                 sqlite_rows, old.path, "SELECT value FROM agentkeep_memory_meta WHERE name = 'layout'"
             )
-            assert layout == [("5",)]
+            assert layout == [("6",)]
             await upgraded.add(SCOPES[1], record(20, key=None, when=datetime.now(UTC), vector=True))
             assert (await upgraded.scopes(tenant_id="t", limit=1))[0].scope == SCOPES[1]
             await summary_matches_group_by(upgraded)
@@ -297,7 +298,7 @@ async def test_a_sqlite_file_of_a_newer_layout_is_refused() -> None:
 
 @pytest.mark.postgres
 async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_counts() -> None:
-    assert MEMORY_LAYOUT == 6
+    assert MEMORY_LAYOUT == 7
     async with opened("postgres") as old:
         assert isinstance(old, PostgresMemoryStore)
         await fill(old)
@@ -320,7 +321,7 @@ async def test_a_postgres_schema_of_layout_2_gains_the_summary_with_the_right_co
                 assert await listed(upgraded, tenant, size=2) == before[tenant]
             await summary_matches_group_by(upgraded)
             recorded = await execute(sql.SQL("SELECT value FROM {} WHERE name = 'layout'").format(meta))
-            assert recorded == [("6",)]
+            assert recorded == [("7",)]
             await upgraded.add(SCOPES[1], record(20, key=None, when=datetime.now(UTC), vector=True))
             assert (await upgraded.scopes(tenant_id="t", limit=1))[0].scope == SCOPES[1]
             await summary_matches_group_by(upgraded)

@@ -403,6 +403,7 @@ def downgrade_to_layout_1(path: Path) -> None:
         connection.execute("DROP INDEX agentkeep_memories_current")
         connection.execute("DROP TABLE agentkeep_memory_words")
         connection.execute("DROP INDEX agentkeep_memories_said")
+        connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '1' WHERE name = 'layout'")
     finally:
         connection.close()

@@ -143,8 +143,8 @@ class MemoryStore(Protocol):
     """Long-term memory by scope (see the module docs).
 
     A protocol: any class with these members is a memory store. A backend that subclasses it
-    explicitly inherits the defaults of ``current``, ``setup``, ``aclose``, ``backend`` and
-    ``location``, and is refused when made without one of the core methods; the helpers the
+    explicitly inherits the defaults of ``current``, ``following``, ``setup``, ``aclose``,
+    ``backend`` and ``location``, and is refused when made without one of the core methods; the helpers the
     backends share are the module's functions (:func:`check_settings`, :func:`stored_record`,
     :func:`corrupt_row`, ...).
 

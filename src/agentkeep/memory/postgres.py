@@ -963,7 +963,8 @@ class PostgresMemoryStore(MemoryStore):
                     'AND (x.created_at, x.updated_at, x.id COLLATE "C") > (h.said, h.updated, h.id) '
                     "AND x.superseded_by IS NULL AND x.kind = h.kind "
                     "AND (%s::bigint IS NULL OR x.updated_at >= %s) "
-                    'ORDER BY x.created_at, x.updated_at, x.id COLLATE "C" LIMIT %s) AS m ORDER BY h.n'
+                    'ORDER BY x.created_at, x.updated_at, x.id COLLATE "C" LIMIT %s) AS m '
+                    'ORDER BY h.n, m.created_at, m.updated_at, m.id COLLATE "C"'
                 ),
                 (
                     [n for n, _ in asked],

@@ -285,12 +285,16 @@ class SemanticMemoryProvider(ContextProvider):
             # The input is remembered after the run: its embedding is made once, here.
             context.metadata[self._vectors_key] = {query.strip(): vector}
             hits = await self.recall(scope, query, vector=vector)
-            after = await self.said_next(scope, hits)
         except AgentkeepError as exc:  # memory unavailable: the run goes on without it
             _log.warning("recall failed for %s: %s", scope, exc)
             return None
         if not hits:
             return None
+        try:
+            after = await self.said_next(scope, hits)
+        except AgentkeepError as exc:  # the memories found are given without what followed them
+            _log.warning("reading what was said next failed for %s: %s", scope, exc)
+            after = None
         rendered = render_memories(hits, order=self.order, following=after)
         return AIContext(messages=[Message(self.role, rendered)])
 
@@ -300,7 +304,11 @@ class SemanticMemoryProvider(ContextProvider):
         chunks = [hit.record for hit in hits if hit.record.kind == "chunk"]
         if not self.window or not chunks:
             return [[] for _ in hits]
-        found = iter(await self.store.following(scope, chunks, limit=self.window))
+        following = getattr(self.store, "following", None)  # a store of the protocol's shape may lack it
+        if following is None:
+            found = iter(await MemoryStore.following(self.store, scope, chunks, limit=self.window))
+        else:
+            found = iter(await following(scope, chunks, limit=self.window))
         return [next(found) if hit.record.kind == "chunk" else [] for hit in hits]
 
     async def after_run(
