@@ -32,6 +32,12 @@ from tests.message_stores.backend_postgres import URL, drop_schema, execute, new
 ANA = MemoryScope("ana", tenant_id="t")
 START = datetime(2023, 5, 1, 9, tzinfo=UTC)
 
+
+def _ids(found: list[list[MemoryRecord]]) -> list[list[str]]:
+    """Each record's followers, by id."""
+    return [[r.id for r in followers] for followers in found]
+
+
 # -- the stores against the rule -------------------------------------------------------------------
 # a write: (session, kind, minute, key, seconds) adds a memory; an int deletes the n-th memory added
 _adds = st.tuples(
@@ -73,7 +79,7 @@ async def following_after(
         for limit in (1, 2, 30):
             expected = await MemoryStore.following(store, ANA, added, limit=limit)
             found = await store.following(ANA, added, limit=limit)
-            assert [[r.id for r in f] for f in found] == [[r.id for r in e] for e in expected], limit
+            assert _ids(found) == _ids(expected), limit
 
 
 @settings(max_examples=40, deadline=None)
@@ -153,10 +159,7 @@ async def test_a_sqlite_file_of_layout_5_gains_the_session_index(tmp_path: Path)
     await asyncio.to_thread(downgrade)
     upgraded = SQLiteMemoryStore(path, dimensions=4)
     try:
-        assert [[r.id for r in f] for f in await upgraded.following(ANA, [asked, answer])] == [
-            [answer.id],
-            [],
-        ]
+        assert _ids(await upgraded.following(ANA, [asked, answer])) == [[answer.id], []]
     finally:
         await upgraded.aclose()
 
@@ -174,10 +177,7 @@ async def test_a_postgres_schema_of_layout_6_gains_the_session_index() -> None:
         await execute(sql.SQL("UPDATE {} SET value = '6' WHERE name = 'layout'").format(meta))
         upgraded = PostgresMemoryStore.from_url(URL, schema=schema, dimensions=4)
         try:
-            assert [[r.id for r in f] for f in await upgraded.following(ANA, [asked, answer])] == [
-                [answer.id],
-                [],
-            ]
+            assert _ids(await upgraded.following(ANA, [asked, answer])) == [[answer.id], []]
             indexes = await execute(
                 sql.SQL(
                     "SELECT indexname FROM pg_indexes "
@@ -316,7 +316,7 @@ async def test_postgres_orders_equal_times_by_code_point_whatever_the_collation(
                 for n in ("a", "_", "B")
             ]
             found = await store.following(ANA, tied, limit=5)
-            assert [[r.id for r in f] for f in found] == [[], ["tied-a"], ["tied-_", "tied-a"]]
+            assert _ids(found) == [[], ["tied-a"], ["tied-_", "tied-a"]]
         finally:
             await store.aclose()
     finally:
