@@ -577,8 +577,7 @@ class SQLiteMemoryStore(MemoryStore):
             # keeps a large share of the file ranks them all and keeps the best n of the first
             # few; other rows crowding those out (fewer than n kept while more matched), or a
             # small share: every match is scored and those kept ranked here.
-            filtered = filters.kind, filters.cutoff, filters.since, filters.until
-            share = len(vectors) if filtered == (None,) * 4 else filters.count(vectors)
+            share = filters.count(vectors)  # without filters, the held count: no pass over them
             if share == 0:
                 return []
             (last,) = db.one("SELECT coalesce(max(rowid), 0) FROM agentkeep_memories") or (0,)
