@@ -26,6 +26,7 @@ from agentkeep import (
 )
 from agentkeep._db.redis import BUCKETS, bucket_of
 from agentkeep.message_stores import DEDUP_WINDOW, Summary
+from agentkeep.message_stores import _redis_lua as lua
 from agentkeep.message_stores import redis as redis_module
 from agentkeep.message_stores.codec import FORMAT_VERSION
 from agentkeep.message_stores.redis import (
@@ -389,6 +390,66 @@ async def test_a_key_of_another_type_is_a_storage_error(client: aioredis.Redis) 
         with pytest.raises(StorageError, match="WRONGTYPE") as caught:
             await store.append("c", turn(1))
         assert not isinstance(caught.value, StorageUnavailableError)
+
+
+async def direct_read(store: RedisMessageStore, conversation_id: str, *, raw: bool) -> Any:
+    """What a whole read gets without the ``READ`` script (``None``: it runs the script)."""
+    keys = store.conversation_keys(conversation_id)
+    commands = (
+        ("HMGET", keys.meta, "h", "l", "e"),
+        ("GET", keys.excluded),
+        ("HLEN", keys.summaries),
+        ("LRANGE", keys.log, 0, -1),
+    )
+    return redis_module._whole_log_reply(await store.connection.execute_atomic(commands), raw)  # pyright: ignore[reportPrivateUsage]
+
+
+async def whole_reads(store: RedisMessageStore, conversation_id: str, *, raw: bool) -> tuple[Any, Any]:
+    """A whole read without the ``READ`` script, and the script's answer."""
+    keys = store.conversation_keys(conversation_id)
+    scripted = await store.connection.run(lua.READ, keys, [0, -1, 1 if raw else 0])
+    return await direct_read(store, conversation_id, raw=raw), scripted
+
+
+async def test_a_whole_read_answers_as_the_script_does_without_it(client: aioredis.Redis) -> None:
+    async with open_store(max_messages=4) as store:
+        for raw in (False, True):  # no such conversation: no script either
+            direct, scripted = await whole_reads(store, "nobody", raw=raw)
+            assert direct == scripted == [0, 0, [], b""]
+        for i in range(3):  # trimmed: the log starts past seq 1
+            await store.append("c", turn(i))
+        for raw in (False, True):
+            direct, scripted = await whole_reads(store, "c", raw=raw)
+            assert direct == scripted
+            assert direct[2][0][1] > 1
+        ids = [e.message.message_id or "" for e in (await store.read("c", raw=True)).entries]
+        await store.record_compaction("c", excluded=ids[:1])
+        direct, scripted = await whole_reads(store, "c", raw=True)  # exclusions flag a raw read
+        assert direct == scripted
+        assert direct[3] != b""
+        assert await direct_read(store, "c", raw=False) is None  # the view skips them
+        await store.record_compaction("c", summaries=[Summary(Message("assistant", ["s"]), ids[-2:])])
+        for raw in (False, True):
+            assert await direct_read(store, "c", raw=raw) is None  # a summary takes a seq
+        views = [await store.read("c", raw=raw) for raw in (False, True)]
+        assert "s" in [m.text for m in views[0].messages]
+        assert len(views[1].messages) == 4
+
+        await store.append("d", turn(1))
+        keys = store.conversation_keys("d")
+        await client.hset(keys.meta, "l", "7")  # the log no longer one entry per seq
+        assert await direct_read(store, "d", raw=False) is None
+        for damaged in ("1_0", " 1", "-1", "1.0", "1e0", "x"):  # the script judges these
+            await client.hset(keys.meta, "h", damaged)
+            assert await direct_read(store, "d", raw=False) is None
+        with pytest.raises(CorruptRecordError, match="bookkeeping"):
+            await store.read("d")
+        await client.delete(keys.log)
+        await client.set(keys.log, "not a list")
+        await client.hset(keys.meta, mapping={"h": "1", "l": "2"})
+        assert await direct_read(store, "d", raw=False) is None
+        with pytest.raises(StorageError, match="WRONGTYPE"):
+            await store.read("d")
 
 
 async def test_connection_repr_names_the_address_only() -> None:

@@ -358,6 +358,23 @@ class RedisConnection:
                     raise reply
             return replies
 
+    async def execute_atomic(self, commands: Sequence[tuple[bytes | str | int, ...]]) -> list[Any]:
+        """Run read-only commands on keys of one hash tag as one transaction (``MULTI`` /
+        ``EXEC``): their replies in order, a command's error in its place (as an exception
+        object, not raised). Unlike a script, no reply is copied through Lua: a long ``LRANGE``
+        comes back as fast as on its own. Errors reaching the server as in :meth:`run`.
+
+        Not for a cluster client: redis-py runs its transactions on a thread of their own and
+        waits for it, blocking the event loop."""
+        if self.cluster:
+            raise TypeError("execute_atomic() needs a client of one server, not a cluster client")
+        await self._fresh_slots()
+        with self._mapped_errors():
+            pipe: Any = self.client.pipeline(transaction=True)
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(await pipe.execute(raise_on_error=False))
+
     async def start_by(self) -> int:
         """A time on the server's clock (ms since the epoch) by which a script sent now must start
         for its caller still to be waiting for the reply, or 0 when the client has no reply

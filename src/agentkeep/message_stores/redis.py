@@ -401,6 +401,41 @@ def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:
     return HistoryView.of(messages, seqs, int(epoch), int(last_seq), excluded=flags, replaces=summaries)
 
 
+def _whole_log_reply(replies: list[Any], raw: bool) -> list[Any] | None:
+    """The ``READ`` script's reply for a whole read, from a transaction's meta counters, exclusion
+    ranges, summary count and whole log, when the view is that log as it is (nothing excluded
+    unless ``raw``, no summary); ``None`` when it is not, or anything looks amiss (a counter
+    damaged, the log not one entry per seq, a key of another type): the script then reads it,
+    and reports what is wrong.
+
+    The script copies every entry through Lua, which takes about three times as long as the
+    ``LRANGE`` alone on a long log; a conversation never compacted needs none of its logic."""
+    state, excluded, summaries, entries = replies
+    if (
+        not isinstance(state, list)
+        or isinstance(excluded, BaseException)
+        or not isinstance(summaries, int)
+        or not isinstance(entries, list)
+    ):
+        return None
+    counters = cast("list[Any]", state)
+    if counters[0] is None:
+        return [0, 0, [], b""]  # no such conversation
+    fields = (counters[0], counters[1], counters[2] or b"0")
+    if not all(isinstance(field, bytes) and field.isdigit() and len(field) < 17 for field in fields):
+        return None  # plain decimal digits only: the script judges anything else
+    head, last, epoch = (int(field) for field in fields)
+    if not (head >= 1 and head - 1 <= last <= _MAX_COUNTER and 0 <= epoch <= _MAX_COUNTER):
+        return None
+    log = cast("list[bytes]", entries)
+    if summaries or (excluded and not raw) or len(log) != last - head + 1:
+        return None
+    return [epoch, last, [[0, head, log]] if log else [], excluded or b""]
+
+
+_MAX_COUNTER: Final = 2**53 - 1
+"""The greatest counter the scripts accept (a double's exact integers)."""
+
 _DECODE_ON_LOOP: Final = 1024
 """Entries a read decodes on the event loop; a longer read decodes on a worker thread, so loading
 a long history never holds up the other requests a host serves meanwhile."""
@@ -849,9 +884,27 @@ class RedisMessageStore:
         """The compacted view in view order, or with ``raw`` the raw log (see the contract); one
         ``READ`` script reads just the list ranges the window needs."""
         await self._ready()
-        want = -1 if last is None else max(last, 0)
         keys = self.conversation_keys(conversation_id)
-        reply = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
+        whole: list[Any] | None = None
+        if last is None and not after and not self.connection.cluster:
+            # the whole log, perhaps: read without a script (redis-py runs a cluster client's
+            # transactions on a thread of their own, blocking the event loop: a script there)
+            whole = _whole_log_reply(
+                await self.connection.execute_atomic(
+                    (
+                        ("HMGET", keys.meta, "h", "l", "e"),
+                        ("GET", keys.excluded),
+                        ("HLEN", keys.summaries),
+                        ("LRANGE", keys.log, 0, -1),
+                    )
+                ),
+                raw,
+            )
+        if whole is None:
+            want = -1 if last is None else max(last, 0)
+            reply: list[Any] = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
+        else:
+            reply = whole
         key = seal_key(conversation_id, self.key_ring)
         if sum(len(piece[2]) for piece in reply[2]) <= _DECODE_ON_LOOP:
             return _history_view(key, reply, raw)
