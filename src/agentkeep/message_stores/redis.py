@@ -89,7 +89,11 @@ server lost its script cache). Redis runs a script to completion before any othe
 appends from any number of clients and processes serialize: each gets contiguous seqs, the
 retry check, the ``max_messages`` trim and the TTL refresh happen in the same step, and a reader
 never sees half a turn. A retried batch (a client timed out but the server ran the append) is
-recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``).
+recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``). The one
+exception is a whole read (no ``last``, no ``after``) on a single server: it is one transaction
+(``MULTI`` / ``EXEC``: the counters, the exclusion ranges, the summary count and the whole log,
+atomic as a script), taken as it is when the view is the log itself (nothing compacted away), so
+a long log is not copied through Lua; otherwise the ``READ`` script runs.
 
 **Cost per turn.** An append searches the short list ``i`` (``LPOS``, in Redis's C code) and
 pushes the new entries; a window read computes list ranges from the exclusion ranges and summary
