@@ -142,10 +142,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import struct
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, Unpack, cast
 from urllib.parse import unquote
 
@@ -186,9 +189,11 @@ from .base import (
     tenant_prefix,
 )
 from .codec import (
+    BATCH,
     FORMAT_VERSION,
     RecordKey,
     bulk_decoding,
+    decode_batch,
     decode_message,
     decode_time,
     encode_id,
@@ -360,24 +365,52 @@ def _decoded_run(
     key: RecordKey, first: int, entries: list[bytes], messages: list[Message], seqs: list[int]
 ) -> None:
     """Decode a run of log entries (seqs from ``first``) onto ``messages`` and ``seqs``: the hot
-    loop of long loads, each entry split and decoded in place."""
+    loop of long loads, a batch at a time where the entries hold agentkeep's 16-byte ids (split
+    and decoded together), else each entry split and decoded in place."""
     add, at = messages.append, seqs.append
     seq = first
     try:
         with bulk_decoding():
-            for data in entries:
-                size, start = data[0], 1
-                if size == 255:
-                    size, start = int.from_bytes(data[1:3], "big"), 3
-                end = start + size
-                if len(data) < end + 9:
-                    raise ValueError("truncated record")
-                created_at = int.from_bytes(data[end : end + 8], "big", signed=True)
-                add(decode_message(data[end + 8 :], data[start:end], created_at, key=key))
-                at(seq)
-                seq += 1
+            for start in range(0, len(entries), BATCH):
+                chunk = entries[start : start + BATCH]
+                batch = _decoded_batch(key, chunk)
+                if batch is not None:
+                    messages.extend(batch)
+                    seqs.extend(range(seq, seq + len(chunk)))
+                    seq += len(chunk)
+                    continue
+                for data in chunk:
+                    size, at_id = data[0], 1
+                    if size == 255:
+                        size, at_id = int.from_bytes(data[1:3], "big"), 3
+                    end = at_id + size
+                    if len(data) < end + 9:
+                        raise ValueError("truncated record")
+                    created_at = int.from_bytes(data[end : end + 8], "big", signed=True)
+                    add(decode_message(data[end + 8 :], data[at_id:end], created_at, key=key))
+                    at(seq)
+                    seq += 1
     except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
         raise _corrupt(key.conversation_id, seq, exc) from exc
+
+
+_ID16, _TIME_AT, _BODY_AT = itemgetter(slice(1, 17)), 17, 25
+"""Where an entry with a 16-byte id holds its id, time and body."""
+_time_at = struct.Struct(">q").unpack_from
+
+
+def _decoded_batch(key: RecordKey, entries: list[bytes]) -> list[Message] | None:
+    """:func:`~agentkeep.message_stores.codec.decode_batch` over entries that all hold a 16-byte
+    id; ``None`` when one does not, or the batch is not of the common shape."""
+    if set(map(_first, entries)) != {16} or min(map(len, entries)) < _BODY_AT + 6:
+        return None
+    ids = list(map(_ID16, entries))
+    times = list(map(_first, map(_time_at, entries, repeat(_TIME_AT))))
+    return decode_batch(key, ids, times, list(map(itemgetter(slice(_BODY_AT, None)), entries)))
+
+
+_first = itemgetter(0)
+"""The first item: an entry's id length, an unpacked time."""
 
 
 def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:

@@ -65,6 +65,7 @@ import sqlite3
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
@@ -102,9 +103,11 @@ from .base import (
     summary_id_conflict,
 )
 from .codec import (
+    BATCH,
     DECODE_ERRORS,
     RecordKey,
     bulk_decoding,
+    decode_batch,
     decode_id,
     decode_message,
     encode_id,
@@ -666,20 +669,33 @@ _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, exclude
 
 def _decoded(key: RecordKey, rows: Iterable[Sequence[Any]]) -> tuple[list[Message], list[int]]:
     """The messages of rows ``(seq, id, time, body, ...)`` and their seqs (the hot loop of long
-    loads: one codec call per row, nothing else)."""
+    loads: a batch at a time, or one codec call per row where a batch is not of the common shape)."""
+    rows = rows if isinstance(rows, list) else list(rows)
     messages: list[Message] = []
     seqs: list[int] = []
     add, at = messages.append, seqs.append
     seq = 0
     try:
         with bulk_decoding():
-            for row in rows:
-                seq = row[0]
-                add(decode_message(row[3], row[1], row[2], key=key))
-                at(seq)
+            for start in range(0, len(rows), BATCH):
+                chunk = rows[start : start + BATCH]
+                ids, times, bodies = list(map(_id, chunk)), list(map(_time, chunk)), list(map(_body, chunk))
+                batch = decode_batch(key, ids, times, bodies)
+                if batch is not None:
+                    messages.extend(batch)
+                    seqs.extend(map(_seq, chunk))
+                    continue
+                for row in chunk:
+                    seq = row[0]
+                    add(decode_message(row[3], row[1], row[2], key=key))
+                    at(seq)
     except DECODE_ERRORS as exc:
         raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
     return messages, seqs
+
+
+_seq, _id, _time, _body = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
+"""A row's seq, id, time and body (``_SELECT_MESSAGES`` / ``_SELECT_VIEW``)."""
 
 
 _SELECT_MESSAGES: Final = (
