@@ -184,3 +184,10 @@ def test_a_batch_is_the_messages_one_by_one_or_none(
     plain_times = all(0 <= s < 2**31 - 1 for s in seconds[: len(texts)])
     if plain_times and not any(authors[: len(texts)]):
         assert decoded is not None  # the common shape is decoded as a batch
+
+
+def test_parts_of_another_type_go_one_by_one() -> None:
+    stored = records(chat(3))
+    ids = [memoryview(r[0]) for r in stored]
+    key = seal_key(CONVERSATION)
+    assert decode_batch(key, ids, [r[1] for r in stored], [r[2] for r in stored]) is None  # pyright: ignore[reportArgumentType]

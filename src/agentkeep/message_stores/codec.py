@@ -567,6 +567,15 @@ def decode_batch(
     record in Python; only the objects of each message are made one by one. Every record's seal
     is still checked, and every encrypted one authenticated.
     """
+    try:
+        return _decoded_batch(key, ids, times, bodies)
+    except DECODE_ERRORS:  # e.g. a driver's other kind of bytes: the records one by one tell
+        return None
+
+
+def _decoded_batch(
+    key: RecordKey, ids: Sequence[bytes], times: Sequence[int], bodies: Sequence[bytes]
+) -> list[Message] | None:
     count = len(bodies)
     if (
         not count
@@ -597,10 +606,7 @@ def decode_batch(
     roles = list(map(_second, plain))
     if max(roles) >= len(_ROLES):
         return None
-    try:
-        words = list(map(bytes.decode, texts))
-    except UnicodeDecodeError:
-        return None
+    words = list(map(bytes.decode, texts))  # a UnicodeDecodeError is a ValueError
     whens = map(_from_timestamp, map(int.__truediv__, times, repeat(1_000_000)), repeat(UTC))
     messages: list[Message] = []
     keep = messages.append
