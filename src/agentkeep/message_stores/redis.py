@@ -366,7 +366,7 @@ def _decoded_run(
 ) -> None:
     """Decode a run of log entries (seqs from ``first``) onto ``messages`` and ``seqs``: the hot
     loop of long loads, a batch at a time where the entries hold agentkeep's 16-byte ids (split
-    and decoded together), else each entry split and decoded in place."""
+    and decoded together), else each entry split and decoded on its own."""
     add, at = messages.append, seqs.append
     seq = first
     try:
@@ -380,14 +380,8 @@ def _decoded_run(
                     seq += len(chunk)
                     continue
                 for data in chunk:
-                    size, at_id = data[0], 1
-                    if size == 255:
-                        size, at_id = int.from_bytes(data[1:3], "big"), 3
-                    end = at_id + size
-                    if len(data) < end + 9:
-                        raise ValueError("truncated record")
-                    created_at = int.from_bytes(data[end : end + 8], "big", signed=True)
-                    add(decode_message(data[end + 8 :], data[at_id:end], created_at, key=key))
+                    message_id, created_at, body = _split_entry(data)
+                    add(decode_message(body, message_id, created_at, key=key))
                     at(seq)
                     seq += 1
     except Exception as exc:  # whatever fails to decode is a corrupt record, never skipped
