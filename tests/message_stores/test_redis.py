@@ -393,15 +393,10 @@ async def test_a_key_of_another_type_is_a_storage_error(client: aioredis.Redis) 
 
 
 async def direct_read(store: RedisMessageStore, conversation_id: str, *, raw: bool) -> Any:
-    """What a whole read gets without the ``READ`` script (``None``: it runs the script)."""
+    """What a whole read gets without the ``READ`` script, however short the log (``None``: it
+    runs the script)."""
     keys = store.conversation_keys(conversation_id)
-    commands = (
-        ("HMGET", keys.meta, "h", "l", "e"),
-        ("GET", keys.excluded),
-        ("HLEN", keys.summaries),
-        ("LRANGE", keys.log, 0, -1),
-    )
-    return redis_module._whole_log_reply(await store.connection.execute_atomic(commands), raw)  # pyright: ignore[reportPrivateUsage]
+    return await store._whole_log(keys, raw, fewest=0)  # pyright: ignore[reportPrivateUsage]
 
 
 async def whole_reads(store: RedisMessageStore, conversation_id: str, *, raw: bool) -> tuple[Any, Any]:
@@ -450,6 +445,53 @@ async def test_a_whole_read_answers_as_the_script_does_without_it(client: aiored
         assert await direct_read(store, "d", raw=False) is None
         with pytest.raises(StorageError, match="WRONGTYPE"):
             await store.read("d")
+
+
+async def test_a_whole_read_of_a_compacted_log_reads_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with open_store() as store:
+        await store.append("c", [Message("user", [f"m{i}"]) for i in range(600)])
+        sent: list[list[str]] = []
+        atomic = store.connection.execute_atomic
+
+        async def recording(commands: Any) -> list[Any]:
+            sent.append([str(command[0]) for command in commands])
+            return await atomic(commands)
+
+        monkeypatch.setattr(store.connection, "execute_atomic", recording)
+        assert len((await store.read("c")).messages) == 600  # long enough: without the script
+        assert sent == [["HMGET", "GET", "HLEN"], ["HMGET", "LRANGE"]]
+        ids = [m.message_id or "" for m in (await store.read("c", last=2)).messages]
+        await store.record_compaction("c", excluded=ids)
+        sent.clear()
+        assert len((await store.read("c")).messages) == 598
+        assert sent == [["HMGET", "GET", "HLEN"]]  # the log is not read twice
+
+
+@pytest.mark.parametrize("max_messages", [None, 4], ids=["log-grows", "head-moves"])
+async def test_a_whole_read_between_two_writes_is_one_state(
+    monkeypatch: pytest.MonkeyPatch, max_messages: int | None
+) -> None:
+    async with open_store(max_messages=max_messages) as store:
+        for i in range(2):
+            await store.append("c", turn(i))
+        before = await store.connection.run(lua.READ, store.conversation_keys("c"), [0, -1, 0])
+        atomic = store.connection.execute_atomic
+        calls = 0
+
+        async def appending(commands: Any) -> list[Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 2:  # between the counters and the log: an append (that trims)
+                await store.append("c", turn(9))
+            return await atomic(commands)
+
+        monkeypatch.setattr(store.connection, "execute_atomic", appending)
+        direct = await direct_read(store, "c", raw=False)
+        monkeypatch.undo()
+        if max_messages is None:
+            assert direct == before  # the entries the counters counted
+        else:
+            assert direct is None  # the head moved: the script reads it
 
 
 async def test_connection_repr_names_the_address_only() -> None:

@@ -90,10 +90,11 @@ appends from any number of clients and processes serialize: each gets contiguous
 retry check, the ``max_messages`` trim and the TTL refresh happen in the same step, and a reader
 never sees half a turn. A retried batch (a client timed out but the server ran the append) is
 recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``). The one
-exception is a whole read (no ``last``, no ``after``) on a single server: it is one transaction
-(``MULTI`` / ``EXEC``: the counters, the exclusion ranges, the summary count and the whole log,
-atomic as a script), taken as it is when the view is the log itself (nothing compacted away), so
-a long log is not copied through Lua; otherwise the ``READ`` script runs.
+exception is a whole read (no ``last``, no ``after``) of a long log with nothing compacted away,
+on a single server: two transactions (``MULTI`` / ``EXEC``), the counters, exclusion ranges and
+summary count, then the counters again and the log up to the last seq first read, taken only if
+neither the head nor the epoch moved in between (so the entries are those the first read
+counted), and a long log is not copied through Lua (see ``RedisMessageStore._whole_log``).
 
 **Cost per turn.** An append searches the short list ``i`` (``LPOS``, in Redis's C code) and
 pushes the new entries; a window read computes list ranges from the exclusion ranges and summary
@@ -432,40 +433,43 @@ def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:
     return HistoryView.of(messages, seqs, int(epoch), int(last_seq), excluded=flags, replaces=summaries)
 
 
-def _whole_log_reply(replies: list[Any], raw: bool) -> list[Any] | None:
-    """The ``READ`` script's reply for a whole read, from a transaction's meta counters, exclusion
-    ranges, summary count and whole log, when the view is that log as it is (nothing excluded
-    unless ``raw``, no summary); ``None`` when it is not, or anything looks amiss (a counter
-    damaged, the log not one entry per seq, a key of another type): the script then reads it,
-    and reports what is wrong.
-
-    The script copies every entry through Lua, which takes about three times as long as the
-    ``LRANGE`` alone on a long log; a conversation never compacted needs none of its logic."""
-    state, excluded, summaries, entries = replies
-    if (
-        not isinstance(state, list)
-        or isinstance(excluded, BaseException)
-        or not isinstance(summaries, int)
-        or not isinstance(entries, list)
-    ):
+def _uncompacted(replies: list[Any], raw: bool) -> tuple[int, int, int, bytes] | None:
+    """A conversation's head, last seq, epoch and exclusion ranges from its meta counters,
+    exclusion ranges and summary count (read together), when its view is its log as it is (no
+    summary, nothing excluded unless ``raw``); ``None`` when it is not, or anything looks amiss
+    (a counter damaged, a key of another type): the ``READ`` script then reads it, and reports
+    what is wrong. A conversation that does not exist is (1, 0, 0, b""): an empty log."""
+    state, excluded, summaries = replies
+    if isinstance(excluded, BaseException) or not isinstance(summaries, int) or summaries:
         return None
-    counters = cast("list[Any]", state)
-    if counters[0] is None:
-        return [0, 0, [], b""]  # no such conversation
-    fields = (counters[0], counters[1], counters[2] or b"0")
+    counters = _counters(state)
+    if counters is None or (excluded and not raw):
+        return None
+    return *counters, excluded or b""
+
+
+def _counters(state: Any) -> tuple[int, int, int] | None:
+    """The head, last seq and epoch in a meta hash's ``HMGET h l e`` (1, 0, 0 when there is no
+    such hash), or ``None`` when they are not the plain, consistent counters the scripts keep."""
+    if not isinstance(state, list):
+        return None
+    fields = cast("list[Any]", state)
+    if fields[0] is None:
+        return 1, 0, 0
+    fields = [fields[0], fields[1], fields[2] or b"0"]
     if not all(isinstance(field, bytes) and field.isdigit() and len(field) < 17 for field in fields):
         return None  # plain decimal digits only: the script judges anything else
     head, last, epoch = (int(field) for field in fields)
-    if not (head >= 1 and head - 1 <= last <= _MAX_COUNTER and 0 <= epoch <= _MAX_COUNTER):
+    if not (head >= 1 and head - 1 <= last <= _MAX_COUNTER and epoch <= _MAX_COUNTER):
         return None
-    log = cast("list[bytes]", entries)
-    if summaries or (excluded and not raw) or len(log) != last - head + 1:
-        return None
-    return [epoch, last, [[0, head, log]] if log else [], excluded or b""]
+    return head, last, epoch
 
 
 _MAX_COUNTER: Final = 2**53 - 1
 """The greatest counter the scripts accept (a double's exact integers)."""
+_LRANGE_FROM: Final = 512
+"""Entries from which a whole read of a log with nothing compacted away reads it without the
+``READ`` script (one more round trip, no copy through Lua)."""
 
 _DECODE_ON_LOOP: Final = 1024
 """Entries a read decodes on the event loop; a longer read decodes on a worker thread, so loading
@@ -913,24 +917,15 @@ class RedisMessageStore:
         after: int | None = None,
     ) -> HistoryView:
         """The compacted view in view order, or with ``raw`` the raw log (see the contract); one
-        ``READ`` script reads just the list ranges the window needs."""
+        ``READ`` script reads just the list ranges the window needs (a long whole log with nothing
+        compacted away is read without it: :meth:`_whole_log`)."""
         await self._ready()
         keys = self.conversation_keys(conversation_id)
         whole: list[Any] | None = None
         if last is None and not after and not self.connection.cluster:
-            # the whole log, perhaps: read without a script (redis-py runs a cluster client's
-            # transactions on a thread of their own, blocking the event loop: a script there)
-            whole = _whole_log_reply(
-                await self.connection.execute_atomic(
-                    (
-                        ("HMGET", keys.meta, "h", "l", "e"),
-                        ("GET", keys.excluded),
-                        ("HLEN", keys.summaries),
-                        ("LRANGE", keys.log, 0, -1),
-                    )
-                ),
-                raw,
-            )
+            # redis-py runs a cluster client's transactions on a thread of their own, blocking
+            # the event loop: a cluster keeps the script
+            whole = await self._whole_log(keys, raw)
         if whole is None:
             want = -1 if last is None else max(last, 0)
             reply: list[Any] = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
@@ -940,6 +935,46 @@ class RedisMessageStore:
         if sum(len(piece[2]) for piece in reply[2]) <= _DECODE_ON_LOOP:
             return _history_view(key, reply, raw)
         return await asyncio.to_thread(_history_view, key, reply, raw)
+
+    async def _whole_log(
+        self, keys: ConversationKeys, raw: bool, *, fewest: int = _LRANGE_FROM
+    ) -> list[Any] | None:
+        """The ``READ`` script's reply for a whole read, without the script, when the view is the
+        log as it is (see :func:`_uncompacted`) and holds at least ``fewest`` entries; else
+        ``None`` (the script reads it).
+
+        Two transactions: the counters, exclusion ranges and summary count, then, if nothing is
+        compacted away, the counters again and the log up to the last seq first read. The log
+        only grows at its tail between them unless the head or the epoch moved (a trim, a
+        compaction), and then the script reads it instead; so the entries are those the first
+        read counted. The script would copy every entry through Lua: for 10,000 entries that
+        takes about three times as long as the ``LRANGE`` alone."""
+        shape = _uncompacted(
+            await self.connection.execute_atomic(
+                (
+                    ("HMGET", keys.meta, "h", "l", "e"),
+                    ("GET", keys.excluded),
+                    ("HLEN", keys.summaries),
+                )
+            ),
+            raw,
+        )
+        if shape is None:
+            return None
+        head, last, epoch, excluded = shape
+        count = last - head + 1
+        if not count:
+            return [epoch, last, [], excluded]
+        if count < fewest:
+            return None
+        state, log = await self.connection.execute_atomic(
+            (("HMGET", keys.meta, "h", "l", "e"), ("LRANGE", keys.log, 0, count - 1))
+        )
+        now = _counters(state)
+        if now is None or now[0] != head or now[1] < last or now[2] != epoch or not isinstance(log, list):
+            return None
+        entries = cast("list[bytes]", log)
+        return [epoch, last, [[0, head, entries]], excluded] if len(entries) == count else None
 
     async def record_compaction(
         self,
