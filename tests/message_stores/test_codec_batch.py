@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -191,3 +192,11 @@ def test_parts_of_another_type_go_one_by_one() -> None:
     ids = [memoryview(r[0]) for r in stored]
     key = seal_key(CONVERSATION)
     assert decode_batch(key, ids, [r[1] for r in stored], [r[2] for r in stored]) is None  # pyright: ignore[reportArgumentType]
+
+
+def test_a_time_that_is_no_integer_goes_one_by_one() -> None:
+    stored = records(chat(3))
+    times: list[Any] = [r[1] for r in stored]
+    times[1] += 0.5  # what a SQLite INTEGER column hands back once a REAL was written into it
+    key = seal_key(CONVERSATION)
+    assert decode_batch(key, [r[0] for r in stored], times, [r[2] for r in stored]) is None

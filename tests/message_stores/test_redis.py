@@ -314,6 +314,15 @@ async def test_a_corrupt_newest_record_is_reported_when_listing(client: aioredis
         assert (caught.value.conversation_id, caught.value.seq) == ("bad", 2)
 
 
+async def test_an_empty_entry_in_a_long_read_is_reported_at_its_seq(client: aioredis.Redis) -> None:
+    async with open_store() as store:
+        await store.append("c", [Message("user", [f"m{i}"]) for i in range(20)])
+        await client.lset(store.conversation_keys("c").log, 12, b"")
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.read("c")
+        assert (caught.value.conversation_id, caught.value.seq) == ("c", 13)
+
+
 # -- ownership and errors ---------------------------------------------------------------------------
 
 

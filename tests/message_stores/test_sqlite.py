@@ -485,6 +485,16 @@ async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:
     assert (caught.value.conversation_id, caught.value.seq) == ("s", 3)
 
 
+async def test_a_time_that_is_no_integer_is_a_corrupt_record(store: SQLiteMessageStore) -> None:
+    for i in range(3):
+        await store.append("t", turn(i))
+    await _sql(store.path, "UPDATE agentkeep_messages SET time = time + 0.5 WHERE position & 4294967295 = 4")
+    for raw in (False, True):  # the batch hands the load to the record-at-a-time path, which names it
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.read("t", raw=raw)
+        assert (caught.value.conversation_id, caught.value.seq) == ("t", 4)
+
+
 # -- concurrency and threads -----------------------------------------------------------------------
 
 

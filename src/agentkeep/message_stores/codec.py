@@ -569,8 +569,8 @@ def decode_batch(
     """
     try:
         return _decoded_batch(key, ids, times, bodies)
-    except DECODE_ERRORS:  # e.g. a driver's other kind of bytes: the records one by one tell
-        return None
+    except (*DECODE_ERRORS, struct.error):  # e.g. a driver's other kind of bytes, a time that is
+        return None  # no integer: the records one by one tell
 
 
 def _decoded_batch(
@@ -580,6 +580,7 @@ def _decoded_batch(
     if (
         not count
         or set(map(len, ids)) != {16}
+        or set(map(type, times)) != {int}
         or min(times) < 0
         or max(times) >= _FLOAT_EXACT
         or min(map(len, bodies)) < 6

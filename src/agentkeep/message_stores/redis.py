@@ -397,8 +397,8 @@ _time_at = struct.Struct(">q").unpack_from
 def _decoded_batch(key: RecordKey, entries: list[bytes]) -> list[Message] | None:
     """:func:`~agentkeep.message_stores.codec.decode_batch` over entries that all hold a 16-byte
     id; ``None`` when one does not, or the batch is not of the common shape."""
-    if set(map(_first, entries)) != {16} or min(map(len, entries)) < _BODY_AT + 6:
-        return None
+    if min(map(len, entries)) < _BODY_AT + 6 or set(map(_first, entries)) != {16}:
+        return None  # an empty entry never reaches _first: the one-by-one path names its seq
     ids = list(map(_ID16, entries))
     times = list(map(_first, map(_time_at, entries, repeat(_TIME_AT))))
     return decode_batch(key, ids, times, list(map(itemgetter(slice(_BODY_AT, None)), entries)))
