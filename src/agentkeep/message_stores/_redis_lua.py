@@ -379,13 +379,20 @@ READ = RedisScript(
     _PRELUDE
     + """
 local meta, log, excl, sums = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
--- ARGV: after (0: from the start), how many (-1: all), 1 for the raw log / 0 for the view
+-- ARGV: after (0: from the start), how many (-1: all), 1 for the raw log / 0 for the view, and
+-- (optional, 0: never) from how many entries a whole read of a log that is its own view is
+-- answered {epoch, last, 'whole', text, head, the last entry} for the caller to LRANGE itself
 local after, want, raw = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3] == '1'
+local direct = tonumber(ARGV[4] or '0')
 local state = redis.call('HMGET', meta, 'h', 'l', 'e')
 if not state[1] then return {0, 0, {}, ''} end
 local head, last, epoch = counters(meta, state)
 local text = redis.call('GET', excl) or ''
 if want == 0 then return {epoch, last, {}, text} end
+if direct > 0 and want < 0 and after == 0 and last - head + 1 >= direct and (raw or text == '')
+    and redis.call('HLEN', sums) == 0 then
+  return {epoch, last, 'whole', text, head, redis.call('LINDEX', log, -1) or ''}
+end
 local excluded = ranges(text)
 local skips, active = {}, {}
 if not raw then

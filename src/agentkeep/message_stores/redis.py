@@ -89,12 +89,13 @@ server lost its script cache). Redis runs a script to completion before any othe
 appends from any number of clients and processes serialize: each gets contiguous seqs, the
 retry check, the ``max_messages`` trim and the TTL refresh happen in the same step, and a reader
 never sees half a turn. A retried batch (a client timed out but the server ran the append) is
-recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``). The one
-exception is a whole read (no ``last``, no ``after``) of a long log with nothing compacted away,
-on a single server: two transactions (``MULTI`` / ``EXEC``), the counters, exclusion ranges and
-summary count, then the counters again and the log up to the last seq first read, taken only if
-neither the head nor the epoch moved in between (so the entries are those the first read
-counted), and a long log is not copied through Lua (see ``RedisMessageStore._whole_log``).
+recognised by its first message id among the newest ``DEDUP_WINDOW`` entries (key ``i``). A whole
+read (no ``last``, no ``after``) of a log of 512 entries or more that is its own view (nothing
+compacted away), on a single server, takes two steps: the ``READ`` script answers with the
+counters and the log's last entry instead of copying the log through Lua, then one transaction
+(``MULTI`` / ``EXEC``) reads the counters again and the log up to that seq (``LRANGE``), taken
+only if the head, the epoch and that last entry are still the same (see
+``RedisMessageStore._whole_log``); otherwise the script reads it all.
 
 **Cost per turn.** An append searches the short list ``i`` (``LPOS``, in Redis's C code) and
 pushes the new entries; a window read computes list ranges from the exclusion ranges and summary
@@ -433,34 +434,17 @@ def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:
     return HistoryView.of(messages, seqs, int(epoch), int(last_seq), excluded=flags, replaces=summaries)
 
 
-def _uncompacted(replies: list[Any], raw: bool) -> tuple[int, int, int, bytes] | None:
-    """A conversation's head, last seq, epoch and exclusion ranges from its meta counters,
-    exclusion ranges and summary count (read together), when its view is its log as it is (no
-    summary, nothing excluded unless ``raw``); ``None`` when it is not, or anything looks amiss
-    (a counter damaged, a key of another type): the ``READ`` script then reads it, and reports
-    what is wrong. A conversation that does not exist is (1, 0, 0, b""): an empty log."""
-    state, excluded, summaries = replies
-    if isinstance(excluded, BaseException) or not isinstance(summaries, int) or summaries:
-        return None
-    counters = _counters(state)
-    if counters is None or (excluded and not raw):
-        return None
-    return *counters, excluded or b""
-
-
 def _counters(state: Any) -> tuple[int, int, int] | None:
-    """The head, last seq and epoch in a meta hash's ``HMGET h l e`` (1, 0, 0 when there is no
-    such hash), or ``None`` when they are not the plain, consistent counters the scripts keep."""
+    """The head, last seq and epoch in a meta hash's ``HMGET h l e``, or ``None`` when there is
+    no such hash or they are not the plain, consistent counters the scripts keep."""
     if not isinstance(state, list):
         return None
     fields = cast("list[Any]", state)
-    if fields[0] is None:
-        return 1, 0, 0
     fields = [fields[0], fields[1], fields[2] or b"0"]
     if not all(isinstance(field, bytes) and field.isdigit() and len(field) < 17 for field in fields):
         return None  # plain decimal digits only: the script judges anything else
     head, last, epoch = (int(field) for field in fields)
-    if not (head >= 1 and head - 1 <= last <= _MAX_COUNTER and epoch <= _MAX_COUNTER):
+    if not (1 <= head <= last + 1 and last <= _MAX_COUNTER and epoch <= _MAX_COUNTER):
         return None
     return head, last, epoch
 
@@ -469,7 +453,7 @@ _MAX_COUNTER: Final = 2**53 - 1
 """The greatest counter the scripts accept (a double's exact integers)."""
 _LRANGE_FROM: Final = 512
 """Entries from which a whole read of a log with nothing compacted away reads it without the
-``READ`` script (one more round trip, no copy through Lua)."""
+``READ`` script copying it (one more round trip, no copy through Lua)."""
 
 _DECODE_ON_LOOP: Final = 1024
 """Entries a read decodes on the event loop; a longer read decodes on a worker thread, so loading
@@ -921,60 +905,42 @@ class RedisMessageStore:
         compacted away is read without it: :meth:`_whole_log`)."""
         await self._ready()
         keys = self.conversation_keys(conversation_id)
-        whole: list[Any] | None = None
-        if last is None and not after and not self.connection.cluster:
-            # redis-py runs a cluster client's transactions on a thread of their own, blocking
-            # the event loop: a cluster keeps the script
-            whole = await self._whole_log(keys, raw)
-        if whole is None:
-            want = -1 if last is None else max(last, 0)
-            reply: list[Any] = await self.connection.run(_lua.READ, keys, [after or 0, want, 1 if raw else 0])
-        else:
-            reply = whole
+        # a long whole log that is its own view is read without the script (not on a cluster:
+        # redis-py runs its transactions on a thread of their own, blocking the event loop)
+        direct = _LRANGE_FROM if last is None and not after and not self.connection.cluster else 0
+        want = -1 if last is None else max(last, 0)
+        args = [after or 0, want, 1 if raw else 0]
+        reply: list[Any] = await self.connection.run(_lua.READ, keys, [*args, direct])
+        if isinstance(reply[2], bytes):  # 'whole': nothing compacted away
+            reply = await self._whole_log(keys, reply) or await self.connection.run(_lua.READ, keys, args)
         key = seal_key(conversation_id, self.key_ring)
         if sum(len(piece[2]) for piece in reply[2]) <= _DECODE_ON_LOOP:
             return _history_view(key, reply, raw)
         return await asyncio.to_thread(_history_view, key, reply, raw)
 
-    async def _whole_log(
-        self, keys: ConversationKeys, raw: bool, *, fewest: int = _LRANGE_FROM
-    ) -> list[Any] | None:
-        """The ``READ`` script's reply for a whole read, without the script, when the view is the
-        log as it is (see :func:`_uncompacted`) and holds at least ``fewest`` entries; else
-        ``None`` (the script reads it).
+    async def _whole_log(self, keys: ConversationKeys, answer: list[Any]) -> list[Any] | None:
+        """The ``READ`` script's reply for a whole read, from its short answer for a long log that
+        is its own view (``{epoch, last, 'whole', exclusions, head, last entry}``: nothing
+        compacted away) and one transaction that reads the counters again and the log up to that
+        last seq; ``None`` (the script then reads it all) unless the counters still have that head
+        and epoch, the log that many entries and, at the last seq, the entry the script saw.
 
-        Two transactions: the counters, exclusion ranges and summary count, then, if nothing is
-        compacted away, the counters again and the log up to the last seq first read. The log
-        only grows at its tail between them unless the head or the epoch moved (a trim, a
-        compaction), and then the script reads it instead; so the entries are those the first
-        read counted. The script would copy every entry through Lua: for 10,000 entries that
-        takes about three times as long as the ``LRANGE`` alone."""
-        shape = _uncompacted(
-            await self.connection.execute_atomic(
-                (
-                    ("HMGET", keys.meta, "h", "l", "e"),
-                    ("GET", keys.excluded),
-                    ("HLEN", keys.summaries),
-                )
-            ),
-            raw,
-        )
-        if shape is None:
-            return None
-        head, last, epoch, excluded = shape
-        count = last - head + 1
-        if not count:
-            return [epoch, last, [], excluded]
-        if count < fewest:
-            return None
+        Between the two, appends may add to the log's tail; a trim moves the head and a
+        compaction the epoch. A conversation deleted and made again may have the same head and
+        epoch, but not, at that seq, the same entry (its id is new, or its bytes are those first
+        stored there). So the entries are those of the state the script read. Copying them
+        through Lua instead takes about three times as long as the ``LRANGE`` alone."""
+        epoch, last, _, excluded, head, tail = answer
+        count = int(last) - int(head) + 1
         state, log = await self.connection.execute_atomic(
             (("HMGET", keys.meta, "h", "l", "e"), ("LRANGE", keys.log, 0, count - 1))
         )
         now = _counters(state)
-        if now is None or now[0] != head or now[1] < last or now[2] != epoch or not isinstance(log, list):
+        if now is None or (now[0], now[2]) != (int(head), int(epoch)) or now[1] < int(last):
             return None
-        entries = cast("list[bytes]", log)
-        return [epoch, last, [[0, head, entries]], excluded] if len(entries) == count else None
+        if not isinstance(log, list) or len(cast("list[bytes]", log)) != count or log[-1] != tail:
+            return None
+        return [epoch, last, [[0, int(head), log]], excluded]
 
     async def record_compaction(
         self,
