@@ -927,9 +927,9 @@ class RedisMessageStore:
 
         Between the two, appends may add to the log's tail; a trim moves the head and a
         compaction the epoch. A conversation deleted and made again may have the same head and
-        epoch, but not, at that seq, the same entry (its id is new, or its bytes are those first
-        stored there). So the entries are those of the state the script read. Copying them
-        through Lua instead takes about three times as long as the ``LRANGE`` alone."""
+        epoch, but not the same entry at that seq unless that very record (id, time and text)
+        was stored there again. So the entries are those of the state the script read. Copying
+        them through Lua instead takes about three times as long as the ``LRANGE`` alone."""
         epoch, last, _, excluded, head, tail = answer
         count = int(last) - int(head) + 1
         state, log = await self.connection.execute_atomic(
