@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ..encryption import EncryptionKey, KeyRing
 
 __all__ = [
+    "BATCH",
     "DECODE_ERRORS",
     "FORMAT_VERSION",
     "RecordKey",
