@@ -7,8 +7,8 @@ import math
 import shutil
 import struct
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import apsw
@@ -19,6 +19,19 @@ from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.testing.conformance import NotApplicable
 
 NAME = "sqlite"
+
+
+@contextmanager
+def raw_file(path: Path) -> Iterator[apsw.Connection]:
+    """A connection of its own to a memory store's file, with sqlite-vec loaded: for tests that
+    look at its rows or change them behind the store's back (an older layout, damage)."""
+    connection = apsw.Connection(str(path))
+    try:
+        connection.enable_load_extension(True)
+        connection.load_extension(sqlite_vec.loadable_path())
+        yield connection
+    finally:
+        connection.close()
 
 
 @asynccontextmanager
@@ -45,14 +58,9 @@ async def reopen(store: MemoryStore) -> AsyncIterator[SQLiteMemoryStore]:
 
 
 def _write(path: Path, sql: str, args: tuple[object, ...]) -> None:
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         connection.set_busy_timeout(5_000)
         connection.execute(sql, args)
-    finally:
-        connection.close()
 
 
 _ROW_DAMAGES: dict[str, tuple[str, object]] = {

@@ -17,7 +17,6 @@ from typing import Any
 import apsw
 import psycopg
 import psycopg.types.json
-import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -118,15 +117,11 @@ async def damaged_memory(store: MemoryStore) -> str:
 
 
 def write_sqlite(store: SQLiteMemoryStore, statement: str, args: tuple[object, ...]) -> bool:
-    connection = apsw.Connection(str(store.path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
-        connection.execute(statement, args)
-    except apsw.ConstraintError:
-        return False  # a value the column refuses (NOT NULL): nothing was damaged
-    finally:
-        connection.close()
+    with backend_sqlite.raw_file(store.path) as connection:
+        try:
+            connection.execute(statement, args)
+        except apsw.ConstraintError:
+            return False  # a value the column refuses (NOT NULL): nothing was damaged
     return True
 
 

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import apsw
 import pytest
-import sqlite_vec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -39,6 +37,7 @@ from agentkeep.memory.semantic import (
 )
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.testing import HashingEmbedder
+from tests.memory.backend_sqlite import raw_file
 from tests.memory.test_scope_summary import SCOPES, Op, apply, opened, ops
 from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
@@ -228,16 +227,11 @@ def _axis(n: int) -> list[float]:
 
 
 def _downgrade_sqlite_to_layout_3(path: Path) -> None:
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         connection.execute("DROP TABLE agentkeep_memory_words")
         connection.execute("DROP INDEX agentkeep_memories_said")
         connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '3' WHERE name = 'layout'")
-    finally:
-        connection.close()
 
 
 _REPLY = MemoryRecord(
@@ -266,18 +260,13 @@ async def _words_are_indexed(store: SQLiteMemoryStore | PostgresMemoryStore) -> 
 
 def _index_sqlite_text_alone(path: Path) -> None:
     """The word index as layout 4 kept it: each memory's text alone."""
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         connection.execute(
             "UPDATE agentkeep_memory_words SET text = "
             "(SELECT m.text FROM agentkeep_memories AS m WHERE m.rowid = agentkeep_memory_words.rowid)"
         )
         connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '4' WHERE name = 'layout'")
-    finally:
-        connection.close()
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-import apsw
 import psycopg
 import pytest
-import sqlite_vec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -26,6 +24,7 @@ from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.semantic import SemanticMemoryProvider, render_memories, set_memory_user
 from agentkeep.memory.sqlite import SQLiteMemoryStore
 from agentkeep.testing import HashingEmbedder
+from tests.memory.backend_sqlite import raw_file
 from tests.memory.test_scope_summary import opened
 from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
@@ -147,14 +146,9 @@ async def test_a_sqlite_file_of_layout_5_gains_the_session_index(tmp_path: Path)
     await old.aclose()
 
     def downgrade() -> None:
-        connection = apsw.Connection(str(path))
-        try:
-            connection.enable_load_extension(True)
-            connection.load_extension(sqlite_vec.loadable_path())
+        with raw_file(path) as connection:
             connection.execute("DROP INDEX agentkeep_memories_session")
             connection.execute("UPDATE agentkeep_memory_meta SET value = '5' WHERE name = 'layout'")
-        finally:
-            connection.close()
 
     await asyncio.to_thread(downgrade)
     upgraded = SQLiteMemoryStore(path, dimensions=4)

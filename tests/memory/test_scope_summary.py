@@ -16,7 +16,6 @@ from typing import Any
 
 import apsw
 import pytest
-import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -27,6 +26,7 @@ from agentkeep.memory._sqlite_file import LAYOUT
 from agentkeep.memory.base import to_micros
 from agentkeep.memory.postgres import MEMORY_LAYOUT, PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
+from tests.memory.backend_sqlite import raw_file
 from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
 DIMENSIONS = 4
@@ -95,13 +95,8 @@ async def listed(store: MemoryStore, tenant: str | None, *, size: int) -> list[t
 
 
 def sqlite_rows(path: Path, query: str) -> list[tuple[Any, ...]]:
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         return sorted(connection.execute(query).fetchall())
-    finally:
-        connection.close()
 
 
 _SUMMARY = "SELECT scope, memories, newest FROM {} WHERE memories > 0 OR newest IS NOT NULL"
@@ -231,10 +226,7 @@ async def fill(store: MemoryStore) -> None:
 def downgrade_sqlite_to_layout_2(path: Path) -> None:
     """Make ``path`` a file as the previous layout left it (no summary columns or indexes; a
     row in the scopes table only for scopes whose vectors were logged)."""
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         connection.execute("DROP INDEX agentkeep_memory_scopes_listing")
         connection.execute("DROP INDEX agentkeep_memories_current")
         connection.execute("DROP TABLE agentkeep_memory_words")  # layout 4's
@@ -244,8 +236,6 @@ def downgrade_sqlite_to_layout_2(path: Path) -> None:
         for column in ("tenant", "memories", "newest"):
             connection.execute(f"ALTER TABLE agentkeep_memory_scopes DROP COLUMN {column}")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '2' WHERE name = 'layout'")
-    finally:
-        connection.close()
 
 
 async def test_a_sqlite_file_of_layout_2_gains_the_summary_with_the_right_counts() -> None:

@@ -18,10 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import apsw
 import numpy as np
 import pytest
-import sqlite_vec  # pyright: ignore[reportMissingTypeStubs]
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -30,6 +28,7 @@ from agentkeep.memory import MemoryHit, MemoryRecord, MemoryScope, SearchMode
 from agentkeep.memory._vector_cache import LOG_KEEP, ScopeVectors, VectorCache
 from agentkeep.memory.postgres import PostgresMemoryStore
 from agentkeep.memory.sqlite import SQLiteMemoryStore
+from tests.memory.backend_sqlite import raw_file
 from tests.message_stores.backend_postgres import URL, drop_schema, execute, new_schema
 
 DIMENSIONS = 8
@@ -394,10 +393,7 @@ async def test_a_budget_smaller_than_a_scope_searches_by_sqlite_vec() -> None:
 def downgrade_to_layout_1(path: Path) -> None:
     """Make ``path`` a file of layout 1 (no change log: the tables of layout 2 dropped, the
     index of current memories that layout 3 added, and layout 4's word index)."""
-    connection = apsw.Connection(str(path))
-    try:
-        connection.enable_load_extension(True)
-        connection.load_extension(sqlite_vec.loadable_path())
+    with raw_file(path) as connection:
         connection.execute("DROP TABLE agentkeep_memory_changes")
         connection.execute("DROP TABLE agentkeep_memory_scopes")
         connection.execute("DROP INDEX agentkeep_memories_current")
@@ -405,8 +401,6 @@ def downgrade_to_layout_1(path: Path) -> None:
         connection.execute("DROP INDEX agentkeep_memories_said")
         connection.execute("DROP INDEX agentkeep_memories_session")
         connection.execute("UPDATE agentkeep_memory_meta SET value = '1' WHERE name = 'layout'")
-    finally:
-        connection.close()
 
 
 async def test_a_file_of_layout_1_is_upgraded_in_place_and_searches_the_same() -> None:

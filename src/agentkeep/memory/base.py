@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import abstractmethod
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, cast
@@ -522,8 +523,8 @@ def said_next(
     for record in records:
         session = record.source_session_id
         said = by_session.get((session, record.kind), []) if session is not None else []
-        after = _said_order(record)
-        found.append([r for r in said if _said_order(r) > after][:limit])
+        start = bisect_right(said, _said_order(record), key=_said_order)  # the first said after it
+        found.append(said[start : start + limit])
     return found
 
 

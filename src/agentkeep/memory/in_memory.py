@@ -258,7 +258,7 @@ class InMemoryMemoryStore(MemoryStore):
         self, scope: MemoryScope, records: Sequence[MemoryRecord], *, limit: int = 1
     ) -> list[list[MemoryRecord]]:
         check_following(limit)
-        live = [r for r in self._records(scope).values() if r.source_session_id is not None and self._live(r)]
+        live = [r for r in self._records(scope).values() if self._live(r)]
         return [[_copy(r) for r in said] for said in said_next(live, records, limit)]
 
     async def scopes(

@@ -46,6 +46,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from ..clients.base import ChatClient, ChatOptions
@@ -304,11 +305,9 @@ class SemanticMemoryProvider(ContextProvider):
         chunks = [hit.record for hit in hits if hit.record.kind == "chunk"]
         if not self.window or not chunks:
             return [[] for _ in hits]
-        following = getattr(self.store, "following", None)  # a store of the protocol's shape may lack it
-        if following is None:
-            found = iter(await MemoryStore.following(self.store, scope, chunks, limit=self.window))
-        else:
-            found = iter(await following(scope, chunks, limit=self.window))
+        # a store of the protocol's shape may lack it: the protocol's default then
+        following = getattr(self.store, "following", None) or partial(MemoryStore.following, self.store)
+        found = iter(await following(scope, chunks, limit=self.window))
         return [next(found) if hit.record.kind == "chunk" else [] for hit in hits]
 
     async def after_run(

@@ -72,6 +72,7 @@ __all__ = [
     "decode_body",
     "decode_id",
     "decode_message",
+    "decode_rows",
     "decode_time",
     "encode_body",
     "encode_id",
@@ -655,3 +656,39 @@ def _opened_batch(key: RecordKey, ids: Sequence[bytes], bodies: Sequence[bytes])
     if min(map(len, plain)) < 2 or set(map(_first, plain)) != {_PLAIN}:
         return None
     return plain
+
+
+def decode_rows(
+    key: RecordKey, rows: Sequence[Sequence[Any]], *, seq_at: int = 0, backend: str
+) -> tuple[list[Message], list[int]]:
+    """The messages of a load's ``rows`` (``seq``, ``id``, ``time``, ``body`` from column ``seq_at``
+    on) and their seqs: the hot loop of long loads on the SQL backends, :data:`BATCH` rows at a
+    time through :func:`decode_batch`, one row at a time through :func:`decode_message` where a
+    batch is not of the common shape.
+
+    Raises:
+        CorruptRecordError: A row does not decode (``DecryptionError`` for a key problem), named
+            by its seq (see :func:`record_error`).
+    """
+    messages: list[Message] = []
+    seqs: list[int] = []
+    add, at = messages.append, seqs.append
+    seq = 0
+    parts = itemgetter(seq_at), itemgetter(seq_at + 1), itemgetter(seq_at + 2), itemgetter(seq_at + 3)
+    try:
+        with bulk_decoding():
+            for start in range(0, len(rows), BATCH):
+                chunk = rows[start : start + BATCH]
+                ids, times, bodies = (list(map(part, chunk)) for part in parts[1:])
+                batch = decode_batch(key, ids, times, bodies)
+                if batch is not None:
+                    messages.extend(batch)
+                    seqs.extend(map(parts[0], chunk))
+                    continue
+                for row in chunk:
+                    seq = row[seq_at]
+                    add(decode_message(row[seq_at + 3], row[seq_at + 1], row[seq_at + 2], key=key))
+                    at(seq)
+    except DECODE_ERRORS as exc:
+        raise record_error(exc, backend=backend, conversation_id=key.conversation_id, seq=seq) from exc
+    return messages, seqs

@@ -118,16 +118,12 @@ from .base import (
     summary_id_conflict,
 )
 from .codec import (
-    BATCH,
     DECODE_ERRORS,
     RecordKey,
-    bulk_decoding,
-    decode_batch,
     decode_id,
-    decode_message,
+    decode_rows,
     encode_id,
     encode_records,
-    record_error,
     seal_key,
 )
 
@@ -255,34 +251,6 @@ _QUERIES: Final[dict[str, LiteralString]] = {
 _DECODE_ON_LOOP: Final = 1024
 """Rows a read decodes on the event loop; a longer read decodes on a worker thread, so loading a
 long history never holds up the other requests a host serves meanwhile."""
-
-
-def _decoded(key: RecordKey, rows: list[Any], seq_at: int) -> tuple[list[Message], list[int]]:
-    """The messages of ``rows`` (``seq``, ``id``, ``time``, ``body`` from column ``seq_at`` on) and
-    their seqs: the hot loop of long loads, a batch at a time (one codec call per row where a
-    batch is not of the common shape)."""
-    messages: list[Message] = []
-    seqs: list[int] = []
-    add, at = messages.append, seqs.append
-    seq = 0
-    parts = itemgetter(seq_at), itemgetter(seq_at + 1), itemgetter(seq_at + 2), itemgetter(seq_at + 3)
-    try:
-        with bulk_decoding():
-            for start in range(0, len(rows), BATCH):
-                chunk = rows[start : start + BATCH]
-                ids, times, bodies = (list(map(part, chunk)) for part in parts[1:])
-                batch = decode_batch(key, ids, times, bodies)
-                if batch is not None:
-                    messages.extend(batch)
-                    seqs.extend(map(parts[0], chunk))
-                    continue
-                for row in chunk:
-                    seq = row[seq_at]
-                    add(decode_message(row[seq_at + 3], row[seq_at + 1], row[seq_at + 2], key=key))
-                    at(seq)
-    except DECODE_ERRORS as exc:
-        raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
-    return messages, seqs
 
 
 class PostgresMessageStore:
@@ -472,14 +440,14 @@ class PostgresMessageStore:
                 rows.sort(key=itemgetter(2))
             else:
                 rows.reverse()
-            messages, seqs = _decoded(key, rows, 2)
+            messages, seqs = decode_rows(key, rows, seq_at=2, backend=BACKEND)
             excluded = [row[6] for row in rows]
             return HistoryView.of(messages, seqs, epoch, last_seq, excluded=excluded)
         if last is None:
             rows.sort(key=itemgetter(2, 3, 4))
         else:
             rows.reverse()
-        messages, seqs = _decoded(key, rows, 4)
+        messages, seqs = decode_rows(key, rows, seq_at=4, backend=BACKEND)
         summaries = {
             index: self._ids(key.conversation_id, row[4], row[8])
             for index, row in enumerate(rows)

@@ -62,10 +62,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
@@ -103,16 +102,12 @@ from .base import (
     summary_id_conflict,
 )
 from .codec import (
-    BATCH,
     DECODE_ERRORS,
     RecordKey,
-    bulk_decoding,
-    decode_batch,
     decode_id,
-    decode_message,
+    decode_rows,
     encode_id,
     encode_records,
-    record_error,
     seal_key,
 )
 
@@ -667,37 +662,6 @@ def _list_conversations(
 _MessageRow = tuple[int, bytes, int, bytes, int]  # seq, id, time, body, excluded
 
 
-def _decoded(key: RecordKey, rows: Iterable[Sequence[Any]]) -> tuple[list[Message], list[int]]:
-    """The messages of rows ``(seq, id, time, body, ...)`` and their seqs (the hot loop of long
-    loads: a batch at a time, or one codec call per row where a batch is not of the common shape)."""
-    rows = rows if isinstance(rows, list) else list(rows)
-    messages: list[Message] = []
-    seqs: list[int] = []
-    add, at = messages.append, seqs.append
-    seq = 0
-    try:
-        with bulk_decoding():
-            for start in range(0, len(rows), BATCH):
-                chunk = rows[start : start + BATCH]
-                ids, times, bodies = list(map(_id, chunk)), list(map(_time, chunk)), list(map(_body, chunk))
-                batch = decode_batch(key, ids, times, bodies)
-                if batch is not None:
-                    messages.extend(batch)
-                    seqs.extend(map(_seq, chunk))
-                    continue
-                for row in chunk:
-                    seq = row[0]
-                    add(decode_message(row[3], row[1], row[2], key=key))
-                    at(seq)
-    except DECODE_ERRORS as exc:
-        raise record_error(exc, backend=BACKEND, conversation_id=key.conversation_id, seq=seq) from exc
-    return messages, seqs
-
-
-_seq, _id, _time, _body = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
-"""A row's seq, id, time and body (``_SELECT_MESSAGES`` / ``_SELECT_VIEW``)."""
-
-
 _SELECT_MESSAGES: Final = (
     "SELECT position & 4294967295, id, time, body, excluded FROM agentkeep_messages "
     "WHERE position > ? AND position <= ?"
@@ -722,7 +686,7 @@ def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.C
         else:
             rows = db.execute(_SELECT_MESSAGES + " ORDER BY position DESC LIMIT ?", (*span, last)).fetchall()
             rows.reverse()
-    messages, seqs = _decoded(key, rows)
+    messages, seqs = decode_rows(key, rows, backend=BACKEND)
     excluded = [bool(row[4]) for row in rows]
     return HistoryView.of(messages, seqs, found.epoch, found.last_seq, excluded=excluded)
 
@@ -750,7 +714,7 @@ def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.
             (found.key, lower),
         ).fetchall()
     if not summary_rows:
-        messages, seqs = _decoded(key, message_rows)
+        messages, seqs = decode_rows(key, message_rows, backend=BACKEND)
         return HistoryView.of(messages, seqs, found.epoch, found.last_seq)
     # View order: a message sits at its seq; a summary just before the first message it replaces.
     ordered: list[tuple[int, int, int, Sequence[Any], bytes | None]] = [
@@ -763,7 +727,7 @@ def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.
     ordered.sort(key=lambda item: item[:3])
     if last is not None:
         ordered = ordered[-last:]
-    messages, seqs = _decoded(key, (item[3] for item in ordered))
+    messages, seqs = decode_rows(key, [item[3] for item in ordered], backend=BACKEND)
     summaries: dict[int, tuple[str, ...]] = {}
     for index, (_, _, seq, _, replaces) in enumerate(ordered):
         if replaces is None:
