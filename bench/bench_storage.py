@@ -19,7 +19,9 @@ bytes per message of each (``--no-encryption`` skips it).
 Cold reads (``--only-cold``, ``--cold-sizes``): per backend, a whole read of a history of N
 messages, plain and encrypted, against the plainest way the same driver can keep the same
 messages: one JSON row (list item) each, read whole and decoded with ``json.loads``; the three
-alternate sample by sample.
+alternate sample by sample, and each sample starts from a collected heap (``gc.collect()``, not
+timed): a read pays for the collections its own objects cause, not for the objects the read before
+it left, which otherwise decide which of the three meets the next full collection.
 
 Listings (``--only-listing``): per backend (the in-process store too), N conversations of one
 message each (90% in one tenant, the rest in 100 small ones), appended through the store; the
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -620,13 +623,14 @@ async def _cold_reads(
                 baseline, baseline_cleanup = await _plain_json_baseline(backend, messages)
                 try:
                     samples: dict[str, list[float]] = {"ours": [], "encrypted": [], "baseline": []}
-                    runs = max(3, reps // (20 if size <= 10_000 else 100))
+                    runs = max(3, reps // (10 if size <= 10_000 else 40))
                     for _ in range(runs):
                         for name, read in (
                             ("baseline", baseline),
                             ("ours", lambda store=plain: store.read("c")),
                             ("encrypted", lambda store=sealed: store.read("c")),
                         ):
+                            gc.collect()  # see the module docs: each read pays for its own garbage
                             start = time.perf_counter()
                             await read()
                             samples[name].append((time.perf_counter() - start) * 1000)
@@ -641,7 +645,8 @@ async def _cold_reads(
 
 def _print_cold(rows: dict[str, dict[int, dict[str, float]]]) -> None:
     print("\nCold read of a whole stored history (store.read) against a plain baseline of the same driver")
-    print("(one JSON row / list item per message, read whole, json.loads each); medians, interleaved")
+    print("(one JSON row / list item per message, read whole, json.loads each); medians, interleaved,")
+    print("each sample from a collected heap")
     header = f"{'backend':>9} | {'N':>7} | {'baseline':>10} | {'plain':>10} | {'x':>5} | "
     header += f"{'encrypted':>10} | {'x':>5}"
     print(header)

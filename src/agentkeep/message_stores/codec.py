@@ -647,7 +647,7 @@ def _opened_batch(key: RecordKey, ids: Sequence[bytes], bodies: Sequence[bytes])
         return None
     nonces = map(itemgetter(slice(start, start + NONCE_SIZE)), bodies)
     sealed = map(itemgetter(slice(start + NONCE_SIZE, -4)), bodies)
-    associated = map(add, map(add, repeat(key.associated_16), ids), repeat(kid))
+    associated = map(b"".join, zip(repeat(key.associated_16), ids, repeat(kid)))  # one copy each
     try:
         plain = list(map(found.open_sealed, nonces, sealed, associated))
     except found.invalid_tag:
