@@ -49,7 +49,7 @@ from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import repeat
-from operator import add, itemgetter, methodcaller
+from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -121,6 +121,7 @@ _crc32: Final = zlib.crc32
 _new: Final = object.__new__
 _from_timestamp: Final = datetime.fromtimestamp
 _pack_time: Final = struct.Struct(">q").pack  # encode_time's 8 bytes, as the seal reads them
+_pack_id_time: Final = struct.Struct(">16sq").pack  # a 16-byte id and its time, as the seal reads them
 _first, _second = itemgetter(0), itemgetter(1)
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -592,7 +593,7 @@ def _decoded_batch(
     if len(kinds) != 1:
         return None
     # the seal, as decode_message checks it: one CRC stream over id, time and record
-    seals = map(_crc32, bodies, map(_crc32, map(add, ids, map(_pack_time, times)), repeat(key.crc)))
+    seals = map(_crc32, bodies, map(_crc32, map(_pack_id_time, ids, times), repeat(key.crc)))
     if list(seals).count(_CRC_RESIDUE) != count:
         return None
     kind = kinds.pop()
