@@ -13,8 +13,8 @@ provider shows a recalled chunk with ``window=1``: "hybrid+next", k hits and the
 Sets:
 
 * the committed one (default): ``bench/data/recall_conversations.json``, written by
-  ``bench/data/make_recall_set.py`` (six conversations, 240 questions: single-hop, multi-hop,
-  temporal);
+  ``bench/data/make_recall_set.py`` (six conversations, 340 questions: single-hop, multi-hop,
+  temporal, and dated ones that name the day or month something was told);
 * LoCoMo (``--locomo PATH``): the ``data/locomo10.json`` file of the snap-research/locomo
   repository on GitHub (10 conversations, 1,986 questions; licence CC BY-NC 4.0: not shipped
   here, point at your own copy). Its categories are numbered; the names used are those of its

@@ -9,7 +9,11 @@ questions about them, each labelled with the ids of the turns that answer it:
   people often do ("What kind of animal is Biscuit?");
 * ``multi-hop``: two turns of different sessions together answer it (a later turn names a pet,
   a place or a person only by name; the question names it by what the earlier turn said it is);
-* ``temporal``: "when" questions, answered by the date of the session a turn was said in.
+* ``temporal``: "when" questions, answered by the date of the session a turn was said in;
+* ``dated``: questions that name the day or the month something was told ("What news did Noor
+  share on March 16, 2023?", "... in April 2023?") and nothing else of it, answered by the turns
+  in which that speaker told of an event that day or month. They are made after the rest, from
+  a random generator of their own, so the other questions stay as they were.
 
 Life events are drawn from a list of kinds, each with several phrasings for the telling, the
 follow-up and the questions, and fillers (names, places, things) that differ per conversation;
@@ -600,6 +604,54 @@ def _question(number: int, category: str, text: str, evidence: list[str]) -> dic
     return {"conversation": f"C{number + 1}", "category": category, "question": text, "evidence": evidence}
 
 
+DAY_QUESTIONS = [
+    "What news did {p} share on {date}?",
+    "What did {p} tell {o} about on {date}?",
+    "What was new with {p} on {date}?",
+]
+MONTH_QUESTIONS = ["What did {p} tell {o} about in {date}?", "What news did {p} have in {date}?"]
+
+
+def _dated_questions(
+    conversations: list[dict[str, Any]], questions: list[dict[str, Any]], rng: random.Random
+) -> list[dict[str, Any]]:
+    """The ``dated`` questions (module docs): one per speaker and session in which the speaker
+    told of an event (the turns the ``temporal`` questions are answered by), naming the day in
+    one of three forms, or for about a third the month."""
+    said: dict[str, tuple[str, datetime]] = {}
+    for conversation in conversations:
+        for session in conversation["sessions"]:
+            when = datetime.fromisoformat(session["date"])
+            said.update((turn["id"], (turn["speaker"], when)) for turn in session["turns"])
+    told: dict[tuple[str, str], list[str]] = {}  # (conversation, speaker) -> the turns telling an event
+    for question in questions:
+        if question["category"] == "temporal":
+            turn = question["evidence"][0]
+            told.setdefault((question["conversation"], said[turn][0]), []).append(turn)
+    out: list[dict[str, Any]] = []
+    for conversation in conversations:
+        name = conversation["id"]
+        for speaker in conversation["speakers"]:
+            other = next(s for s in conversation["speakers"] if s != speaker)
+            turns = sorted(told.get((name, speaker), []), key=lambda t: said[t][1])
+            for day in sorted({said[t][1].date() for t in turns}):
+                if rng.random() < 1 / 3:
+                    month = (day.year, day.month)
+                    evidence = [t for t in turns if (said[t][1].year, said[t][1].month) == month]
+                    phrasing, date = rng.choice(MONTH_QUESTIONS), day.strftime("%B %Y")
+                else:
+                    evidence = [t for t in turns if said[t][1].date() == day]
+                    phrasing = rng.choice(DAY_QUESTIONS)
+                    date = rng.choice(
+                        [f"{day:%B} {day.day}, {day.year}", f"{day.day} {day:%B} {day.year}", day.isoformat()]
+                    )
+                text = phrasing.format(p=speaker, o=other, date=date)
+                out.append(
+                    {"conversation": name, "category": "dated", "question": text, "evidence": evidence}
+                )
+    return out
+
+
 def main() -> None:
     rng = random.Random(SEED)
     conversations, questions = [], []
@@ -607,6 +659,7 @@ def main() -> None:
         conversation, asked = _conversation(number, pair, rng)
         conversations.append(conversation)
         questions.extend(asked)
+    questions.extend(_dated_questions(conversations, questions, random.Random(SEED + 1)))
     for at, question in enumerate(questions, start=1):
         question["id"] = f"Q{at}"
     payload = {

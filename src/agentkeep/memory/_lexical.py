@@ -2,7 +2,8 @@
 (:class:`SearchRequest`: its mode, vector, query words and time window), the words of a text, the
 query each backend's lexical index reads (SQLite FTS5, PostgreSQL ``tsquery``), what a memory's
 words are indexed with, a small BM25 for the in-process store, and the fusion of a vector ranking
-with a lexical one by score.
+with a lexical one by score (which also prefers memories said by someone the query names, and
+said in a period it names: :mod:`._dates`).
 
 Each store ranks by words with its own index (FTS5's BM25 with the Porter stemmer, PostgreSQL's
 ``ts_rank_cd`` over ``english`` vectors, :class:`BM25` here), so their lexical scores differ
@@ -23,6 +24,7 @@ from typing import Final, Literal, TypeVar
 __all__ = [
     "BM25",
     "CANDIDATES",
+    "DATE_BOOST",
     "INDEXED_METADATA",
     "LEXICAL_WEIGHT",
     "SPEAKER_BOOST",
@@ -36,6 +38,7 @@ __all__ = [
     "names_in",
     "query_terms",
     "ranked",
+    "said_in",
     "standout",
     "stem",
     "tsquery",
@@ -49,10 +52,12 @@ cosine similarity of embeddings), or by words (``"lexical"``, the store's full-t
 VECTOR_WEIGHT: Final = 0.6
 LEXICAL_WEIGHT: Final = 0.4
 SPEAKER_BOOST: Final = 0.5
+DATE_BOOST: Final = 0.5
 """The weights of fusion (:func:`blended`): the prior of the cosine and of the word score (each
 multiplied, per search, by the square of how far its ranking's best stands out from the
-candidates: :func:`standout`; then the two made to sum to 1), and what a memory said by
-someone the query names adds (measured with ``bench/eval_memory.py``; see docs/memory.md)."""
+candidates: :func:`standout`; then the two made to sum to 1), what a memory said by someone the
+query names adds, and what a memory said in a period the query names adds (a day or a month:
+:func:`~._dates.named_periods`); measured with ``bench/eval_memory.py``, see docs/memory.md."""
 
 CANDIDATES: Final = 50
 """How many memories each ranking contributes to fusion at least (``4 * k`` if more)."""
@@ -128,6 +133,9 @@ class SearchRequest:
     terms: tuple[str, ...]
     since: datetime | None
     until: datetime | None
+    periods: tuple[tuple[int, int], ...] = ()
+    """The periods the query's text names, in microseconds (:func:`~._dates.named_periods`; read
+    by a fused search only)."""
 
     @property
     def windowed(self) -> bool:
@@ -225,17 +233,20 @@ def blended(
     lexical: Sequence[tuple[K, float]],
     similarity: Mapping[K, float],
     named: Collection[K] = (),
+    dated: Collection[K] = (),
     *,
     vector_weight: float = VECTOR_WEIGHT,
     lexical_weight: float = LEXICAL_WEIGHT,
     speaker_boost: float = SPEAKER_BOOST,
+    date_boost: float = DATE_BOOST,
 ) -> list[K]:
     """Fusion by score of two rankings' candidates (``nearest``: item, cosine; ``lexical``: item,
     word score; each best first), best first: each candidate scores its cosine (``similarity``
     holds every candidate's; below 0 counts 0) over the best cosine, times the vector side's
     weight, plus its word score over the best word score (0 when the words did not find it),
     times the word side's weight, plus ``speaker_boost`` when it is in ``named`` (said by someone
-    the query names). The weights adapt to the search: ``vector_weight`` and ``lexical_weight``
+    the query names), plus ``date_boost`` when it is in ``dated`` (said in a period the query
+    names). The weights adapt to the search: ``vector_weight`` and ``lexical_weight``
     are each multiplied by the square of their side's :func:`standout` over all the candidates
     (a ranking whose best stands far out of the rest is trusted more; on a question that shares
     a rare name with one memory the words stand out, on one asked in other words the cosines
@@ -255,9 +266,12 @@ def blended(
         by_meaning, by_words = vector_weight, lexical_weight
     total = by_meaning + by_words
     by_meaning, by_words = by_meaning / total / best_cosine, by_words / total / best_words
-    named = set(named)
+    named, dated = set(named), set(dated)
     scores = {
-        item: by_meaning * cosine + by_words * word + (speaker_boost if item in named else 0.0)
+        item: by_meaning * cosine
+        + by_words * word
+        + (speaker_boost if item in named else 0.0)
+        + (date_boost if item in dated else 0.0)
         for item, cosine, word in zip(order, cosines, matched, strict=True)
     }
     return sorted(order, key=lambda item: (-scores[item], order[item]))
@@ -271,6 +285,11 @@ def names_in(terms: Collection[str], speaker: object) -> bool:
     return bool(name) and all(part in terms for part in name)
 
 
+def said_in(periods: Sequence[tuple[int, int]], said_at: int) -> bool:
+    """Whether ``said_at`` (microseconds since the epoch) falls in one of ``periods``."""
+    return any(start <= said_at < end for start, end in periods)
+
+
 def ranked(
     nearest: Sequence[tuple[K, float]],
     lexical: Sequence[tuple[K, float]],
@@ -280,17 +299,18 @@ def ranked(
     min_score: float | None,
     similarity: Mapping[K, float] | None = None,
     named: Collection[K] = (),
+    dated: Collection[K] = (),
 ) -> tuple[list[K], dict[K, float]]:
     """The items a search returns, best first, and the similarity of those it knows: ``nearest``
     (item, cosine; the ones under ``min_score`` left out, a NaN kept for the caller to refuse)
     alone, or blended with ``lexical`` (item, word score) in ``"hybrid"`` mode (:func:`blended`;
     ``similarity``: the cosines of the items found by words only, ``named``: the candidates said
-    by someone the query names), ``k`` at most."""
+    by someone the query names, ``dated``: those said in a period it names), ``k`` at most."""
     kept = [(item, score) for item, score in nearest if min_score is None or not score < min_score]
     scores = dict(kept)
     if mode == "hybrid":
         known = {**(similarity or {}), **dict(nearest)}  # those under min_score too: found by words
-        order = blended(kept, lexical, known, named)[:k]
+        order = blended(kept, lexical, known, named, dated)[:k]
         scores.update((item, known[item]) for item in order if item in known)
     else:
         order = [item for item, _ in kept]

@@ -42,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol, cast
 
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError
+from ._dates import named_periods
 from ._lexical import SearchMode, SearchRequest, query_terms
 from .records import MemoryHit, MemoryRecord, MemoryScope, MemoryScopeSummary, check_embedding
 
@@ -577,7 +578,8 @@ def search_request(
     if chosen != "lexical" and embedding is not None:
         vector = normalized(check_embedding(embedding, store.dimensions))
     terms = tuple(query_terms(text)) if chosen != "vector" and text is not None else ()
-    return SearchRequest(chosen, vector, terms, since, until)
+    periods = named_periods(text) if chosen == "hybrid" and text is not None else ()
+    return SearchRequest(chosen, vector, terms, since, until, periods)
 
 
 async def rewrite_keyed(

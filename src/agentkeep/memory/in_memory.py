@@ -20,7 +20,7 @@ from typing import Any
 
 from .._files import check_memory_url
 from ..errors import MemoryFormatError
-from ._lexical import BM25, SearchMode, indexed_text, names_in, ranked
+from ._lexical import BM25, SearchMode, indexed_text, names_in, ranked, said_in
 from .base import (
     NO_CURRENT,
     MemoryStore,
@@ -234,6 +234,8 @@ class InMemoryMemoryStore(MemoryStore):
         )
         candidates = {*by_meaning, *by_words} if request.mode == "hybrid" else set[str]()
         named = [i for i in candidates if names_in(request.terms, found[i].metadata.get("speaker"))]
+        periods = request.periods
+        dated = [i for i in candidates if said_in(periods, to_micros(found[i].created_at))] if periods else []
         best, _ = ranked(
             [(i, scores[i]) for i in by_meaning],
             [(i, lexical[i]) for i in by_words],
@@ -242,6 +244,7 @@ class InMemoryMemoryStore(MemoryStore):
             min_score=None,  # applied above
             similarity=scores,
             named=named,
+            dated=dated,
         )
         return [MemoryHit(_copy(found[i]), scores[i], lexical.get(i)) for i in best]  # only hits copied
 

@@ -47,7 +47,7 @@ from .._db.postgres import (
     PostgresPool,
 )
 from ..errors import ConflictError, CorruptMemoryError, MemoryFormatError, SchemaVersionError
-from ._lexical import INDEXED_METADATA, SearchMode, names_in, ranked, tsquery
+from ._lexical import INDEXED_METADATA, SearchMode, SearchRequest, names_in, ranked, said_in, tsquery
 from ._vector_cache import (
     DEFAULT_CACHE_BYTES,
     DEFAULT_MIN_VECTORS,
@@ -690,11 +690,14 @@ class PostgresMemoryStore(MemoryStore):
             nearest = await self._by_meaning(conn, query, pool, filters)
             similarity: dict[int, float] = {}
             named: list[int] = []
-            if request.mode == "hybrid" and lexical:
+            dated: list[int] = []
+            if request.mode == "hybrid" and (lexical or request.periods):
                 try:
-                    similarity, named = await self._candidates(conn, query, request.terms, nearest, lexical)
+                    similarity, named, dated = await self._candidates(conn, query, request, nearest, lexical)
                 except DamagedVector as exc:
                     raise await self._damaged_vector(conn, exc) from exc
+                if not lexical:  # nothing found by words: no speaker preferred (as the other stores)
+                    named = []
             order, scores = ranked(
                 nearest,
                 lexical,
@@ -703,6 +706,7 @@ class PostgresMemoryStore(MemoryStore):
                 min_score=min_score,
                 similarity=similarity,
                 named=named,
+                dated=dated,
             )
             order = [r for r in order if r in scores]  # a vector gone since: not found by meaning
             records = await self._records_by_row(conn, scope.key, order)
@@ -760,12 +764,13 @@ class PostgresMemoryStore(MemoryStore):
         self,
         conn: PostgresConnection,
         query: npt.NDArray[np.float32],
-        terms: Sequence[str],
+        request: SearchRequest,
         nearest: Sequence[tuple[int, float]],
         lexical: Sequence[tuple[int, float]],
-    ) -> tuple[dict[int, float], list[int]]:
+    ) -> tuple[dict[int, float], list[int], list[int]]:
         """For a fused search, in one query: the cosine similarity of the candidates found by
-        words only, and the candidates said by someone ``terms`` name (their speaker).
+        words only, the candidates said by someone the query's terms name (their speaker), and
+        those said in a period the query names (their ``created_at``).
 
         Raises:
             DamagedVector: A words-only candidate's vector is damaged.
@@ -775,19 +780,22 @@ class PostgresMemoryStore(MemoryStore):
         async with conn.cursor(binary=True) as cursor:
             await cursor.execute(
                 self._q(
-                    "SELECT row, metadata->>'speaker', CASE WHEN row = ANY(%s) THEN embedding END "
-                    "FROM {memories} WHERE row = ANY(%s)"
+                    "SELECT row, metadata->>'speaker', created_at, "
+                    "CASE WHEN row = ANY(%s) THEN embedding END FROM {memories} WHERE row = ANY(%s)"
                 ),
                 (missing, [*near, *missing]),
             )
             found = await cursor.fetchall()
-        named = [row for row, speaker, _ in found if names_in(terms, speaker)]
-        scored = [(row, bytes(vector)) for row, _, vector in found if vector is not None]
+        terms, periods = request.terms, request.periods
+        named = [row for row, speaker, _, _ in found if names_in(terms, speaker)]
+        dated = [row for row, _, said_at, _ in found if said_in(periods, said_at)] if periods else []
+        scored = [(row, bytes(vector)) for row, _, _, vector in found if vector is not None]
         if not scored:
-            return {}, named
+            return {}, named, dated
         matrix = vector_matrix([row for row, _ in scored], [vector for _, vector in scored], self.dimensions)
         cosines = np.vecdot(matrix, query)
-        return {row: float(cosine) for (row, _), cosine in zip(scored, cosines, strict=True)}, named
+        similarity = {row: float(cosine) for (row, _), cosine in zip(scored, cosines, strict=True)}
+        return similarity, named, dated
 
     async def _by_words(
         self, conn: PostgresConnection, terms: Sequence[str], n: int, filters: _Filters

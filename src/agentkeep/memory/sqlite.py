@@ -53,7 +53,7 @@ from ..errors import (
     MemoryFormatError,
     StorageClosedError,
 )
-from ._lexical import SearchMode, fts5_query, indexed_text, names_in, ranked
+from ._lexical import SearchMode, SearchRequest, fts5_query, indexed_text, names_in, ranked, said_in
 from ._sqlite_file import (
     account,
     create_or_upgrade,
@@ -462,11 +462,14 @@ class SQLiteMemoryStore(MemoryStore):
                 nearest = self._by_meaning(db, query, pool, filters, vectors)
                 similarity: dict[int, float] = {}
                 named: list[int] = []
+                dated: list[int] = []
                 if request.mode == "hybrid" and lexical:
                     near = {r for r, _ in nearest}
                     missing = [r for r, _ in lexical if r not in near]  # found by words only
                     similarity = self._cosines(db, vectors, query, missing) if missing else {}
-                    named = self._named(db, request.terms, [*near, *(r for r, _ in lexical)])
+                    named, dated = self._marked(db, request, [*near, *(r for r, _ in lexical)])
+                elif request.mode == "hybrid" and request.periods:
+                    _, dated = self._marked(db, request, [r for r, _ in nearest])
                 order, scores = ranked(
                     nearest,
                     lexical,
@@ -475,6 +478,7 @@ class SQLiteMemoryStore(MemoryStore):
                     min_score=min_score,
                     similarity=similarity,
                     named=named,
+                    dated=dated,
                 )
                 found = self._records_of(db, scope.key, [(r, scores[r]) for r in order if r in scores])
             words = dict(lexical)
@@ -550,15 +554,21 @@ class SQLiteMemoryStore(MemoryStore):
         )
         return {rowid: self._similarity(memory_id, distance) for rowid, memory_id, distance in rows}
 
-    def _named(self, db: VecConnection, terms: Sequence[str], rowids: list[int]) -> list[int]:
-        """Those of ``rowids`` said by someone ``terms`` name (their metadata's speaker)."""
+    def _marked(
+        self, db: VecConnection, request: SearchRequest, rowids: list[int]
+    ) -> tuple[list[int], list[int]]:
+        """Those of ``rowids`` said by someone the query's terms name (their metadata's
+        speaker), and those said in a period it names (their ``created_at``)."""
         marks = ", ".join("?" * len(rowids))
         rows = db.rows(
-            "SELECT rowid, json_extract(metadata, '$.speaker') FROM agentkeep_memories "
+            "SELECT rowid, json_extract(metadata, '$.speaker'), created_at FROM agentkeep_memories "
             f"WHERE rowid IN ({marks})",
             rowids,
         )
-        return [rowid for rowid, speaker in rows if names_in(terms, speaker)]
+        terms, periods = request.terms, request.periods
+        named = [rowid for rowid, speaker, _ in rows if names_in(terms, speaker)]
+        dated = [rowid for rowid, _, said_at in rows if said_in(periods, said_at)] if periods else []
+        return named, dated
 
     def _by_words(
         self,

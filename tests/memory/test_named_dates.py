@@ -1,0 +1,149 @@
+"""Dates a query names: the periods read from its text, and a fused search on every store
+preferring the memories said in them."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentkeep.memory import MemoryRecord, MemoryScope
+from agentkeep.memory._dates import DATE_SLACK, named_periods
+from agentkeep.memory._lexical import DATE_BOOST, SPEAKER_BOOST, blended, said_in
+from agentkeep.memory.base import from_micros
+from tests.memory.test_scope_summary import opened
+
+ANA = MemoryScope("ana", tenant_id="t")
+
+
+def _days(text: str) -> list[tuple[date, date]]:
+    """The periods of ``text`` as their first and last day, slack included."""
+    return [
+        (from_micros(start).date(), (from_micros(end) - timedelta(microseconds=1)).date())
+        for start, end in named_periods(text)
+    ]
+
+
+def _around(first: date, last: date) -> tuple[date, date]:
+    return first - DATE_SLACK, last + DATE_SLACK
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What did James do on March 16, 2022?",
+        "on Mar 16th 2022",
+        "on mar. 16 2022",
+        "on 16 March 2022",
+        "on the 16th of March, 2022",
+        "on 2022-03-16",
+    ],
+)
+def test_a_named_day_is_that_day_and_a_week_either_side(text: str) -> None:
+    assert _days(text) == [_around(date(2022, 3, 16), date(2022, 3, 16))]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "in August 2023",
+        "in mid-August 2023",
+        "early Aug 2023",
+        "in August, 2023",
+        "August of 2023",
+        "2023-08",
+    ],
+)
+def test_a_named_month_is_the_month_and_a_week_either_side(text: str) -> None:
+    assert _days(text) == [_around(date(2023, 8, 1), date(2023, 8, 31))]
+
+
+def test_december_runs_to_the_new_year_and_dates_come_in_text_order() -> None:
+    assert _days("between December 2023 and 2022-01-05") == [
+        _around(date(2023, 12, 1), date(2023, 12, 31)),
+        _around(date(2022, 1, 5), date(2022, 1, 5)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What did Ana do?",
+        "in 2022",  # a year alone
+        "on March 16",  # no year
+        "last spring",
+        "May I ask?",
+        "on February 30, 2022",  # no such day
+        "on 2022-13-01",
+        "on 0000-01-01",
+        "on December 31, 9999",  # past the last date a period can end
+        "maybe 12345 times",
+    ],
+)
+def test_what_names_no_date_gives_no_period(text: str) -> None:
+    assert named_periods(text) == ()
+
+
+@given(st.dates(min_value=date(1900, 1, 1), max_value=date(2100, 12, 31)), st.integers(0, 2))
+def test_any_day_in_any_form_gives_its_period(day: date, form: int) -> None:
+    text = [f"{day:%B} {day.day}, {day.year}", f"{day.day} {day:%b} {day.year}", day.isoformat()][form]
+    assert _days(f"What happened on {text}?") == [_around(day, day)]
+
+
+def test_said_in_is_half_open() -> None:
+    periods = [(10, 20), (30, 40)]
+    assert [t for t in range(45) if said_in(periods, t)] == [*range(10, 20), *range(30, 40)]
+    assert not said_in([], 15)
+
+
+def test_fusion_prefers_what_was_said_in_a_named_period() -> None:
+    # by meaning alone, each cosine over the best: a 1, b .83, c .67
+    cosines = {"a": 0.6, "b": 0.5, "c": 0.4}
+    nearest = [("a", 0.6), ("b", 0.5), ("c", 0.4)]
+    assert blended(nearest, [], cosines) == ["a", "b", "c"]
+    assert blended(nearest, [], cosines, dated=["c"]) == ["c", "a", "b"]  # .67 + .5
+    assert blended(nearest, [], cosines, named=["b"], dated=["c"]) == ["b", "c", "a"]  # .83 + .5
+    assert blended(nearest, [], cosines, named=["c"], dated=["c"]) == ["c", "a", "b"]
+    assert blended(nearest, [], cosines, dated=["c"], date_boost=0.0) == ["a", "b", "c"]
+    # a preference, not a filter: a far better match said another day stays ahead
+    assert blended([("a", 0.9), ("c", 0.1)], [], {"a": 0.9, "c": 0.1}, dated=["c"]) == ["a", "c"]
+    assert DATE_BOOST == SPEAKER_BOOST  # a named day counts as much as a named speaker
+
+
+DAY = datetime(2023, 3, 16, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_every_store_prefers_memories_said_in_a_named_period(backend: str) -> None:
+    said = {
+        "before": DAY - timedelta(days=40),
+        "then": DAY + timedelta(days=1),  # told the day after
+        "after": DAY + timedelta(days=90),
+        "later": DAY + timedelta(days=200),
+    }
+    async with opened(backend, ttl=None) as store:
+        for name, when in said.items():
+            # the same vector and words for all: only when they were said tells them apart
+            record = MemoryRecord(f"{name}: went bowling", embedding=[1.0, 0.0, 0.0, 0.0], created_at=when)
+            await store.add(ANA, record)
+
+        async def first(text: str, **options: object) -> str:
+            hits = await store.search(ANA, [1.0, 0.2, 0.0, 0.0], text=text, k=4, **options)  # pyright: ignore[reportArgumentType]
+            return hits[0].record.text.split(":")[0]
+
+        assert await first("Where did Ana go bowling on March 16, 2023?") == "then"
+        assert await first("Where did Ana go bowling on 2023-06-14?") == "after"
+        assert await first("What did Ana do in October 2023?") == "later"  # no word matches
+        assert await first("Where did Ana go bowling on Feb 4, 2023?") == "before"
+        # the other modes rank as before: by meaning, or by words alone
+        vector = await store.search(ANA, [1.0, 0.2, 0.0, 0.0], text="bowling on 2023-06-14", mode="vector")
+        assert [h.record.created_at for h in vector] == [
+            h.record.created_at for h in await store.search(ANA, [1.0, 0.2, 0.0, 0.0], mode="vector")
+        ]
+        lexical = await store.search(ANA, None, text="bowling on 2023-06-14", mode="lexical")
+        assert {h.record.text for h in lexical} == {f"{name}: went bowling" for name in said}
+        # a window still bounds what a named date can bring in
+        window = {"since": said["after"] - timedelta(days=1)}
+        assert await first("bowling on March 16, 2023", **window) in {"after", "later"}
