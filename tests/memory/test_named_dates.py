@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentkeep.memory import MemoryRecord, MemoryScope
 from agentkeep.memory._dates import DATE_SLACK, named_periods
-from agentkeep.memory._lexical import DATE_BOOST, SPEAKER_BOOST, blended, said_in
+from agentkeep.memory._lexical import DATE_BOOST, blended, said_in
 from agentkeep.memory.base import from_micros
 from tests.memory.test_scope_summary import opened
 
@@ -39,6 +39,8 @@ def _around(first: date, last: date) -> tuple[date, date]:
         "on 16 March 2022",
         "on the 16th of March, 2022",
         "on 2022-03-16",
+        "at 2022-03-16T09:30:00Z",
+        "on March 16 , 2022",
     ],
 )
 def test_a_named_day_is_that_day_and_a_week_either_side(text: str) -> None:
@@ -53,7 +55,6 @@ def test_a_named_day_is_that_day_and_a_week_either_side(text: str) -> None:
         "early Aug 2023",
         "in August, 2023",
         "August of 2023",
-        "2023-08",
     ],
 )
 def test_a_named_month_is_the_month_and_a_week_either_side(text: str) -> None:
@@ -67,6 +68,12 @@ def test_december_runs_to_the_new_year_and_dates_come_in_text_order() -> None:
     ]
 
 
+def test_the_first_and_last_years_keep_their_periods_within_what_datetime_holds() -> None:
+    assert _days("in January 0001") == [(date(1, 1, 1), date(1, 2, 7))]
+    assert _days("on December 31, 9999") == [(date(9999, 12, 24), date(9999, 12, 31))]
+    assert _days("in December 9999") == [(date(9999, 11, 24), date(9999, 12, 31))]
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -76,9 +83,19 @@ def test_december_runs_to_the_new_year_and_dates_come_in_text_order() -> None:
         "last spring",
         "May I ask?",
         "on February 30, 2022",  # no such day
+        "on 30 February 2022",  # nor its month
+        "on 0 March 2022",
+        "on 99 March 2022",
         "on 2022-13-01",
         "on 0000-01-01",
-        "on December 31, 9999",  # past the last date a period can end
+        "2023-08-11-12",
+        "v2023-08-11",
+        "in 2023-08",  # year-month: more often a season ("the 2011-12 season")
+        "the 2011-12 season",
+        "what may 2023 bring?",
+        "in Apr\u0131l 2023",  # a dotless i: no ASCII month name
+        "in Augu\u017ft 2023",  # a long s
+        "March 162022",
         "maybe 12345 times",
     ],
 )
@@ -109,7 +126,12 @@ def test_fusion_prefers_what_was_said_in_a_named_period() -> None:
     assert blended(nearest, [], cosines, dated=["c"], date_boost=0.0) == ["a", "b", "c"]
     # a preference, not a filter: a far better match said another day stays ahead
     assert blended([("a", 0.9), ("c", 0.1)], [], {"a": 0.9, "c": 0.1}, dated=["c"]) == ["a", "c"]
-    assert DATE_BOOST == SPEAKER_BOOST  # a named day counts as much as a named speaker
+    # the boost is what a named speaker adds
+    assert blended(nearest, [], cosines, named=["b"], dated=["c"], date_boost=DATE_BOOST + 0.2) == [
+        "c",
+        "b",
+        "a",
+    ]
 
 
 DAY = datetime(2023, 3, 16, 20, tzinfo=UTC)

@@ -233,7 +233,8 @@ class InMemoryMemoryStore(MemoryStore):
             key=lambda i: (-scores[i], i),
         )
         candidates = {*by_meaning, *by_words} if request.mode == "hybrid" else set[str]()
-        named = [i for i in candidates if names_in(request.terms, found[i].metadata.get("speaker"))]
+        speakers = candidates if by_words else ()  # nothing found by words: none preferred (as the others)
+        named = [i for i in speakers if names_in(request.terms, found[i].metadata.get("speaker"))]
         periods = request.periods
         dated = [i for i in candidates if said_in(periods, to_micros(found[i].created_at))] if periods else []
         best, _ = ranked(
