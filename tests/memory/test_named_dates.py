@@ -18,11 +18,11 @@ from tests.memory.test_scope_summary import opened
 ANA = MemoryScope("ana", tenant_id="t")
 
 
-def _days(text: str) -> list[tuple[date, date]]:
+def _days(text: str, today: date | None = None) -> list[tuple[date, date]]:
     """The periods of ``text`` as their first and last day, slack included."""
     return [
         (from_micros(start).date(), (from_micros(end) - timedelta(microseconds=1)).date())
-        for start, end in named_periods(text)
+        for start, end in named_periods(text, today=today)
     ]
 
 
@@ -109,6 +109,67 @@ def test_any_day_in_any_form_gives_its_period(day: date, form: int) -> None:
     assert _days(f"What happened on {text}?") == [_around(day, day)]
 
 
+WEDNESDAY = date(2024, 1, 17)
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "last"),
+    [
+        ("What did I do today?", WEDNESDAY, WEDNESDAY),
+        ("what did Ana cook yesterday", date(2024, 1, 16), date(2024, 1, 16)),
+        ("3 days ago", date(2024, 1, 14), date(2024, 1, 14)),
+        ("two weeks ago", date(2024, 1, 3), date(2024, 1, 3)),
+        ("a month ago", date(2023, 12, 1), date(2023, 12, 31)),
+        ("a year ago", date(2023, 1, 1), date(2023, 1, 31)),
+        ("this week", date(2024, 1, 15), date(2024, 1, 21)),  # Monday to Sunday
+        ("last week", date(2024, 1, 8), date(2024, 1, 14)),
+        ("over the past week", date(2024, 1, 10), date(2024, 1, 16)),
+        ("the past month", date(2023, 12, 18), date(2024, 1, 16)),
+        ("this month", date(2024, 1, 1), date(2024, 1, 31)),
+        ("last month", date(2023, 12, 1), date(2023, 12, 31)),
+        ("last spring", date(2023, 3, 1), date(2023, 5, 31)),
+        ("last winter", date(2022, 12, 1), date(2023, 2, 28)),  # this winter is not over
+        ("this winter", date(2023, 12, 1), date(2024, 2, 29)),
+        ("this summer", date(2024, 6, 1), date(2024, 8, 31)),  # this year's, to come
+        ("in January", date(2024, 1, 1), date(2024, 1, 31)),  # this month
+        ("last January", date(2023, 1, 1), date(2023, 1, 31)),
+        ("in mid-March", date(2023, 3, 1), date(2023, 3, 31)),  # the last March there was
+        ("on March 16", date(2023, 3, 16), date(2023, 3, 16)),
+        ("the 16th of March", date(2023, 3, 16), date(2023, 3, 16)),
+        ("on Feb 29", date(2020, 2, 29), date(2020, 2, 29)),  # the last one there was
+        ("in the summer of 2023", date(2023, 6, 1), date(2023, 8, 31)),
+        ("in May", date(2023, 5, 1), date(2023, 5, 31)),
+    ],
+)
+def test_a_relative_date_counts_from_the_day_it_is_asked(text: str, first: date, last: date) -> None:
+    assert _days(text, WEDNESDAY) == [_around(first, last)]
+    if not any(char.isdigit() for char in text) or "ago" in text:
+        assert named_periods(text) == ()  # and is no date without that day
+
+
+def test_winter_with_a_year_is_its_winter_months() -> None:
+    assert _days("in the winter of 2023") == [
+        _around(date(2023, 1, 1), date(2023, 2, 28)),
+        _around(date(2023, 12, 1), date(2023, 12, 31)),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "March was fun",
+        "May I ask?",
+        "in may",
+        "since December",
+        "last year",
+        "before the move",
+        "in Marketing",
+    ],
+)
+def test_what_names_no_date_relative_to_today_either(text: str) -> None:
+    assert named_periods(text, today=WEDNESDAY) == ()
+
+
 def test_said_in_is_half_open() -> None:
     periods = [(10, 20), (30, 40)]
     assert [t for t in range(45) if said_in(periods, t)] == [*range(10, 20), *range(30, 40)]
@@ -169,3 +230,18 @@ async def test_every_store_prefers_memories_said_in_a_named_period(backend: str)
         # a window still bounds what a named date can bring in
         window = {"since": said["after"] - timedelta(days=1)}
         assert await first("bowling on March 16, 2023", **window) in {"after", "later"}
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres"])
+async def test_every_store_reads_relative_dates_from_today(backend: str) -> None:
+    now = datetime.now(UTC)
+    async with opened(backend, ttl=None) as store:
+        for name, days in (("long ago", 90), ("yesterday", 1), ("weeks ago", 60)):
+            record = MemoryRecord(
+                f"{name}: went bowling", embedding=[1.0, 0.0, 0.0, 0.0], created_at=now - timedelta(days=days)
+            )
+            await store.add(ANA, record)
+        hits = await store.search(ANA, [1.0, 0.0, 0.0, 0.0], text="Did Ana go bowling yesterday?", k=3)
+        assert hits[0].record.text.startswith("yesterday:")
+        hits = await store.search(ANA, [1.0, 0.0, 0.0, 0.0], text="Did Ana go bowling two months ago?", k=3)
+        assert hits[0].record.text.startswith("weeks ago:")  # 60 days back is always in or by that month
