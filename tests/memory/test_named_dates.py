@@ -164,10 +164,103 @@ def test_winter_with_a_year_is_its_winter_months() -> None:
         "last year",
         "before the move",
         "in Marketing",
+        "1.5 weeks ago",
     ],
 )
 def test_what_names_no_date_relative_to_today_either(text: str) -> None:
     assert named_periods(text, today=WEDNESDAY) == ()
+
+
+def test_a_day_or_month_without_its_year_is_not_read_when_the_text_names_a_year() -> None:
+    assert _days("What happened March 1-5, 2019?", WEDNESDAY) == []
+    assert _days("on March 16 and 17, 2019", WEDNESDAY) == []
+    assert _days("in March and April 2019", WEDNESDAY) == [_around(date(2019, 4, 1), date(2019, 4, 30))]
+
+
+def test_this_month_name_is_this_years_and_may_with_a_day_is_the_month() -> None:
+    assert _days("this March", WEDNESDAY) == [_around(date(2024, 3, 1), date(2024, 3, 31))]
+    assert _days("on may 16", date(2024, 6, 1)) == [_around(date(2024, 5, 16), date(2024, 5, 16))]
+
+
+def test_february_29_without_a_year_is_the_last_one_even_across_a_century() -> None:
+    assert _days("on Feb 29", date(2101, 3, 1)) == [_around(date(2096, 2, 29), date(2096, 2, 29))]
+
+
+_WORDS = st.sampled_from(
+    [
+        "in",
+        "of",
+        "the",
+        "on",
+        "last",
+        "this",
+        "past",
+        "next",
+        "ago",
+        "today",
+        "yesterday",
+        "day",
+        "days",
+        "week",
+        "weeks",
+        "month",
+        "months",
+        "year",
+        "years",
+        "spring",
+        "summer",
+        "fall",
+        "autumn",
+        "winter",
+        "March",
+        "mar.",
+        "MAY",
+        "may",
+        "Sep",
+        "sept",
+        "December",
+        ",",
+        "-",
+        ".",
+        "T",
+        "0000",
+        "0001",
+        "9999",
+        "10000",
+        "2023",
+        "16",
+        "16th",
+        "31",
+        "29",
+        "0",
+        "1",
+        "2",
+        "99",
+        "a",
+        "an",
+        "two",
+        "twelve",
+        "2023-08-11",
+        "0000-01-01",
+        "9999-12-31",
+    ]
+)
+
+
+@given(
+    st.lists(_WORDS | st.integers(0, 99999).map(str), max_size=12).map(" ".join),
+    st.none() | st.dates(),
+)
+def test_any_text_on_any_day_reads_without_error_into_proper_periods(text: str, today: date | None) -> None:
+    for start, end in named_periods(text, today=today):
+        assert start < end
+
+
+def test_a_year_datetime_cannot_hold_names_nothing() -> None:
+    for text in ("in March 0000", "summer 0000", "winter of 0000", "Dec 0000"):
+        assert named_periods(text) == ()
+    assert named_periods("last month", today=date(1, 1, 15)) == ()
+    assert named_periods("this winter", today=date(9999, 6, 1)) == ()
 
 
 def test_said_in_is_half_open() -> None:

@@ -17,7 +17,9 @@ is widened by :data:`DATE_SLACK` on both sides, because people tell of a day a f
   7 or 30 days before today), "this summer" / "last spring" (the one we are in or of this year;
   the most recent one that has ended), and
   a day or month without its year ("on March 16", "16 March", "in March", "last March": the
-  most recent one not after today, or with "last" before this month).
+  most recent one not after today, or with "last" before this month; "this March": this
+  year's), unless the text names a year anywhere ("March 1-5, 2019", "in March and April
+  2019": it could be that year's).
 
 Seasons are the northern hemisphere's, by months (spring March to May, summer June to August,
 fall or autumn September to November, winter December to February). Not dates here: a year
@@ -186,18 +188,20 @@ def _season_around(match: re.Match[str], today: date | None) -> list[Days] | Non
 def _month_no_year(match: re.Match[str], today: date | None) -> list[Days] | None:
     if today is None or match[2] == "may":
         return None
-    month = _month_of(match, 2)
-    before = match[1].lower() == "last"
+    month, which = _month_of(match, 2), match[1].lower()
+    if which == "this":
+        return [_month(today.year, month)]
+    before = which == "last"
     year = today.year if month < today.month or (month == today.month and not before) else today.year - 1
     return [_month(year, month)]
 
 
 def _day_no_year(month_at: int, day_at: int) -> _Reader:
     def read(match: re.Match[str], today: date | None) -> list[Days] | None:
-        if today is None or match[month_at] == "may":
+        if today is None:
             return None
         month, day = _month_of(match, month_at), int(match[day_at])
-        for year in (today.year, today.year - 1, today.year - 2, today.year - 3, today.year - 4):
+        for year in range(today.year, max(today.year - 9, 0), -1):  # February 29: up to 8 years back
             try:
                 named = date(year, month, day)
             except ValueError:
@@ -225,7 +229,7 @@ _READERS: Final[tuple[tuple[re.Pattern[str], _Reader], ...]] = (
     (_compiled(rf"\b{_MONTH}{_BEFORE_YEAR}(?:of\s+)?{_YEAR}\b"), _month_year),
     (_compiled(rf"\b{_SEASON}{_BEFORE_YEAR}(?:of\s+)?{_YEAR}\b"), _season_year),
     (_compiled(r"\b(today|yesterday)\b"), _relative_day),
-    (_compiled(rf"\b(\d{{1,3}}|{'|'.join(_COUNTS)})\s+(day|week|month|year)s?\s+ago\b"), _ago),
+    (_compiled(rf"(?<![\w.])(\d{{1,3}}|{'|'.join(_COUNTS)})\s+(day|week|month|year)s?\s+ago\b"), _ago),
     (_compiled(r"\b(this|last|past)\s+(week|month)\b"), _this_or_last),
     (_compiled(rf"\b(this|last|past)\s+{_SEASON}\b"), _season_around),
     (_compiled(rf"\b{_MONTH}\s+{_DAY}\b{_NO_YEAR}"), _day_no_year(1, 2)),
@@ -237,7 +241,12 @@ _READERS: Final[tuple[tuple[re.Pattern[str], _Reader], ...]] = (
 )
 """What names a date, each with how it reads a match (given the day it is asked, if known):
 those with a year first, so a date read whole is not read again in part ("16 March 2022"
-holds "March 2022" and "16 March")."""
+holds "March 2022" and "16 March"); the last :data:`_WITHOUT_YEARS` are days and months
+without their year."""
+
+_WITHOUT_YEARS: Final = 3
+_WITH_YEARS: Final = len(_READERS) - _WITHOUT_YEARS
+_A_YEAR: Final = re.compile(r"(?<!\d)\d{4}(?!\d)")
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROS: Final = timedelta(microseconds=1)
@@ -250,12 +259,19 @@ def named_periods(text: str, *, today: date | None = None) -> tuple[tuple[int, i
     March") are read only with ``today``, the day the question is asked."""
     found: list[tuple[int, Days]] = []
     taken: list[tuple[int, int]] = []
-    for pattern, read in _READERS:
+    # a year anywhere ("March 1-5, 2019", "March and April 2019"): a day or month without one
+    # could be of that year, so it is not read as the most recent
+    yearless = _A_YEAR.search(text) is None
+    for pattern, read in _READERS if yearless else _READERS[:_WITH_YEARS]:
         for match in pattern.finditer(text):
             if any(start < match.end() and match.start() < end for start, end in taken):
                 continue  # part of a date read already
             taken.append((match.start(), match.end()))  # read, even when it names nothing
-            found.extend((match.start(), days) for days in read(match, today) or ())
+            try:
+                days = read(match, today) or ()
+            except (ValueError, OverflowError):  # before year 1 or after 9999
+                days = ()
+            found.extend((match.start(), period) for period in days)
     return tuple(_widened(days) for _, days in sorted(found))
 
 
