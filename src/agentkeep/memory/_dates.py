@@ -232,6 +232,12 @@ _READERS: Final[tuple[tuple[re.Pattern[str], _Reader], ...]] = (
     (_compiled(rf"(?<![\w.])(\d{{1,3}}|{'|'.join(_COUNTS)})\s+(day|week|month|year)s?\s+ago\b"), _ago),
     (_compiled(r"\b(this|last|past)\s+(week|month)\b"), _this_or_last),
     (_compiled(rf"\b(this|last|past)\s+{_SEASON}\b"), _season_around),
+)
+"""What names a date, each with how it reads a match (given the day it is asked, if known):
+those with a year first, so a date read whole is not read again in part ("16 March 2022"
+holds "March 2022")."""
+
+_YEARLESS_READERS: Final[tuple[tuple[re.Pattern[str], _Reader], ...]] = (
     (_compiled(rf"\b{_MONTH}\s+{_DAY}\b{_NO_YEAR}"), _day_no_year(1, 2)),
     (_compiled(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH}(?![\w.]){_NO_YEAR}"), _day_no_year(2, 1)),
     (
@@ -239,13 +245,9 @@ _READERS: Final[tuple[tuple[re.Pattern[str], _Reader], ...]] = (
         _month_no_year,
     ),
 )
-"""What names a date, each with how it reads a match (given the day it is asked, if known):
-those with a year first, so a date read whole is not read again in part ("16 March 2022"
-holds "March 2022" and "16 March"); the last :data:`_WITHOUT_YEARS` are days and months
-without their year."""
+"""What names a day or a month without its year (read after :data:`_READERS`, and only when the
+text names no year anywhere)."""
 
-_WITHOUT_YEARS: Final = 3
-_WITH_YEARS: Final = len(_READERS) - _WITHOUT_YEARS
 _A_YEAR: Final = re.compile(r"(?<!\d)\d{4}(?!\d)")
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -262,7 +264,7 @@ def named_periods(text: str, *, today: date | None = None) -> tuple[tuple[int, i
     # a year anywhere ("March 1-5, 2019", "March and April 2019"): a day or month without one
     # could be of that year, so it is not read as the most recent
     yearless = _A_YEAR.search(text) is None
-    for pattern, read in _READERS if yearless else _READERS[:_WITH_YEARS]:
+    for pattern, read in (*_READERS, *_YEARLESS_READERS) if yearless else _READERS:
         for match in pattern.finditer(text):
             if any(start < match.end() and match.start() < end for start, end in taken):
                 continue  # part of a date read already

@@ -578,8 +578,9 @@ def search_request(
     if chosen != "lexical" and embedding is not None:
         vector = normalized(check_embedding(embedding, store.dimensions))
     terms = tuple(query_terms(text)) if chosen != "vector" and text is not None else ()
-    today = datetime.now(UTC).date()  # what "yesterday" or "last spring" count from
-    periods = named_periods(text, today=today) if chosen == "hybrid" and text is not None else ()
+    periods = ()
+    if chosen == "hybrid" and text is not None:  # "yesterday", "last spring": from today
+        periods = named_periods(text, today=datetime.now(UTC).date())
     return SearchRequest(chosen, vector, terms, since, until, periods)
 
 

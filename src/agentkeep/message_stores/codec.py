@@ -120,7 +120,6 @@ _NO_PLAIN_RECORD: Final = "an encrypted record holds no plain record"
 _crc32: Final = zlib.crc32
 _new: Final = object.__new__
 _from_timestamp: Final = datetime.fromtimestamp
-_pack_time: Final = struct.Struct(">q").pack  # encode_time's 8 bytes, as the seal reads them
 _pack_id_time: Final = struct.Struct(">16sq").pack  # a 16-byte id and its time, as the seal reads them
 _first, _second = itemgetter(0), itemgetter(1)
 _encoder = msgspec.msgpack.Encoder()

@@ -390,6 +390,8 @@ def _decoded_run(
         raise _corrupt(key.conversation_id, seq, exc) from exc
 
 
+_first = itemgetter(0)
+"""The first item: an entry's id length, an unpacked time."""
 _ID16, _TIME_AT, _BODY_AT = itemgetter(slice(1, 17)), 17, 25
 """Where an entry with a 16-byte id holds its id, time and body."""
 _time_at = struct.Struct(">q").unpack_from
@@ -403,10 +405,6 @@ def _decoded_batch(key: RecordKey, entries: list[bytes]) -> list[Message] | None
     ids = list(map(_ID16, entries))
     times = list(map(_first, map(_time_at, entries, repeat(_TIME_AT))))
     return decode_batch(key, ids, times, list(map(itemgetter(slice(_BODY_AT, None)), entries)))
-
-
-_first = itemgetter(0)
-"""The first item: an entry's id length, an unpacked time."""
 
 
 def _history_view(key: RecordKey, reply: list[Any], raw: bool) -> HistoryView:
