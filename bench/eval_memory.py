@@ -57,9 +57,18 @@ from agentkeep.testing import HashingEmbedder
 
 SET: Final = Path(__file__).parent / "data" / "recall_conversations.json"
 MODES: Final = ("lexical", "vector", "hybrid")
-MODE_NAMES: Final = {"lexical": "BM25", "vector": "embeddings", "hybrid": "hybrid", "next": "hybrid+next"}
-COLUMNS: Final = (*MODES, "next")
-"""What is reported: the three modes, then the hybrid's hits each with what was said next."""
+MODE_NAMES: Final = {
+    "lexical": "BM25",
+    "vector": "embeddings",
+    "unnamed": "embeddings-names",
+    "hybrid": "hybrid",
+    "next": "hybrid+next",
+}
+COLUMNS: Final = ("lexical", "vector", "unnamed", "hybrid", "next")
+"""What is reported: the three modes (the vector ranking of the question as asked), the vector
+ranking of what the provider embeds of the question (``"unnamed"``: without the names of the
+speakers it names, :meth:`SemanticMemoryProvider.query_vector`; the hybrid ranks by it too),
+then the hybrid's hits each with what was said next."""
 KS: Final = (1, 5, 10)
 POOL: Final = 50
 LOCOMO_CATEGORIES: Final = {
@@ -187,15 +196,21 @@ async def remember(
 
 
 async def rank(
-    store: MemoryStore, scope: MemoryScope, question: str, vector: list[float]
+    provider: SemanticMemoryProvider, scope: MemoryScope, question: str, vector: list[float]
 ) -> dict[str, list[list[str]]]:
     """The turn ids each column found, best first, as one group per hit: the hit alone, or for
-    ``"next"`` the hybrid's hit and what was said next after it."""
+    ``"next"`` the hybrid's hit and what was said next after it. The vector and hybrid columns
+    of ``--plain`` rank by the question as asked (its memories carry no speaker)."""
+    store = provider.store
+    unnamed = await provider.query_vector(scope, question, vector=vector)
     found: dict[str, list[list[str]]] = {}
-    for mode in MODES:
+    for mode in ("lexical", "vector", "unnamed", "hybrid"):
         # a hybrid search of 10 fuses the top 50 of each ranking, the single rankings' pool
         k = max(KS) if mode == "hybrid" else POOL
-        hits = await store.search(scope, None if mode == "lexical" else vector, k=k, text=question, mode=mode)
+        asked = None if mode == "lexical" else vector if mode == "vector" else unnamed
+        hits = await store.search(
+            scope, asked, k=k, text=question, mode="vector" if mode == "unnamed" else mode
+        )
         found[mode] = [[_turn_id(h.record)] for h in hits]
         if mode == "hybrid":
             after = await store.following(scope, [h.record for h in hits], limit=1)
@@ -290,7 +305,9 @@ async def evaluate(
                 await remember(provider, scope, turns, vectors, plain=plain, embedded=embedded)
                 for at in by_conversation.get(name, []):
                     question = data.questions[at]
-                    ranked.append((question, await rank(store, scope, question.text, question_vectors[at])))
+                    ranked.append(
+                        (question, await rank(provider, scope, question.text, question_vectors[at]))
+                    )
             finally:
                 await store.aclose()
     finally:

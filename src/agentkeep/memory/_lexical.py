@@ -42,6 +42,7 @@ __all__ = [
     "standout",
     "stem",
     "tsquery",
+    "without_names",
     "words",
 ]
 
@@ -283,6 +284,23 @@ def names_in(terms: Collection[str], speaker: object) -> bool:
         return False
     name = words(speaker)
     return bool(name) and all(part in terms for part in name)
+
+
+def without_names(text: str, names: Iterable[str]) -> str:
+    """``text`` with every word of ``names`` left out (whole words, any case, with a possessive
+    ``'s``), spaces closed up; ``text`` itself when nothing would be left but :data:`STOPWORDS`.
+
+    What a fused search embeds of a question that names speakers (:meth:`~agentkeep.memory.
+    SemanticMemoryProvider.query_vector`): the name is matched by the speaker preference of the
+    fusion, and left in the embedding it pulls the question toward any memory that mentions the
+    name rather than toward what was said about the subject."""
+    parts = sorted({w for name in names for w in words(name)}, key=len, reverse=True)
+    if not parts:
+        return text
+    pattern = r"(?<![^\W_])(?:" + "|".join(map(re.escape, parts)) + r")(?:['\u2019]s)?(?![^\W_])"
+    kept = " ".join(re.sub(pattern, " ", text, flags=re.IGNORECASE).split())
+    kept = re.sub(r" (?=[?!.,;:])", "", kept)
+    return kept if query_terms(kept) else text
 
 
 def said_in(periods: Sequence[tuple[int, int]], said_at: int) -> bool:

@@ -8,7 +8,9 @@ shared by default.
 **Before each run** the provider embeds the new user input and finds the ``top_k`` memories of
 the scope that best match it, from any earlier session of the user: by meaning and by words
 fused (``mode="hybrid"``, the default: a memory that shares the input's rarer words is found
-even when its embedding is not among the nearest), or by one of them. It adds them as one
+even when its embedding is not among the nearest), or by one of them; a search by meaning embeds
+the input without the names of the speakers it names (:meth:`SemanticMemoryProvider.unnamed`).
+It adds them as one
 context message (role ``system`` by default) that gives today's date and each memory's date,
 speaker and source session, so the model can place "last spring" or "two weeks ago"; each
 recalled chunk comes with what was said next in its session (``window``: that many of the
@@ -54,7 +56,7 @@ from ..errors import AgentkeepError
 from ..messages import Message
 from ..providers.context import AIContext, ContextProvider, SessionContext
 from ..sessions import AgentSession
-from ._lexical import SearchMode
+from ._lexical import CANDIDATES, SearchMode, names_in, query_terms, without_names
 from .base import MemoryStore, check_mode
 from .embedders import Embedder
 from .records import MAX_MEMORY_TEXT, MemoryHit, MemoryRecord, MemoryScope
@@ -258,11 +260,51 @@ class SemanticMemoryProvider(ContextProvider):
         ``vector``: ``text``'s embedding, when the caller has it), of those said in
         ``[since, until)`` when given."""
         if self.mode == "lexical":
+            return await self._search(scope, text, None, since=since, until=until)
+        searched = await self.query_vector(scope, text, vector=vector)
+        return await self._search(scope, text, searched, since=since, until=until)
+
+    async def query_vector(
+        self, scope: MemoryScope, text: str, *, vector: list[float] | None = None
+    ) -> list[float]:
+        """The embedding a search of ``text`` in ``scope`` ranks by (``vector``: ``text``'s own,
+        when the caller has it): that of ``text`` without the names of the scope's speakers it
+        names (:meth:`unnamed`), or ``text``'s when it names none."""
+        asked = await self.unnamed(scope, text)
+        if asked != text or vector is None:
+            (vector,) = await self.embedder.embed([asked])
+        return vector
+
+    async def unnamed(self, scope: MemoryScope, text: str) -> str:
+        """What of ``text`` a search by meaning embeds: ``text`` without the names of the
+        speakers of ``scope`` it names (:func:`~._lexical.without_names`).
+
+        A memory is embedded without its speaker's name, so a name left in the question ("What
+        did Caroline research?") pulls its embedding toward the memories that mention the name
+        rather than toward what was said about the subject; a fused search matches the name by
+        its preference for memories said by someone the query names. The speakers are those of
+        the memories the question's words find (a memory's speaker is indexed with its words):
+        one search by words (docs/memory.md, "Names in the question")."""
+        terms = query_terms(text)
+        if not terms:
+            return text
+        found = await self.store.search(scope, None, k=CANDIDATES, text=text, mode="lexical")
+        speakers = {hit.record.metadata.get("speaker") for hit in found}
+        return without_names(text, [s for s in speakers if isinstance(s, str) and names_in(terms, s)])
+
+    async def _search(
+        self,
+        scope: MemoryScope,
+        text: str,
+        vector: list[float] | None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[MemoryHit]:
+        if vector is None:
             return await self.store.search(
                 scope, None, k=self.top_k, text=text, mode="lexical", since=since, until=until
             )
-        if vector is None:
-            (vector,) = await self.embedder.embed([text])
         return await self.store.search(
             scope,
             vector,
@@ -282,10 +324,12 @@ class SemanticMemoryProvider(ContextProvider):
         if scope is None or not query:
             return None
         try:
-            (vector,) = await self.embedder.embed([query])
-            # The input is remembered after the run: its embedding is made once, here.
-            context.metadata[self._vectors_key] = {query.strip(): vector}
-            hits = await self.recall(scope, query, vector=vector)
+            asked = query if self.mode == "lexical" else await self.unnamed(scope, query)
+            # one model call: the input as said (remembered after the run: its embedding is
+            # made once, here) and, when it names speakers, what the search embeds of it
+            vectors = await self.embedder.embed([query] if asked == query else [query, asked])
+            context.metadata[self._vectors_key] = {query.strip(): vectors[0]}
+            hits = await self._search(scope, query, None if self.mode == "lexical" else vectors[-1])
         except AgentkeepError as exc:  # memory unavailable: the run goes on without it
             _log.warning("recall failed for %s: %s", scope, exc)
             return None
