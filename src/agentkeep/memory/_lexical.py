@@ -290,10 +290,10 @@ def without_names(text: str, names: Iterable[str]) -> str:
     """``text`` with every word of ``names`` left out (whole words, any case, with a possessive
     ``'s``), spaces closed up; ``text`` itself when nothing would be left but :data:`STOPWORDS`.
 
-    What a fused search embeds of a question that names speakers (:meth:`~agentkeep.memory.
-    SemanticMemoryProvider.query_vector`): the name is matched by the speaker preference of the
-    fusion, and left in the embedding it pulls the question toward any memory that mentions the
-    name rather than toward what was said about the subject."""
+    What a search by meaning embeds of a question that names speakers (:meth:`~agentkeep.memory.
+    semantic.SemanticMemoryProvider.unnamed`): left in the embedding, a name pulls the question
+    toward any memory that mentions it rather than toward what was said about the subject; a
+    fused search matches it by its speaker preference."""
     parts = sorted({w for name in names for w in words(name)}, key=len, reverse=True)
     if not parts:
         return text

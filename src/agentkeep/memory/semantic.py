@@ -10,12 +10,11 @@ the scope that best match it, from any earlier session of the user: by meaning a
 fused (``mode="hybrid"``, the default: a memory that shares the input's rarer words is found
 even when its embedding is not among the nearest), or by one of them; a search by meaning embeds
 the input without the names of the speakers it names (:meth:`SemanticMemoryProvider.unnamed`).
-It adds them as one
-context message (role ``system`` by default) that gives today's date and each memory's date,
-speaker and source session, so the model can place "last spring" or "two weeks ago"; each
-recalled chunk comes with what was said next in its session (``window``: that many of the
-memories said after it, see :meth:`~agentkeep.memory.MemoryStore.following`), so a question
-found by the words of its answer brings the answer along.
+It adds them as one context message (role ``system`` by default) that gives today's date and
+each memory's date, speaker and source session, so the model can place "last spring" or "two
+weeks ago"; each recalled chunk comes with what was said next in its session (``window``: that
+many of the memories said after it, see :meth:`~agentkeep.memory.MemoryStore.following`), so a
+question found by the words of its answer brings the answer along.
 
 **After a run that succeeded** it remembers: with a :class:`FactExtractor`, the facts one
 structured-output call finds in the turn (each with a key: what it is about); otherwise the
