@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from itertools import chain, repeat
 from typing import Any, Final, Literal, TypeAlias, cast, get_args
@@ -106,6 +106,24 @@ def _id_batch(size: int) -> list[str]:
     return [prefix + random[at : at + 20] for at in range(0, 20 * size, 20)]
 
 
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+FLOAT_EXACT_MICROS: Final = 2**31 * 1_000_000
+"""Below this many microseconds (2038), seconds as a double round back to the exact microsecond:
+the double's error is under 0.25 us, so ``fromtimestamp``'s rounding to microseconds recovers it."""
+
+
+def time_of_micros(micros: int) -> datetime:
+    """The UTC time ``micros`` microseconds after the epoch (through a double where that is exact,
+    about twice as fast as adding a ``timedelta``).
+
+    Raises:
+        OverflowError: Outside the range of a ``datetime``.
+    """
+    if 0 <= micros < FLOAT_EXACT_MICROS:
+        return datetime.fromtimestamp(micros / 1_000_000, UTC)
+    return _EPOCH + timedelta(microseconds=micros)
+
+
 def _format_time(value: datetime) -> str:
     # msgspec writes RFC 3339 ("...Z" for UTC) in C, several times faster than isoformat().
     return cast(str, msgspec.to_builtins(value))
@@ -127,11 +145,11 @@ class Message:
     """
 
     __slots__ = (
+        "_created_at",
         "_source",
         "additional_properties",
         "author_name",
         "contents",
-        "created_at",
         "extra_fields",
         "message_id",
         "role",
@@ -141,10 +159,12 @@ class Message:
     contents: list[Content]
     author_name: str | None
     message_id: str | None
-    created_at: datetime | None
     additional_properties: dict[str, Any]
     extra_fields: dict[str, Any] | None
     _source: _SourceStamp | None
+    _created_at: datetime | int | None
+    """The creation time, or, for a message a store decoded, its microseconds since the epoch
+    until it is first read (:attr:`created_at`)."""
 
     def __init__(
         self,
@@ -212,11 +232,25 @@ class Message:
         message.contents = [part]
         message.author_name = author_name
         message.message_id = message_id
-        message.created_at = created_at
+        message._created_at = created_at
         message.additional_properties = {}
         message.extra_fields = None
         message._source = None
         return message
+
+    @property
+    def created_at(self) -> datetime | None:
+        """Creation time (timezone-aware). A message read from a store keeps the stored
+        microseconds and makes its ``datetime`` when this is first read: a whole history's load
+        does not make ten thousand of them for a caller that reads none."""
+        when = self._created_at
+        if isinstance(when, int):
+            when = self._created_at = time_of_micros(when)
+        return when
+
+    @created_at.setter
+    def created_at(self, value: datetime | None) -> None:
+        self._created_at = value
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -248,7 +282,7 @@ class Message:
         clone.contents = self.contents
         clone.author_name = self.author_name
         clone.message_id = self.message_id
-        clone.created_at = self.created_at
+        clone._created_at = self._created_at
         props = self.additional_properties
         clone.additional_properties = dict(props) if props else {}  # a copy's edits stay its own
         clone.extra_fields = self.extra_fields

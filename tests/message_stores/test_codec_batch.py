@@ -200,3 +200,26 @@ def test_a_time_that_is_no_integer_goes_one_by_one() -> None:
     times[1] += 0.5  # what a SQLite INTEGER column hands back once a REAL was written into it
     key = seal_key(CONVERSATION)
     assert decode_batch(key, [r[0] for r in stored], times, [r[2] for r in stored]) is None
+
+
+def test_a_batch_decoded_messages_time_is_made_when_first_read_and_behaves_as_a_datetime() -> None:
+    import copy
+    import pickle
+
+    originals = chat(3)
+    stored = records(originals, RING)
+    decoded = batch(seal_key(CONVERSATION, RING), stored)
+    assert decoded is not None
+    first, second, third = decoded
+    assert isinstance(first._created_at, int)  # pyright: ignore[reportPrivateUsage] - kept as stored
+    clone = first.copy()
+    assert first == originals[0]  # equality reads it
+    assert first.created_at == originals[0].created_at == clone.created_at
+    assert first.created_at is first.created_at  # made once
+    for other in (copy.copy(second), copy.deepcopy(second), pickle.loads(pickle.dumps(second))):
+        assert other.created_at == originals[1].created_at
+        assert other.to_dict() == originals[1].to_dict()
+    later = T0 + timedelta(days=1)
+    third.created_at = later  # set before it was ever read
+    assert third.created_at == later
+    assert Message.from_dict(third.to_dict()).created_at == later

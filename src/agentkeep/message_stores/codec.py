@@ -57,7 +57,7 @@ import msgspec
 from ..contents import TextContent
 from ..encryption import NONCE_SIZE, TAG_SIZE, KeyMismatch, decryption_error
 from ..errors import CorruptRecordError, MessageFormatError
-from ..messages import Message, Role
+from ..messages import FLOAT_EXACT_MICROS, Message, Role, time_of_micros
 
 if TYPE_CHECKING:
     from ..encryption import EncryptionKey, KeyRing
@@ -538,16 +538,8 @@ def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: Reco
     return decode_body(body, message_id=identity, created_at=when, end=end)
 
 
-_FLOAT_EXACT: Final = 2**31 * 1_000_000
-"""Below this many microseconds (2038), seconds as a double round back to the exact microsecond:
-the double's error is under 0.25 us, so ``fromtimestamp``'s rounding to microseconds recovers it."""
-
-
-def _time_of(micros: int) -> datetime:
-    """:func:`decode_time`, through a double where that is exact (about twice as fast)."""
-    if 0 <= micros < _FLOAT_EXACT:
-        return _from_timestamp(micros / 1_000_000, UTC)
-    return _EPOCH + timedelta(microseconds=micros)
+_FLOAT_EXACT: Final = FLOAT_EXACT_MICROS
+_time_of: Final = time_of_micros
 
 
 BATCH: Final = 4096
@@ -610,17 +602,17 @@ def _decoded_batch(
     if max(roles) >= len(_ROLES):
         return None
     words = list(map(bytes.decode, texts))  # a UnicodeDecodeError is a ValueError
-    whens = map(_from_timestamp, map(int.__truediv__, times, repeat(1_000_000)), repeat(UTC))
     messages: list[Message] = []
     keep = messages.append
     names = _ROLES
-    for role, text, identity, when in zip(roles, words, map(bytes.hex, ids), whens, strict=True):
+    # each time stays its checked microseconds (1970 to 2038: always a datetime) until it is read
+    for role, text, identity, when in zip(roles, words, map(bytes.hex, ids), times, strict=True):
         # Message.from_checked_text, inline (as in decode_message)
         part = _new(TextContent)
         part.text, part.additional_properties, part.extra_fields = text, None, None
         message = _new(Message)
         message.role, message.contents, message.author_name = names[role], [part], None
-        message.message_id, message.created_at, message.additional_properties = identity, when, {}
+        message.message_id, message._created_at, message.additional_properties = identity, when, {}  # pyright: ignore[reportPrivateUsage]
         message.extra_fields = None
         message._source = None  # pyright: ignore[reportPrivateUsage] - what Message.from_checked_text sets
         keep(message)
