@@ -473,6 +473,38 @@ async def test_summaries_over_messages_below_the_view_floor(store: SQLiteMessage
     ]
 
 
+async def test_a_whole_view_has_the_seqs_of_its_messages_with_and_without_gaps(tmp_path: Path) -> None:
+    """A whole view without summaries reads its seqs only when some seq of its span is not in it."""
+    store = SQLiteMessageStore(tmp_path / "gaps.db", max_messages=16)
+    try:
+        for i in range(6):
+            await store.append("g", turn(i))
+        ids = [e.message.message_id or "" for e in (await store.read("g", raw=True)).entries]
+        assert [e.seq for e in (await store.read("g")).entries] == list(range(1, 13))
+        assert [e.seq for e in (await store.read("g", after=5)).entries] == list(range(6, 13))
+        await store.record_compaction("g", excluded=[ids[4], ids[9]])  # two gaps in the middle
+        view = await store.read("g")
+        assert [e.seq for e in view.entries] == [1, 2, 3, 4, 6, 7, 8, 9, 11, 12]
+        assert [e.message.message_id for e in view.entries] == [
+            ids[i - 1] for i in [1, 2, 3, 4, 6, 7, 8, 9, 11, 12]
+        ]
+        for i in range(6, 10):  # past max_messages: the oldest are trimmed away
+            await store.append("g", turn(i))
+        raw = await store.read("g", raw=True)
+        view = await store.read("g")
+        kept = [e.seq for e in raw.entries if not e.excluded]
+        assert [e.seq for e in view.entries] == kept
+        assert [e.message for e in view.entries] == [e.message for e in raw.entries if not e.excluded]
+        await _sql(
+            store.path, "UPDATE agentkeep_messages SET time = time + 0.5 WHERE position & 4294967295 = 15"
+        )
+        with pytest.raises(CorruptRecordError) as caught:
+            await store.read("g")
+        assert caught.value.seq == 15  # named by its seq whether the seqs were read or not
+    finally:
+        await store.aclose()
+
+
 async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:
     await store.append("s", turn(1))
     [first, _] = (await store.read("s", raw=True)).entries

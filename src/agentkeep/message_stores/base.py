@@ -246,7 +246,7 @@ class HistoryView:
 
     _entries: list[StoredMessage] | None
     _messages: list[Message] | None
-    _seqs: list[int] | None
+    _seqs: Sequence[int] | None
     _excluded: list[bool] | None
     _replaces: dict[int, tuple[str, ...]] | None
     epoch: int
@@ -265,7 +265,7 @@ class HistoryView:
     def of(
         cls,
         messages: list[Message],
-        seqs: list[int],
+        seqs: Sequence[int],
         epoch: int,
         last_seq: int,
         *,

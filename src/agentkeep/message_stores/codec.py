@@ -651,36 +651,44 @@ def _opened_batch(key: RecordKey, ids: Sequence[bytes], bodies: Sequence[bytes])
 
 
 def decode_rows(
-    key: RecordKey, rows: Sequence[Sequence[Any]], *, seq_at: int = 0, backend: str
-) -> tuple[list[Message], list[int]]:
+    key: RecordKey,
+    rows: Sequence[Sequence[Any]],
+    *,
+    seq_at: int = 0,
+    backend: str,
+    seqs: Sequence[int] | None = None,
+) -> tuple[list[Message], Sequence[int]]:
     """The messages of a load's ``rows`` (``seq``, ``id``, ``time``, ``body`` from column ``seq_at``
-    on) and their seqs: the hot loop of long loads on the SQL backends, :data:`BATCH` rows at a
-    time through :func:`decode_batch`, one row at a time through :func:`decode_message` where a
-    batch is not of the common shape.
+    on; with ``seqs``, the rows' seqs known without reading them, ``id``, ``time``, ``body``) and
+    their seqs: the hot loop of long loads on the SQL backends, :data:`BATCH` rows at a time
+    through :func:`decode_batch`, one row at a time through :func:`decode_message` where a batch
+    is not of the common shape.
 
     Raises:
         CorruptRecordError: A row does not decode (``DecryptionError`` for a key problem), named
             by its seq (see :func:`record_error`).
     """
     messages: list[Message] = []
-    seqs: list[int] = []
-    add, at = messages.append, seqs.append
+    found: list[int] = []
+    add, at = messages.append, found.append
     seq = 0
-    parts = itemgetter(seq_at), itemgetter(seq_at + 1), itemgetter(seq_at + 2), itemgetter(seq_at + 3)
+    first = seq_at if seqs is not None else seq_at + 1
+    parts = itemgetter(first), itemgetter(first + 1), itemgetter(first + 2)
     try:
         with bulk_decoding():
             for start in range(0, len(rows), BATCH):
                 chunk = rows[start : start + BATCH]
-                ids, times, bodies = (list(map(part, chunk)) for part in parts[1:])
+                ids, times, bodies = (list(map(part, chunk)) for part in parts)
                 batch = decode_batch(key, ids, times, bodies)
                 if batch is not None:
                     messages.extend(batch)
-                    seqs.extend(map(parts[0], chunk))
+                    if seqs is None:
+                        found.extend(map(itemgetter(seq_at), chunk))
                     continue
-                for row in chunk:
-                    seq = row[seq_at]
-                    add(decode_message(row[seq_at + 3], row[seq_at + 1], row[seq_at + 2], key=key))
+                for index, row in enumerate(chunk, start):
+                    seq = row[seq_at] if seqs is None else seqs[index]
+                    add(decode_message(row[first + 2], row[first], row[first + 1], key=key))
                     at(seq)
     except DECODE_ERRORS as exc:
         raise record_error(exc, backend=backend, conversation_id=key.conversation_id, seq=seq) from exc
-    return messages, seqs
+    return messages, found if seqs is None else seqs

@@ -670,6 +670,13 @@ _SELECT_VIEW: Final = (
     "SELECT position & 4294967295, id, time, body FROM agentkeep_messages "
     "WHERE position > ? AND position <= ? AND excluded = 0"
 )
+_SELECT_VIEW_RECORDS: Final = (
+    "SELECT id, time, body FROM agentkeep_messages WHERE position > ? AND position <= ? AND excluded = 0"
+)
+_SELECT_VIEW_SEQS: Final = (
+    "SELECT position & 4294967295 FROM agentkeep_messages "
+    "WHERE position > ? AND position <= ? AND excluded = 0"
+)
 
 
 def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
@@ -700,19 +707,34 @@ def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.
         if last is not None and last <= 0:
             return HistoryView([], found.epoch, found.last_seq)
         lower = after or 0
-        span = _span(found.key, max(lower, found.view_floor))
-        if last is None:
+        floor = max(lower, found.view_floor)
+        span = _span(found.key, floor)
+        summary_rows = db.execute(
+            "SELECT seq, id, time, body, excluded, anchor, replaces FROM agentkeep_summaries "
+            "WHERE conversation = ? AND seq > ? AND excluded = 0",
+            (found.key, lower),
+        ).fetchall()
+        whole: tuple[list[Any], Sequence[int]] | None = None
+        message_rows: list[Any] = []
+        if last is None and not summary_rows:
+            # A whole view without summaries: its seqs are those of the span when every one of
+            # them is in the view (one column fewer to read); else they are read on their own.
+            span = _span(found.key, floor, found.last_seq)
+            records = db.execute(_SELECT_VIEW_RECORDS + " ORDER BY position", span).fetchall()
+            seqs: Sequence[int] = range(floor + 1, found.last_seq + 1)
+            if len(records) != len(seqs):
+                seqs = [seq for (seq,) in db.execute(_SELECT_VIEW_SEQS + " ORDER BY position", span)]
+            whole = records, seqs
+        elif last is None:
             message_rows = db.execute(_SELECT_VIEW + " ORDER BY position", span).fetchall()
         else:
             message_rows = db.execute(
                 _SELECT_VIEW + " ORDER BY position DESC LIMIT ?", (*span, last)
             ).fetchall()
             message_rows.reverse()
-        summary_rows = db.execute(
-            "SELECT seq, id, time, body, excluded, anchor, replaces FROM agentkeep_summaries "
-            "WHERE conversation = ? AND seq > ? AND excluded = 0",
-            (found.key, lower),
-        ).fetchall()
+    if whole is not None:
+        messages, seqs = decode_rows(key, whole[0], backend=BACKEND, seqs=whole[1])
+        return HistoryView.of(messages, seqs, found.epoch, found.last_seq)
     if not summary_rows:
         messages, seqs = decode_rows(key, message_rows, backend=BACKEND)
         return HistoryView.of(messages, seqs, found.epoch, found.last_seq)
