@@ -55,11 +55,12 @@ def test_the_committed_set_is_what_its_script_writes(
 async def test_recall_on_the_committed_set_with_the_packaged_model(
     evaluation: ModuleType, minilm: MiniLMEmbedder
 ) -> None:
-    """Measured (recall@5 / @10, all questions): BM25 0.42 / 0.46, embeddings 0.63 / 0.74,
-    hybrid 0.79 / 0.88, its hits with what was said next 0.82 / 0.90; the questions that name a
-    date: BM25 0.07 / 0.15, embeddings 0.00 / 0.05, hybrid 0.45 / 0.65. The floors are well below;
-    hybrid is held to at least the better of the two at 5 and 10 on the whole set, less a margin,
-    and what was said next never loses a hit."""
+    """Measured (recall@5 / @10, all questions): BM25 0.42 / 0.46, embeddings of the question as
+    asked 0.63 / 0.74, without the speakers it names 0.79 / 0.82, hybrid 0.84 / 0.92, its hits
+    with what was said next 0.88 / 0.94; the questions that name a date: BM25 0.07 / 0.15,
+    embeddings 0.00 / 0.05, hybrid 0.45 / 0.62. The floors are well below; hybrid is held to at
+    least the better of the rankings at 5 and 10 on the whole set, less a margin, leaving the
+    names out helps the ranking by meaning, and what was said next never loses a hit."""
     table, counts, _ = await evaluation.evaluate(evaluation.load_committed(), minilm)
     assert counts["all"] >= 200
     assert table["lexical"]["all"][5] >= 0.35
@@ -70,8 +71,9 @@ async def test_recall_on_the_committed_set_with_the_packaged_model(
         assert table["hybrid"][category][10] >= 0.6, category
     assert table["hybrid"]["dated"][10] >= 0.4  # found by the date named: neither ranking alone can
     assert table["hybrid"]["dated"][5] >= max(table["lexical"]["dated"][5], table["vector"]["dated"][5]) + 0.2
+    assert table["unnamed"]["all"][5] >= table["vector"]["all"][5] + 0.05
     for k in (5, 10):
-        better = max(table["lexical"]["all"][k], table["vector"]["all"][k])
+        better = max(table["lexical"]["all"][k], table["vector"]["all"][k], table["unnamed"]["all"][k])
         assert table["hybrid"]["all"][k] >= better - 0.05, k
     for category in counts:  # what was said next only adds turns to the hybrid's hits
         for k in (1, 5, 10):
