@@ -10,10 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentkeep import Content, Message
-from agentkeep.message_stores.codec import (  # pyright: ignore[reportPrivateUsage]
-    _FLOAT_EXACT,
+from agentkeep.message_stores.codec import (
     RecordKey,
-    _time_of,
     decode_body,
     decode_id,
     decode_message,
@@ -25,6 +23,7 @@ from agentkeep.message_stores.codec import (  # pyright: ignore[reportPrivateUsa
     seal_key,
     unseal,
 )
+from agentkeep.messages import FLOAT_EXACT_MICROS, time_of_micros
 
 PROSE = (
     "Sure! The report notes revenue grew 12% year over year, margins were flat, and management "
@@ -211,12 +210,20 @@ def test_a_stored_time_reads_back_to_the_exact_microsecond(micros: int) -> None:
         expected = decode_time(micros)
     except OverflowError:
         return
-    assert _time_of(micros) == expected
+    assert time_of_micros(micros) == expected
 
 
 def test_times_near_the_float_path_edges_read_back_exactly() -> None:
-    for micros in (0, 1, 999_999, 1_000_000, _FLOAT_EXACT - 1, _FLOAT_EXACT, 1_764_788_888_123_457):
-        assert _time_of(micros) == decode_time(micros)
-    for base in range(0, _FLOAT_EXACT, _FLOAT_EXACT // 997):
+    for micros in (
+        0,
+        1,
+        999_999,
+        1_000_000,
+        FLOAT_EXACT_MICROS - 1,
+        FLOAT_EXACT_MICROS,
+        1_764_788_888_123_457,
+    ):
+        assert time_of_micros(micros) == decode_time(micros)
+    for base in range(0, FLOAT_EXACT_MICROS, FLOAT_EXACT_MICROS // 997):
         for micros in (base, base + 499_999, base + 500_000, base + 999_999):
-            assert _time_of(micros) == decode_time(micros)
+            assert time_of_micros(micros) == decode_time(micros)

@@ -524,7 +524,7 @@ def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: Reco
             if not _PLAIN <= kind <= _AUTHORED_Z:
                 raise ValueError(_NO_PLAIN_RECORD)
     identity = message_id.hex() if len(message_id) == 16 else decode_id(message_id)
-    when = _time_of(created_at)
+    when = time_of_micros(created_at)
     if kind == _PLAIN and end is not None and body[1] < 4:  # sealed: its length is checked
         # Message.from_checked_text, inline
         part = _new(TextContent)
@@ -536,10 +536,6 @@ def decode_message(body: bytes, message_id: bytes, created_at: int, *, key: Reco
         message._source = None  # pyright: ignore[reportPrivateUsage] - what Message.from_checked_text sets
         return message
     return decode_body(body, message_id=identity, created_at=when, end=end)
-
-
-_FLOAT_EXACT: Final = FLOAT_EXACT_MICROS
-_time_of: Final = time_of_micros
 
 
 BATCH: Final = 4096
@@ -576,7 +572,7 @@ def _decoded_batch(
         or set(map(len, ids)) != {16}
         or set(map(type, times)) != {int}
         or min(times) < 0
-        or max(times) >= _FLOAT_EXACT
+        or max(times) >= FLOAT_EXACT_MICROS
         or min(map(len, bodies)) < 6
     ):
         return None
