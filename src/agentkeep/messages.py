@@ -244,9 +244,10 @@ class Message:
         microseconds and makes its ``datetime`` when this is first read: a whole history's load
         does not make ten thousand of them for a caller that reads none."""
         when = self._created_at
-        if isinstance(when, int):
-            when = self._created_at = time_of_micros(when)
-        return when
+        if when.__class__ is not int:  # a datetime or None: the common case, one check
+            return when  # pyright: ignore[reportReturnType] - not an int, so a datetime or None
+        made = self._created_at = time_of_micros(when)  # pyright: ignore[reportArgumentType] - an int
+        return made
 
     @created_at.setter
     def created_at(self, value: datetime | None) -> None:
@@ -293,8 +294,8 @@ class Message:
         """Give this message an id and a creation time if it has none; returns ``self``."""
         if self.message_id is None:
             self.message_id = new_message_id()
-        if self.created_at is None:
-            self.created_at = datetime.now(UTC)
+        if self._created_at is None:
+            self._created_at = datetime.now(UTC)
         return self
 
     @property
@@ -327,8 +328,9 @@ class Message:
             out["author_name"] = self.author_name
         if self.message_id is not None:
             out["message_id"] = self.message_id
-        if self.created_at is not None:
-            out["created_at"] = _format_time(self.created_at)
+        created_at = self.created_at
+        if created_at is not None:
+            out["created_at"] = _format_time(created_at)
         if self.additional_properties:
             out["additional_properties"] = self.additional_properties
         if self.extra_fields:
