@@ -623,3 +623,40 @@ async def test_a_record_too_large_for_a_row_is_a_plain_storage_error_not_an_outa
             await store.append("c", [Message("user", ["x"], message_id="i" * 20_000)])
         assert not isinstance(caught.value, StorageUnavailableError)  # retrying cannot help
         assert len((await store.read("c", raw=True)).entries) == 2
+
+
+# -- whole views ------------------------------------------------------------------------------------
+
+
+async def test_a_whole_view_reads_the_counters_once_and_orders_summaries_among_messages() -> None:
+    """A whole view's statement gives the counters in a row of their own: with every message
+    excluded the view is empty at the conversation's epoch; a summary sits before the first
+    message it replaces, and a long view (decoded on a worker thread) is in seq order."""
+    async with open_store() as store:
+        for i in range(3):
+            await store.append("w", turn(i))
+        ids = [e.message.message_id or "" for e in (await store.read("w", raw=True)).entries]
+        await store.record_compaction("w", excluded=ids)
+        empty = await store.read("w")
+        assert (empty.entries, empty.epoch, empty.last_seq) == ([], 1, 6)
+        await store.append("w", turn(3))
+        await store.append("w", turn(4))
+        later = [e.message.message_id or "" for e in (await store.read("w", raw=True)).entries][6:]
+        await store.record_compaction("w", summaries=[Summary(Message("assistant", ["S"]), later[2:3])])
+        view = await store.read("w")
+        assert [e.message.text for e in view.entries] == [
+            "question 3",
+            "answer 3",
+            "S",
+            "question 4",
+            "answer 4",
+        ]
+        assert [e.seq for e in view.entries] == [7, 8, 11, 9, 10]
+        assert view.entries[2].replaces == (later[2],)
+        assert (view.epoch, view.last_seq) == (2, 11)
+        assert view.entries == (await store.read("w", after=0)).entries
+        long = [m for i in range(5, 705) for m in turn(i)]
+        await store.append("long", long)
+        whole = await store.read("long")
+        assert [e.seq for e in whole.entries] == list(range(1, 1401))
+        assert [e.message for e in whole.entries] == long

@@ -174,9 +174,16 @@ _QUERIES: Final[dict[str, LiteralString]] = {
             (SELECT {_VIEW_SUMMARY} AND seq > %(after)s ORDER BY anchor DESC, seq DESC LIMIT %(last)s)
             ORDER BY anchor DESC, kind DESC, seq DESC LIMIT %(last)s
         ) AS e ON true""",
-    "view_all": f"""{_VIEW_HEAD} (
-            SELECT {_VIEW_MESSAGE} AND seq > %(after)s UNION ALL SELECT {_VIEW_SUMMARY} AND seq > %(after)s
-        ) AS e ON true""",
+    # A whole view: one row of the conversation's counters (kind -1: epoch as the seq, last_seq
+    # as the time), then its messages (no anchor: their seq) and summaries, each row with only
+    # what it holds (the counters are not repeated on every row, nor a message's seq).
+    "view_all": f"""{_LIVE_CONVERSATION}
+    SELECT NULL::int8 AS anchor, -1 AS kind, c.epoch AS seq, NULL::bytea AS id, c.last_seq AS time,
+        NULL::bytea AS body, NULL::bytea[] AS replaces FROM c
+    UNION ALL SELECT NULL, 1, m.seq, m.id, m.time, m.body, NULL FROM c JOIN {{messages}} AS m
+        ON m.conversation = c.key AND NOT m.excluded AND m.seq > %(after)s
+    UNION ALL SELECT s.anchor, 0, s.seq, s.id, s.time, s.body, s.replaces FROM c JOIN {{summaries}} AS s
+        ON s.conversation = c.key AND NOT s.excluded AND s.seq > %(after)s""",
     # -- listing: one range of an index read backwards. A tenant's page is a range of the
     # (tenant, activity, id) index ordered by all three (the tenant bounded by inequalities, never
     # equal, so the order by tenant stays; after a cursor, its row is the upper bound the backward
@@ -251,6 +258,38 @@ _QUERIES: Final[dict[str, LiteralString]] = {
 _DECODE_ON_LOOP: Final = 1024
 """Rows a read decodes on the event loop; a longer read decodes on a worker thread, so loading a
 long history never holds up the other requests a host serves meanwhile."""
+
+
+def _replaced_ids(conversation_id: str, seq: int, raw_ids: list[bytes]) -> tuple[str, ...]:
+    try:
+        return tuple(decode_id(raw) for raw in raw_ids)
+    except DECODE_ERRORS as exc:
+        raise CorruptRecordError(
+            f"replaced ids: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
+        ) from exc
+
+
+def _whole_view(
+    key: RecordKey,
+    rows: list[Any],
+    epoch: int,
+    last_seq: int,
+) -> HistoryView:
+    """A whole view from its rows (``anchor``, ``kind``, ``seq``, ``id``, ``time``, ``body``,
+    ``replaces``; a message's anchor is its seq) in view order: by anchor, summaries before the
+    message they are anchored at, then seq. Without summaries, by seq alone."""
+    if 0 in map(itemgetter(1), rows):
+        rows.sort(key=lambda row: (row[2] if row[0] is None else row[0], row[1], row[2]))
+        summaries = {
+            index: _replaced_ids(key.conversation_id, row[2], row[6])
+            for index, row in enumerate(rows)
+            if row[1] == 0
+        }
+    else:
+        rows.sort(key=itemgetter(2))
+        summaries = None
+    messages, seqs = decode_rows(key, rows, seq_at=2, backend=BACKEND)
+    return HistoryView.of(messages, seqs, epoch, last_seq, replaces=summaries)
 
 
 class PostgresMessageStore:
@@ -424,6 +463,8 @@ class PostgresMessageStore:
         rows = await self.database.fetch_rows(query, params, retry=True)
         if not rows:
             return HistoryView()
+        if not raw and last is None:
+            return await self._whole_view(conversation_id, rows)
         epoch, last_seq = rows[0][0], rows[0][1]
         key = seal_key(conversation_id, self.key_ring)
         if rows[0][2 if raw else 4] is None:  # the conversation exists, nothing matched
@@ -432,8 +473,20 @@ class PostgresMessageStore:
             return self._view(key, rows, raw=raw, last=last)
         return await asyncio.to_thread(self._view, key, rows, raw=raw, last=last)
 
+    async def _whole_view(self, conversation_id: str, rows: list[Any]) -> HistoryView:
+        """The view of a ``view_all`` read's rows: its counters' row, then messages and summaries."""
+        at = 0 if rows[0][1] == -1 else next(i for i, row in enumerate(rows) if row[1] == -1)
+        _, _, epoch, _, last_seq, _, _ = rows.pop(at)
+        if not rows:
+            return HistoryView([], epoch, last_seq)
+        key = seal_key(conversation_id, self.key_ring)
+        if len(rows) <= _DECODE_ON_LOOP:
+            return _whole_view(key, rows, epoch, last_seq)
+        return await asyncio.to_thread(_whole_view, key, rows, epoch, last_seq)
+
     def _view(self, key: RecordKey, rows: list[Any], *, raw: bool, last: int | None) -> HistoryView:
-        """The rows of a read as a view (see :meth:`read`)."""
+        """The rows of a raw read, or of a window of the view (``view_last``), as a view (see
+        :meth:`read`; a whole view: :func:`_whole_view`)."""
         epoch, last_seq = rows[0][0], rows[0][1]
         if raw:
             if last is None:
@@ -443,25 +496,14 @@ class PostgresMessageStore:
             messages, seqs = decode_rows(key, rows, seq_at=2, backend=BACKEND)
             excluded = [row[6] for row in rows]
             return HistoryView.of(messages, seqs, epoch, last_seq, excluded=excluded)
-        if last is None:
-            rows.sort(key=itemgetter(2, 3, 4))
-        else:
-            rows.reverse()
+        rows.reverse()  # newest first
         messages, seqs = decode_rows(key, rows, seq_at=4, backend=BACKEND)
         summaries = {
-            index: self._ids(key.conversation_id, row[4], row[8])
+            index: _replaced_ids(key.conversation_id, row[4], row[8])
             for index, row in enumerate(rows)
             if row[3] == 0
         }
         return HistoryView.of(messages, seqs, epoch, last_seq, replaces=summaries)
-
-    def _ids(self, conversation_id: str, seq: int, raw_ids: list[bytes]) -> tuple[str, ...]:
-        try:
-            return tuple(decode_id(raw) for raw in raw_ids)
-        except DECODE_ERRORS as exc:
-            raise CorruptRecordError(
-                f"replaced ids: {exc}", backend=BACKEND, conversation_id=conversation_id, seq=seq
-            ) from exc
 
     # -- compaction -----------------------------------------------------------------------------
     async def record_compaction(
