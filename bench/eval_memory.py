@@ -56,7 +56,6 @@ from agentkeep.memory.semantic import SemanticMemoryProvider
 from agentkeep.testing import HashingEmbedder
 
 SET: Final = Path(__file__).parent / "data" / "recall_conversations.json"
-MODES: Final = ("lexical", "vector", "hybrid")
 MODE_NAMES: Final = {
     "lexical": "BM25",
     "vector": "embeddings",
@@ -64,11 +63,13 @@ MODE_NAMES: Final = {
     "hybrid": "hybrid",
     "next": "hybrid+next",
 }
-COLUMNS: Final = ("lexical", "vector", "unnamed", "hybrid", "next")
-"""What is reported: the three modes (the vector ranking of the question as asked), the vector
-ranking of what the provider embeds of the question (``"unnamed"``: without the names of the
-speakers it names, :meth:`SemanticMemoryProvider.query_vector`; the hybrid ranks by it too),
-then the hybrid's hits each with what was said next."""
+RANKINGS: Final = ("lexical", "vector", "unnamed", "hybrid")
+"""The rankings each question is searched with: the three modes (the vector ranking of the
+question as asked), and the vector ranking of what the provider embeds of the question
+(``"unnamed"``: without the names of the speakers it names,
+:meth:`SemanticMemoryProvider.query_vector`; the hybrid ranks by it too)."""
+COLUMNS: Final = (*RANKINGS, "next")
+"""What is reported: the rankings, then the hybrid's hits each with what was said next."""
 KS: Final = (1, 5, 10)
 POOL: Final = 50
 LOCOMO_CATEGORIES: Final = {
@@ -204,7 +205,7 @@ async def rank(
     store = provider.store
     unnamed = await provider.query_vector(scope, question, vector=vector)
     found: dict[str, list[list[str]]] = {}
-    for mode in ("lexical", "vector", "unnamed", "hybrid"):
+    for mode in RANKINGS:
         # a hybrid search of 10 fuses the top 50 of each ranking, the single rankings' pool
         k = max(KS) if mode == "hybrid" else POOL
         asked = None if mode == "lexical" else vector if mode == "vector" else unnamed

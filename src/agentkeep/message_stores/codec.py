@@ -119,7 +119,6 @@ _NONCE_AND_TAG: Final = NONCE_SIZE + TAG_SIZE  # the least an encrypted body hol
 _NO_PLAIN_RECORD: Final = "an encrypted record holds no plain record"
 _crc32: Final = zlib.crc32
 _new: Final = object.__new__
-_from_timestamp: Final = datetime.fromtimestamp
 _pack_id_time: Final = struct.Struct(">16sq").pack  # a 16-byte id and its time, as the seal reads them
 _first, _second = itemgetter(0), itemgetter(1)
 _encoder = msgspec.msgpack.Encoder()

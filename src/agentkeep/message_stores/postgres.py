@@ -269,7 +269,7 @@ def _replaced_ids(conversation_id: str, seq: int, raw_ids: list[bytes]) -> tuple
         ) from exc
 
 
-def _whole_view(
+def _whole_view_of(
     key: RecordKey,
     rows: list[Any],
     epoch: int,
@@ -481,12 +481,12 @@ class PostgresMessageStore:
             return HistoryView([], epoch, last_seq)
         key = seal_key(conversation_id, self.key_ring)
         if len(rows) <= _DECODE_ON_LOOP:
-            return _whole_view(key, rows, epoch, last_seq)
-        return await asyncio.to_thread(_whole_view, key, rows, epoch, last_seq)
+            return _whole_view_of(key, rows, epoch, last_seq)
+        return await asyncio.to_thread(_whole_view_of, key, rows, epoch, last_seq)
 
     def _view(self, key: RecordKey, rows: list[Any], *, raw: bool, last: int | None) -> HistoryView:
         """The rows of a raw read, or of a window of the view (``view_last``), as a view (see
-        :meth:`read`; a whole view: :func:`_whole_view`)."""
+        :meth:`read`; a whole view: :func:`_whole_view_of`)."""
         epoch, last_seq = rows[0][0], rows[0][1]
         if raw:
             if last is None:
