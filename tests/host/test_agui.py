@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -280,30 +279,3 @@ def test_events_are_encoded_as_the_ag_ui_encoder_encodes_them() -> None:
     ]
     for event in events:
         assert encode_event(event) == EventEncoder().encode(event)
-
-
-async def test_an_event_stream_response_closes_its_chunks_when_it_ends() -> None:
-    from agentkeep.host._http import EventStreamResponse
-
-    closed: list[str] = []
-
-    async def chunks() -> AsyncGenerator[tuple[str, bool]]:
-        try:
-            yield "data: {}\n\n", False
-            yield "never sent", False
-        finally:
-            closed.append("closed")  # at once, not when the garbage collector finds it
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.Event().wait()  # the client stays
-        return {"type": "http.disconnect"}
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: Any) -> None:
-        sent.append(message)
-
-    await EventStreamResponse(chunks())({"type": "http"}, receive, send)
-    assert closed == ["closed"]
-    assert [m.get("body") for m in sent] == [None, b"data: {}\n\n"]
-    assert sent[-1]["more_body"] is False

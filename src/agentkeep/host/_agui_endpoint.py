@@ -40,8 +40,9 @@ from ._agui import (
     stored_answer,
     stored_ids,
 )
+from ._event_stream import EventStreamResponse
 from ._hosted_turn import HostedTurn
-from ._http import EventStreamResponse, HTTPProblem, conversation_id_problem, error_response, run_error
+from ._http import HTTPProblem, conversation_id_problem, error_response, run_error
 from ._memory import user_of
 
 if TYPE_CHECKING:
@@ -116,9 +117,9 @@ class AGUIRoute:
         tools: list[Any],
         parent: telemetry.Span,
     ) -> AsyncGenerator[tuple[list[BaseEvent], bool]]:
-        """The run's events in batches, each sent as one chunk: what is ready together travels
-        together (``RUN_STARTED`` at once, then each update's events, then the closing events with
-        ``RUN_FINISHED`` after the save), and the last batch says it is the last."""
+        """The run's events in batches (``RUN_STARTED`` at once, then each update's events, then
+        the closing events with ``RUN_FINISHED`` after the save), the last saying it is the last;
+        the response sends the batches made before the run next waits as one message."""
         thread, run = run_input.thread_id, run_input.run_id
         yield [RunStartedEvent(thread_id=thread, run_id=run, timestamp=now_ms())], True
         closing: list[BaseEvent] = []

@@ -1,10 +1,8 @@
 """What the host's endpoints share about HTTP: the typed error body, which clients are loopback,
-what ended a failed run (as a protocol error code and an HTTP status), the streamed response the
-event endpoints answer with, and the access log."""
+what ended a failed run (as a protocol error code and an HTTP status), and the access log."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import ipaddress
@@ -14,9 +12,8 @@ import time
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar, cast
 
-import anyio
 import pydantic
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import telemetry
@@ -38,7 +35,6 @@ __all__ = [
     "MAX_CONVERSATION_ID",
     "STATUS_OF",
     "AccessLog",
-    "EventStreamResponse",
     "HTTPProblem",
     "conversation_id_problem",
     "declared_tools",
@@ -231,59 +227,6 @@ async def spanned(span: telemetry.Span) -> AsyncGenerator[None]:
             yield
     finally:
         span.end()
-
-
-class EventStreamResponse(Response):
-    """A ``text/event-stream`` response sent as ``chunks`` makes it: each ``(text, more)`` is one
-    body message, sent at once, and the first with ``more`` false ends the response (so the end
-    of the stream travels with its last events instead of in a message of its own).
-
-    A client that hangs up stops the stream: a task waits for the disconnect and cancels the
-    sending one, at whatever ``chunks`` awaits (a run then stores nothing); the response then ends
-    quietly, as nobody is left to read it. (Starlette's ``StreamingResponse`` does the same with a
-    task group around two tasks and an empty last message: this sends one message less per
-    response and starts one task less.)
-
-    ``chunks`` is closed when the response ends (it stops at its last chunk, unfinished): left to
-    the garbage collector, an async generator is closed by a task the event loop starts for it,
-    woken through its self-pipe, which costs about as much as sending a chunk.
-    """
-
-    media_type = "text/event-stream"
-
-    def __init__(self, chunks: AsyncGenerator[tuple[str, bool]], *, media_type: str | None = None) -> None:
-        self.chunks = chunks
-        self.status_code = 200
-        if media_type is not None:
-            self.media_type = media_type
-        self.background = None
-        self.init_headers()  # no body: no content-length, the server sends it chunked
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        more = True
-        try:
-            # anyio's scope, not a bare Task.cancel(): it cancels again at every await until the
-            # stream has stopped, so a library that swallows one CancelledError cannot keep it going.
-            with anyio.CancelScope() as stopped:
-                watcher = asyncio.create_task(_watch_for_disconnect(receive, stopped))
-                try:
-                    async for text, more in self.chunks:
-                        await send({"type": "http.response.body", "body": text.encode(), "more_body": more})
-                        if not more:
-                            break
-                finally:
-                    watcher.cancel()
-        finally:
-            await self.chunks.aclose()
-        if more and not stopped.cancel_called:  # the chunks ran out without saying so
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _watch_for_disconnect(receive: Receive, stopped: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    stopped.cancel()
 
 
 class AccessLog:
