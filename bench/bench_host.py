@@ -43,7 +43,14 @@ by phase, so drift on a shared machine falls on both.
    CPU per turn, latency, the prompt size the model got; and, timed in this process over the same
    prompt sizes, our chat client's body encoding and the SDK's own preparation of that body.
 
-Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3,4]``.
+5. Instructions per request (not run by default; needs valgrind): each server alone under
+   valgrind's callgrind, one client x 50 turns as in section 1, counted only while that load runs
+   (``callgrind_control`` turns the count on after the warm-up and off after the load). User-space
+   instructions do not move with the machine's speed as CPU time does here (by up to 2x between
+   runs), so a change's effect shows at one run; they leave out the kernel's share (sends,
+   SQLite's writes) and what a cache miss costs.
+
+Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3,4,5]``.
 Every load loop is bounded in count and by ``--budget`` seconds per phase.
 """
 
@@ -56,6 +63,7 @@ import math
 import os
 import pstats
 import resource
+import shutil
 import signal
 import socket
 import statistics
@@ -1237,15 +1245,23 @@ def _print_profile(name: str, path: Path, limit: int = 25) -> None:
     pstats.Stats(str(path), stream=sys.stdout).sort_stats("cumulative").print_stats(package, limit)
 
 
+def _server_argv(name: str, port: int, *, db: Path, ref_python: Path | None) -> list[str]:
+    """The command line of the ``name`` server (ours, floor or reference) on ``port``."""
+    if name == "reference":
+        assert ref_python is not None
+        return [str(ref_python), "-c", _reference_script(), "--port", str(port)]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--serve", name, "--port", str(port)]
+    return [*argv, "--db", str(db)] if name == "ours" else argv
+
+
 def run_instant(
     plan: Plan, folder: Path, ref_python: Path | None, ref_note: str, *, profile: bool, split_db: bool
 ) -> None:
     """Sections 1-3: the servers with the instant in-process fake model."""
     db = folder / "host.db"
     profiles = {"ours": folder / "ours.prof", "reference": folder / "reference.prof"}
-    ours_argv = [sys.executable, str(Path(__file__).resolve()), "--serve", "ours", "--db", str(db)]
     port = _free_port()
-    ours_argv += ["--port", str(port)]
+    ours_argv = _server_argv("ours", port, db=db, ref_python=ref_python)
     if profile:
         ours_argv += ["--profile-out", str(profiles["ours"])]
     if split_db:
@@ -1253,19 +1269,11 @@ def run_instant(
     servers = [Server("ours", ours_argv, port, folder / "ours.log", profiles["ours"])]
     if "1" in plan.sections:
         port = _free_port()
-        floor_argv = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--serve",
-            "floor",
-            "--port",
-            str(port),
-        ]
+        floor_argv = _server_argv("floor", port, db=db, ref_python=ref_python)
         servers.append(Server("floor", floor_argv, port, folder / "floor.log", None))
     if ref_python is not None:
         port = _free_port()
-        script = _reference_script()
-        ref_argv = [str(ref_python), "-c", script, "--port", str(port)]
+        ref_argv = _server_argv("reference", port, db=db, ref_python=ref_python)
         if profile:
             ref_argv += ["--profile", str(profiles["reference"])]
         servers.append(Server("reference", ref_argv, port, folder / "reference.log", profiles["reference"]))
@@ -1289,6 +1297,71 @@ def run_instant(
         if text:
             print(f"\n{server.name} server log (last lines):")
             print(textwrap.indent("\n".join(text.splitlines()[-10:]), "  "))
+
+
+# -- section 5: instructions per request ------------------------------------------------------------------
+def _callgrind_total(path: Path) -> int:
+    """The instruction count callgrind wrote to ``path`` (its ``totals:`` line; the ``summary:``
+    line of its header is left at 0 when counting starts switched off)."""
+    totals = [line for line in path.read_text().splitlines() if line.startswith("totals:")]
+    if not totals:
+        raise RuntimeError(f"no totals in {path}")
+    return int(totals[-1].split()[1])
+
+
+async def count_instructions(server: Server, plan: Plan) -> tuple[int, int]:
+    """Instructions the ``server`` (started under callgrind with instrumentation off) runs for
+    ``plan.load_turns`` turns of one client, whole history resent, as in section 1 (after a
+    warm-up, counted only while the load runs), and the requests made."""
+    assert server.process is not None
+    assert server.profile is not None
+    await server.ready(wait=600)
+    await warm_up(server, 10)
+    pid = str(server.process.pid)
+    await _control_callgrind("--instr=on", pid)
+    row = await section_load(server, 1, plan.load_turns, plan.budget * 10)
+    await _control_callgrind("--instr=off", pid)
+    server.stop()  # callgrind writes its counts as the process ends
+    if row["errors"]:
+        raise RuntimeError(f"{server.name}: {row['first_error']}")
+    return _callgrind_total(server.profile), row["requests"]
+
+
+async def _control_callgrind(*args: str) -> None:
+    process = await asyncio.create_subprocess_exec(
+        "callgrind_control", *args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, errors = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(args)}: {errors.decode().strip()}")
+
+
+def run_instructions(plan: Plan, folder: Path, ref_python: Path | None) -> None:
+    """Section 5: each server alone under valgrind's callgrind, one client (see the module docs)."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("\n5. Instructions per request: skipped (valgrind is not installed)")
+        return
+    names = ["ours", "floor"] + (["reference"] if ref_python is not None else [])
+    counts: dict[str, float] = {}
+    for name in names:
+        port, out = _free_port(), folder / f"{name}.callgrind"
+        argv = _server_argv(name, port, db=folder / "instructions.db", ref_python=ref_python)
+        tool = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        server = Server(name, [*tool, *argv], port, folder / f"{name}.callgrind.log", out)
+        print(f"  [{name}] under callgrind, 1 client x {plan.load_turns} turns ...", file=sys.stderr)
+        server.start()
+        try:
+            total, requests = asyncio.run(count_instructions(server, plan))
+        finally:
+            server.stop()
+        counts[name] = total / requests
+    turns = plan.load_turns
+    print(f"\n5. Instructions per request (valgrind callgrind, user space), 1 client x {turns} turns")
+    print("      impl | M instructions/request | / reference")
+    print("-" * 50)
+    for name in names:
+        ratio = _ratio(counts[name], counts.get("reference"))
+        print(f"{name:>10} | {counts[name] / 1e6:22.2f} | {ratio:>11}")
 
 
 def run_remote(plan: Plan, folder: Path, ref_python: Path | None, ref_note: str) -> None:
@@ -1407,6 +1480,8 @@ def main(argv: list[str] | None = None) -> None:
             run_instant(plan, folder, ref_python, ref_note, profile=args.profile, split_db=args.split_db)
         if "4" in plan.sections:
             run_remote(plan, folder, ref_python, ref_note)
+        if "5" in plan.sections:
+            run_instructions(plan, folder, ref_python)
     print(
         f"\n(took {time.perf_counter() - started:.0f} s; pid {os.getpid()}, python {sys.version.split()[0]}, "
         f"{os.cpu_count()} cores)"
