@@ -21,7 +21,7 @@ from ..session_stores import AgentSessionStore, NoopSessionStore
 from ._agui_endpoint import AGUIRoute, agui_openapi
 from ._auth import LOCAL_TENANT, ApiKeys
 from ._chat_completions import install_chat_completions
-from ._http import AccessLog, HTTPProblem, error_response, is_loopback
+from ._http import AccessLog, HTTPProblem, error_response, is_loopback, requested_host
 from ._memory import install_memory_api
 from ._request_policy import TURN_SLOT, RequestPolicy
 from ._responses import install_responses
@@ -317,7 +317,7 @@ class AgentHost:
                 raise HTTPProblem(
                     403, "forbidden", "this host serves loopback clients only (it has no API keys)"
                 )
-            if not is_loopback(request.url.hostname):
+            if not is_loopback(requested_host(request.scope)):
                 # A page of another site whose name was made to point at 127.0.0.1 (DNS
                 # rebinding) is "same origin" to the browser, but still names its own host.
                 raise HTTPProblem(403, "forbidden", "a host without API keys answers to loopback names only")

@@ -14,6 +14,7 @@ from typing import Any, Final, Literal, TypeVar, cast
 
 import pydantic
 from fastapi.responses import JSONResponse
+from starlette.datastructures import URL
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import telemetry
@@ -41,6 +42,7 @@ __all__ = [
     "error_response",
     "is_loopback",
     "parsed",
+    "requested_host",
     "run_error",
     "spanned",
 ]
@@ -181,6 +183,27 @@ def conversation_id_problem(value: str) -> str | None:
     except UnicodeEncodeError:
         return "a conversation id is valid Unicode text"
     return None
+
+
+def requested_host(scope: Scope) -> str | None:
+    """The host name a request is sent to, as starlette's ``request.url.hostname`` reads it (its
+    first valid ``Host`` header, else the server's own address), worked out once per header and
+    server instead of building each request's URL."""
+    host = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            host = value
+            break
+    server = scope.get("server")
+    return _hostname(scope.get("scheme", "http"), host, None if server is None else tuple(server))
+
+
+@functools.lru_cache(maxsize=256)  # a client sends the same header every time
+def _hostname(scheme: str, host: bytes | None, server: tuple[str, int] | None) -> str | None:
+    headers = [] if host is None else [(b"host", host)]
+    return URL(
+        scope={"type": "http", "scheme": scheme, "path": "/", "headers": headers, "server": server}
+    ).hostname
 
 
 def is_loopback(host: str | None) -> bool:
