@@ -167,3 +167,21 @@ async def test_the_chunks_are_closed_when_the_response_ends_at_their_last_chunk(
     assert closed == ["closed"]
     assert client.bodies == [b"data: {}\n\n"]
     assert client.sent[-1]["more_body"] is False
+
+
+async def test_a_client_gone_before_the_run_waits_is_seen_once_it_waits() -> None:
+    stopped: list[str] = []
+    client = Client()
+    client.gone.set()  # hung up before anything was sent
+
+    async def chunks() -> AsyncGenerator[tuple[str, bool]]:
+        try:
+            yield "started\n\n", True
+            await asyncio.Event().wait()  # a model that never answers
+            yield "never made\n\n", False
+        except asyncio.CancelledError:
+            stopped.append("cancelled")
+            raise
+
+    await respond(chunks(), client)
+    assert stopped == ["cancelled"]

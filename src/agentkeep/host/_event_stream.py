@@ -114,9 +114,9 @@ class EventStreamResponse(Response):
     first with ``more`` false ends the response (the end of the stream travels with its last
     events instead of in a message of its own).
 
-    A client that hangs up stops the stream: a task waits for the disconnect and cancels the
-    run, at whatever ``chunks`` awaits (a run then stores nothing); the response then ends
-    quietly, as nobody is left to read it.
+    A client that hangs up stops the stream: once the run waits, a task waits for the disconnect
+    and cancels the run, at whatever ``chunks`` awaits (a run then stores nothing); the response
+    then ends quietly, as nobody is left to read it.
 
     ``chunks`` is closed when the response ends (it stops at its last chunk, unfinished): left to
     the garbage collector, an async generator is closed by a task the event loop starts for it,
@@ -140,7 +140,7 @@ class EventStreamResponse(Response):
             # anyio's scope, not a bare Task.cancel(): it cancels again at every await until the
             # stream has stopped, so a library that swallows one CancelledError cannot keep it going.
             with anyio.CancelScope() as stopped:
-                watcher = asyncio.create_task(_watch_for_disconnect(receive, stopped))
+                watcher = _DisconnectWatch(receive, stopped)
                 try:
                     async for text, more in self.chunks:
                         await outbox.put(text, last=not more)
@@ -150,13 +150,37 @@ class EventStreamResponse(Response):
                         await outbox.put("", last=True)
                     await outbox.finish()
                 finally:
-                    watcher.cancel()
+                    watcher.stop()
         finally:
             outbox.close()
             await self.chunks.aclose()
 
 
-async def _watch_for_disconnect(receive: Receive, stopped: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    stopped.cancel()
+class _DisconnectWatch:
+    """Cancels ``stopped`` when the client hangs up, from a task started once the run first waits
+    (scheduled on the event loop): a run that never waits, such as a turn whose model answers at
+    once, ends before a hang-up could stop it, and starts no task. A client gone before the task
+    starts is seen at once (the server's ``receive`` answers ``http.disconnect``)."""
+
+    __slots__ = ("_over", "_receive", "_stopped", "_task")
+
+    def __init__(self, receive: Receive, stopped: anyio.CancelScope) -> None:
+        self._receive, self._stopped = receive, stopped
+        self._task: asyncio.Task[None] | None = None
+        self._over = False
+        asyncio.get_running_loop().call_soon(self._start)
+
+    def stop(self) -> None:
+        """The response is over: stop watching (or never start)."""
+        self._over = True
+        if self._task is not None:
+            self._task.cancel()
+
+    def _start(self) -> None:
+        if not self._over:
+            self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self._stopped.cancel()
