@@ -1117,6 +1117,12 @@ def report(plan: Plan, results: dict[str, dict[str, Any]], ref_note: str) -> Non
                 f"server CPU per request, section 1 overall, ours/reference: {total['ours']:.2f} / "
                 f"{total['ref']:.2f} ms = {cpu_ratio:.2f} (target <= 0.25: {_verdict(cpu_ratio <= 0.25)})"
             )
+            if 1 in plan.levels:
+                mine, theirs = ours["load"][1]["cpu"], ref["load"][1]["cpu"]
+                summary.append(
+                    f"server CPU per request, one client alone, ours/reference: {mine:.2f} / {theirs:.2f} ms"
+                    f" = {mine / theirs:.2f} (target <= 0.2: {_verdict(mine / theirs <= 0.2)})"
+                )
             top = max(plan.levels)
             rps = ours["load"][top]["rps"] / ref["load"][top]["rps"]
             summary.append(
