@@ -43,6 +43,17 @@ async def respond(chunks: AsyncGenerator[tuple[str, bool]], client: Client) -> N
         await EventStreamResponse(chunks)({"type": "http"}, client.receive, client.send)
 
 
+async def never_answered(stopped: list[str]) -> AsyncGenerator[tuple[str, bool]]:
+    """A run that starts, then waits for a model that never answers; notes its cancellation."""
+    try:
+        yield "started\n\n", True
+        await asyncio.Event().wait()
+        yield "never made\n\n", False
+    except asyncio.CancelledError:
+        stopped.append("cancelled")
+        raise
+
+
 async def test_chunks_made_without_waiting_travel_in_one_message_that_ends_the_response() -> None:
     async def chunks() -> AsyncGenerator[tuple[str, bool]]:
         yield "a\n\n", True
@@ -133,17 +144,7 @@ async def test_a_send_that_fails_ends_the_run_with_its_error_and_closes_the_chun
 async def test_a_client_that_hangs_up_stops_the_run_at_its_wait_and_nothing_more_is_sent() -> None:
     stopped: list[str] = []
     client = Client()
-
-    async def chunks() -> AsyncGenerator[tuple[str, bool]]:
-        try:
-            yield "started\n\n", True
-            await asyncio.Event().wait()  # a model that never answers
-            yield "never made\n\n", False
-        except asyncio.CancelledError:
-            stopped.append("cancelled")
-            raise
-
-    response = asyncio.create_task(respond(chunks(), client))
+    response = asyncio.create_task(respond(never_answered(stopped), client))
     async with asyncio.timeout(HANG):
         await client.body_arrived.wait()
     client.gone.set()
@@ -173,15 +174,5 @@ async def test_a_client_gone_before_the_run_waits_is_seen_once_it_waits() -> Non
     stopped: list[str] = []
     client = Client()
     client.gone.set()  # hung up before anything was sent
-
-    async def chunks() -> AsyncGenerator[tuple[str, bool]]:
-        try:
-            yield "started\n\n", True
-            await asyncio.Event().wait()  # a model that never answers
-            yield "never made\n\n", False
-        except asyncio.CancelledError:
-            stopped.append("cancelled")
-            raise
-
-    await respond(chunks(), client)
+    await respond(never_answered(stopped), client)
     assert stopped == ["cancelled"]
