@@ -51,6 +51,8 @@ by phase, so drift on a shared machine falls on both.
    SQLite's writes) and what a cache miss costs.
 
 Run: ``.venv/bin/python bench/bench_host.py [--quick] [--no-reference] [--profile] [--sections 1,2,3,4,5]``.
+``--memory-stores`` (sections 1 and 5 only, a diagnostic) serves ours with its history and
+sessions in memory instead of SQLite: what the storage costs a turn.
 Every load loop is bounded in count and by ``--budget`` seconds per phase.
 """
 
@@ -197,7 +199,7 @@ _REFERENCE_SERVER = textwrap.dedent(
 
 
 # -- the servers ---------------------------------------------------------------------------------------
-def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None:
+def serve_ours(port: int, db: str, session_db: str, profile: str | None, *, memory: bool = False) -> None:
     """The ``--serve ours`` subprocess: the host as tests/host/conftest.py builds it, under uvicorn."""
     import cProfile
 
@@ -229,10 +231,15 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None) -> None
             )
 
     client = InstantChatClient()
-    history = StorageHistoryProvider(SQLiteMessageStore(db), "history", load_limit=50, owns_store=True)
+    from agentkeep.message_stores.memory import InMemoryMessageStore
+    from agentkeep.session_stores.memory import InMemorySessionStore
+
+    messages = InMemoryMessageStore() if memory else SQLiteMessageStore(db)
+    history = StorageHistoryProvider(messages, "history", load_limit=50, owns_store=True)
     agent = Agent(client, name="chat", context_providers=[history])
     host = AgentHost()
-    host.add_agent("chat", agent, session_store=SQLiteSessionStore(session_db))
+    sessions = InMemorySessionStore() if memory else SQLiteSessionStore(session_db)
+    host.add_agent("chat", agent, session_store=sessions)
     config = uvicorn.Config(
         host.app,
         host="127.0.0.1",
@@ -1251,23 +1258,34 @@ def _print_profile(name: str, path: Path, limit: int = 25) -> None:
     pstats.Stats(str(path), stream=sys.stdout).sort_stats("cumulative").print_stats(package, limit)
 
 
-def _server_argv(name: str, port: int, *, db: Path, ref_python: Path | None) -> list[str]:
+def _server_argv(
+    name: str, port: int, *, db: Path, ref_python: Path | None, memory_stores: bool = False
+) -> list[str]:
     """The command line of the ``name`` server (ours, floor or reference) on ``port``."""
     if name == "reference":
         assert ref_python is not None
         return [str(ref_python), "-c", _reference_script(), "--port", str(port)]
     argv = [sys.executable, str(Path(__file__).resolve()), "--serve", name, "--port", str(port)]
-    return [*argv, "--db", str(db)] if name == "ours" else argv
+    if name != "ours":
+        return argv
+    return [*argv, "--db", str(db), *(["--memory-stores"] if memory_stores else [])]
 
 
 def run_instant(
-    plan: Plan, folder: Path, ref_python: Path | None, ref_note: str, *, profile: bool, split_db: bool
+    plan: Plan,
+    folder: Path,
+    ref_python: Path | None,
+    ref_note: str,
+    *,
+    profile: bool,
+    split_db: bool,
+    memory_stores: bool,
 ) -> None:
     """Sections 1-3: the servers with the instant in-process fake model."""
     db = folder / "host.db"
     profiles = {"ours": folder / "ours.prof", "reference": folder / "reference.prof"}
     port = _free_port()
-    ours_argv = _server_argv("ours", port, db=db, ref_python=ref_python)
+    ours_argv = _server_argv("ours", port, db=db, ref_python=ref_python, memory_stores=memory_stores)
     if profile:
         ours_argv += ["--profile-out", str(profiles["ours"])]
     if split_db:
@@ -1342,7 +1360,7 @@ async def _control_callgrind(*args: str) -> None:
         raise RuntimeError(f"callgrind_control {' '.join(args)}: {errors.decode().strip()}")
 
 
-def run_instructions(plan: Plan, folder: Path, ref_python: Path | None) -> None:
+def run_instructions(plan: Plan, folder: Path, ref_python: Path | None, *, memory_stores: bool) -> None:
     """Section 5: each server alone under valgrind's callgrind, one client (see the module docs)."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("\n5. Instructions per request: skipped (valgrind is not installed)")
@@ -1351,7 +1369,9 @@ def run_instructions(plan: Plan, folder: Path, ref_python: Path | None) -> None:
     counts: dict[str, float] = {}
     for name in names:
         port, out = _free_port(), folder / f"{name}.callgrind"
-        argv = _server_argv(name, port, db=folder / "instructions.db", ref_python=ref_python)
+        argv = _server_argv(
+            name, port, db=folder / "instructions.db", ref_python=ref_python, memory_stores=memory_stores
+        )
         tool = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
         server = Server(name, [*tool, *argv], port, folder / f"{name}.callgrind.log", out)
         print(f"  [{name}] under callgrind, 1 client x {plan.load_turns} turns ...", file=sys.stderr)
@@ -1446,6 +1466,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="diagnostic: our message store and session store in two SQLite files instead of one",
     )
+    parser.add_argument(
+        "--memory-stores",
+        action="store_true",
+        help="diagnostic, sections 1 and 5 only: our history and sessions in memory instead of SQLite",
+    )
     parser.add_argument("--serve", choices=["ours", "floor", "fake-model"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
@@ -1459,7 +1484,9 @@ def main(argv: list[str] | None = None) -> None:
         serve_fake_model(args.port)
         return
     if args.serve:
-        serve_ours(args.port, args.db, args.session_db or args.db, args.profile_out)
+        serve_ours(
+            args.port, args.db, args.session_db or args.db, args.profile_out, memory=args.memory_stores
+        )
         return
 
     plan = Plan(
@@ -1472,6 +1499,8 @@ def main(argv: list[str] | None = None) -> None:
         sections=set(args.sections.split(",")),
         remote_sizes=[int(s) for s in args.remote_sizes.split(",")],
     )
+    if args.memory_stores and not plan.sections <= {"1", "5"}:
+        parser.error("--memory-stores is for sections 1 and 5 (the others read our SQLite file)")
     started = time.perf_counter()
     ref_python: Path | None = None
     ref_note = "not run (--no-reference)"
@@ -1483,11 +1512,19 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-host-") as tmp:
         folder = Path(tmp)
         if plan.sections & {"1", "2", "3"}:
-            run_instant(plan, folder, ref_python, ref_note, profile=args.profile, split_db=args.split_db)
+            run_instant(
+                plan,
+                folder,
+                ref_python,
+                ref_note,
+                profile=args.profile,
+                split_db=args.split_db,
+                memory_stores=args.memory_stores,
+            )
         if "4" in plan.sections:
             run_remote(plan, folder, ref_python, ref_note)
         if "5" in plan.sections:
-            run_instructions(plan, folder, ref_python)
+            run_instructions(plan, folder, ref_python, memory_stores=args.memory_stores)
     print(
         f"\n(took {time.perf_counter() - started:.0f} s; pid {os.getpid()}, python {sys.version.split()[0]}, "
         f"{os.cpu_count()} cores)"
