@@ -31,7 +31,7 @@ reader slows the run instead of filling the host's memory)."""
 class _Outbox:
     """A response's body messages, sent in order, one at a time: by a task started when the run
     next waits (:meth:`put` schedules it on the event loop, so what the run makes before it waits
-    joins the same message), or by the run itself at the end (:meth:`finish`) and when the
+    joins the same message), or by the run itself (:meth:`finish`) at the end and when the
     backlog is full."""
 
     __slots__ = ("_failure", "_last", "_scheduled", "_send", "_sender", "_size", "_texts")
@@ -56,7 +56,7 @@ class _Outbox:
         self._size += len(text)
         self._last = last
         if self._size > BACKLOG:
-            await self._drain_here()
+            await self.finish()  # everything out before the run goes on
         elif self._sender is None and not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._start_sender)
@@ -67,7 +67,11 @@ class _Outbox:
         Raises:
             Exception: What sending a message raised.
         """
-        await self._drain_here()
+        if self._sender is not None:
+            await self._sender  # it sends everything put so far, then ends
+        self._raise_failure()
+        await self._drain()
+        self._raise_failure()
 
     def close(self) -> None:
         """Stop sending (the response ends unfinished: the client is gone, or the run was
@@ -75,13 +79,6 @@ class _Outbox:
         self._texts.clear()
         if self._sender is not None:
             self._sender.cancel()
-
-    async def _drain_here(self) -> None:
-        if self._sender is not None:
-            await self._sender  # it sends everything put so far, then ends
-        self._raise_failure()
-        await self._drain()
-        self._raise_failure()
 
     def _start_sender(self) -> None:  # on the event loop, once the run that put texts waits
         self._scheduled = False

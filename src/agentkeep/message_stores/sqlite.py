@@ -666,17 +666,11 @@ _SELECT_MESSAGES: Final = (
     "SELECT position & 4294967295, id, time, body, excluded FROM agentkeep_messages "
     "WHERE position > ? AND position <= ?"
 )
-_SELECT_VIEW: Final = (
-    "SELECT position & 4294967295, id, time, body FROM agentkeep_messages "
-    "WHERE position > ? AND position <= ? AND excluded = 0"
-)
-_SELECT_VIEW_RECORDS: Final = (
-    "SELECT id, time, body FROM agentkeep_messages WHERE position > ? AND position <= ? AND excluded = 0"
-)
-_SELECT_VIEW_SEQS: Final = (
-    "SELECT position & 4294967295 FROM agentkeep_messages "
-    "WHERE position > ? AND position <= ? AND excluded = 0"
-)
+_VIEW_ROWS: Final = "FROM agentkeep_messages WHERE position > ? AND position <= ? AND excluded = 0"
+"""The messages of a span that are in the view (the three reads of it below pick their columns)."""
+_SELECT_VIEW: Final = f"SELECT position & 4294967295, id, time, body {_VIEW_ROWS}"
+_SELECT_VIEW_RECORDS: Final = f"SELECT id, time, body {_VIEW_ROWS}"
+_SELECT_VIEW_SEQS: Final = f"SELECT position & 4294967295 {_VIEW_ROWS}"
 
 
 def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
