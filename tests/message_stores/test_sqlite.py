@@ -20,7 +20,7 @@ from agentkeep import (
     StorageClosedError,
     StorageUnavailableError,
 )
-from agentkeep.message_stores import Summary
+from agentkeep.message_stores import HistoryView, Summary
 from agentkeep.message_stores.codec import FORMAT_VERSION
 from agentkeep.message_stores.sqlite import (
     _LIST_CONVERSATIONS,  # pyright: ignore[reportPrivateUsage]
@@ -503,6 +503,42 @@ async def test_a_whole_view_has_the_seqs_of_its_messages_with_and_without_gaps(t
         assert caught.value.seq == 15  # named by its seq whether the seqs were read or not
     finally:
         await store.aclose()
+
+
+async def test_a_turns_read_of_what_is_new_is_one_statement_with_the_views_rules(
+    store: SQLiteMessageStore,
+) -> None:
+    """``read(after=n)`` reads the conversation and its new messages in one statement, and keeps
+    the view's rules: excluded messages and summaries past ``n``, expiry, corrupt records."""
+    for i in range(3):
+        await store.append("n", turn(i))
+    statements: list[str] = []
+    await store.database.run(lambda db: db.set_trace_callback(statements.append), quick=True)
+    view = await store.read("n", after=4)
+    await store.database.run(lambda db: db.set_trace_callback(None), quick=True)
+    assert len(statements) == 1
+    assert ([e.seq for e in view.entries], view.epoch, view.last_seq) == ([5, 6], 0, 6)
+    assert ((await store.read("n", after=6)).entries, (await store.read("n", after=6)).last_seq) == ([], 6)
+    assert (await store.read("absent", after=2)) == HistoryView()
+
+    ids = [e.message.message_id or "" for e in (await store.read("n", raw=True)).entries]
+    await store.record_compaction("n", excluded=[ids[4]])  # seq 5 leaves the view
+    assert [e.seq for e in (await store.read("n", after=3)).entries] == [4, 6]
+    summary = Summary(Message("assistant", ["sum"]), [ids[5]])
+    await store.record_compaction("n", excluded=[ids[5]], summaries=[summary])  # seq 7, in seq 6's place
+    view = await store.read("n", after=3)
+    assert [(e.seq, e.message.text) for e in view.entries] == [(4, "answer 1"), (7, "sum")]
+    assert view == HistoryView((await store.read("n")).entries[-2:], 2, 7)
+
+    await store.append("n", turn(9))  # seqs 8 and 9
+    await _sql(store.path, "UPDATE agentkeep_messages SET time = time + 0.5 WHERE position & 4294967295 = 9")
+    with pytest.raises(CorruptRecordError) as caught:
+        await store.read("n", after=7)
+    assert (caught.value.conversation_id, caught.value.seq) == ("n", 9)
+
+    await store.expire("n", 0.05)
+    await asyncio.sleep(0.1)
+    assert await store.read("n", after=7) == HistoryView()
 
 
 async def test_a_corrupt_summary_is_reported(store: SQLiteMessageStore) -> None:

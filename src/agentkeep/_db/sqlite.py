@@ -181,6 +181,9 @@ class SQLiteDatabase:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self.path = Path(path) if path is not None else default_database_path()
+        self.file = os.path.normpath(self.path)
+        """The path as given, normalized (no file-system call, so a file named two ways, say
+        relative and absolute, is taken as two): stores with equal ``file`` share a database."""
         self.timeout = timeout
         self._worker = JobWorker(thread_name="agentkeep-sqlite")
         self._connection: sqlite3.Connection | None = None

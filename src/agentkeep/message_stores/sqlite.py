@@ -692,7 +692,41 @@ def _read_raw(key: RecordKey, last: int | None, after: int | None, db: sqlite3.C
     return HistoryView.of(messages, seqs, found.epoch, found.last_seq, excluded=excluded)
 
 
+_SELECT_NEW: Final = (
+    "SELECT c.last_seq, c.epoch, c.expires_at, EXISTS (SELECT 1 FROM agentkeep_summaries "
+    "WHERE conversation = c.key AND seq > ? AND excluded = 0), "
+    "m.position & 4294967295, m.id, m.time, m.body FROM agentkeep_conversations AS c "
+    "LEFT JOIN agentkeep_messages AS m ON m.position > (c.key << 32) + max(?, c.view_floor) "
+    "AND m.position <= (c.key << 32) + 4294967295 AND m.excluded = 0 "
+    "WHERE c.conversation_id = ? ORDER BY m.position"
+)
+"""A turn's read of what is new after a seq, as one statement (one snapshot, no transaction to
+open and close): the conversation's row, whether a summary lies past the seq, and the view's
+messages past it (one row of NULLs, the join's, when there are none)."""
+
+
+def _read_new(key: RecordKey, after: int, db: sqlite3.Connection) -> HistoryView | None:
+    """The view's messages after ``after`` in one statement; ``None`` when summaries lie past
+    ``after`` (the view must then be ordered around them: :func:`_read_view` reads it in steps)."""
+    rows = db.execute(_SELECT_NEW, (after, after, key.conversation_id)).fetchall()
+    if not rows:
+        return HistoryView()
+    last_seq, epoch, expires_at, summarized = rows[0][:4]
+    if expires_at is not None and expires_at <= now_us():
+        return HistoryView()
+    if summarized:
+        return None
+    if rows[0][4] is None:  # the join's row of NULLs: nothing new
+        return HistoryView([], epoch, last_seq)
+    messages, seqs = decode_rows(key, rows, seq_at=4, backend=BACKEND)
+    return HistoryView.of(messages, seqs, epoch, last_seq)
+
+
 def _read_view(key: RecordKey, last: int | None, after: int | None, db: sqlite3.Connection) -> HistoryView:
+    if last is None and after is not None:  # a turn's read of what is new: one statement
+        view = _read_new(key, max(after, 0), db)
+        if view is not None:
+            return view
     conversation_id = key.conversation_id
     with read_transaction(db):
         found = _find(db, conversation_id, now_us())

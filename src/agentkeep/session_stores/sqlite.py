@@ -126,7 +126,7 @@ class SQLiteSessionStore(AgentSessionStore):
     def shares_database(self, store: object) -> bool:
         """Whether ``store`` is a :class:`~agentkeep.message_stores.sqlite.SQLiteMessageStore` on
         this store's file: its held appends then commit with a save in one transaction."""
-        return isinstance(store, SQLiteMessageStore) and _same_file(store.path, self.path)
+        return isinstance(store, SQLiteMessageStore) and store.database.file == self.database.file
 
     async def save_session_with_appends(
         self, agent: Agent, conversation_id: str, session: AgentSession, appends: Sequence[HeldAppend]
@@ -247,12 +247,6 @@ class SQLiteSessionStore(AgentSessionStore):
 
 class _Conflict(Exception):
     """The session's version moved: the turn's transaction rolls back."""
-
-
-def _same_file(one: Path, other: Path) -> bool:
-    """The same path, as given (no file-system call on the event loop: a file named two ways,
-    say relative and absolute, is taken as two, and its turns are stored in two steps)."""
-    return os.path.normpath(one) == os.path.normpath(other)
 
 
 def _save(
