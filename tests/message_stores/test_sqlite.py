@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -236,14 +237,18 @@ async def test_a_database_locked_beyond_the_timeout_is_unavailable(tmp_path: Pat
         )  # WAL: readers are not blocked by the writer
         await asyncio.to_thread(holder.execute, "ROLLBACK")
         assert await store.append("c", turn(2)) == [3, 4]  # nothing partial was left
-        # a store opening while the lock is held cannot migrate either
+        # a store opening a connection of its own (its own timeout) while the lock is held cannot
+        # migrate either; one joining this process's open connection has nothing to migrate
         await asyncio.to_thread(holder.execute, "BEGIN IMMEDIATE")
-        late = SQLiteMessageStore(path, timeout=0.2)
+        late, joining = SQLiteMessageStore(path, timeout=0.3), SQLiteMessageStore(path, timeout=0.2)
         try:
-            with pytest.raises(StorageUnavailableError, match="locked"):
+            with pytest.raises(StorageUnavailableError, match=r"locked after 0\.3 s"):
                 await late.setup()
+            await joining.setup()
+            assert len((await joining.read("c", raw=True)).entries) == 4
         finally:
             await late.aclose()
+            await joining.aclose()
         await asyncio.to_thread(holder.execute, "ROLLBACK")
 
 
@@ -564,6 +569,81 @@ async def test_a_time_that_is_no_integer_is_a_corrupt_record(store: SQLiteMessag
 
 
 # -- concurrency and threads -----------------------------------------------------------------------
+
+
+def _counting_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the path of every ``sqlite3.connect`` from now on."""
+    opened: list[str] = []
+    real_connect = sqlite3.connect
+
+    def connect(database: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(str(database))
+        return real_connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    return opened
+
+
+async def test_the_stores_of_one_file_share_one_connection_until_the_last_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _counting_connects(monkeypatch)
+    path = tmp_path / "shared.db"
+    messages, sessions = SQLiteMessageStore(path), SQLiteSessionStore(tmp_path / "." / "shared.db")
+    own_timeout = SQLiteMessageStore(path, timeout=1.0)  # a connection of its own
+    agent = Agent(ScriptedChatClient(["hi"]), name="bot")
+    try:
+        await messages.append("c", turn(1))
+        await sessions.save_session(agent, "c", await sessions.get_session(agent, "c"))
+        assert len(opened) == 1
+        assert len((await own_timeout.read("c")).entries) == 2
+        assert len(opened) == 2
+        await messages.aclose()
+        with pytest.raises(StorageClosedError):
+            await messages.read("c")
+        assert (await sessions.get_session(agent, "c")).session_id == "c"  # still open for it
+        await sessions.aclose()
+        again = SQLiteMessageStore(path)
+        try:
+            assert len((await again.read("c")).entries) == 2
+        finally:
+            await again.aclose()
+        assert len(opened) == 3  # the last user had closed it: opened anew
+    finally:
+        for store in (messages, sessions, own_timeout):
+            await store.aclose()
+
+
+async def test_a_forked_child_opens_its_own_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "forked.db"
+    store = SQLiteMessageStore(path)
+    try:
+        await store.append("c", turn(1))
+        opened = _counting_connects(monkeypatch)
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's connection is not its to use
+            code = 1
+            try:
+
+                async def child() -> None:
+                    own = SQLiteMessageStore(path)
+                    try:
+                        await own.append("c", turn(2))
+                    finally:
+                        await own.aclose()
+
+                asyncio.new_event_loop().run_until_complete(child())
+                code = 0 if len(opened) == 1 else 2
+            finally:
+                os._exit(code)
+        _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert opened == []  # the parent opened nothing new
+        assert [e.seq for e in (await store.read("c")).entries] == [1, 2, 3, 4]
+    finally:
+        await store.aclose()
 
 
 async def test_two_stores_on_one_file_interleave_whole_turns(tmp_path: Path) -> None:

@@ -6,6 +6,14 @@ the append-only :data:`MIGRATIONS` and maps database failures to agentkeep's err
 stores run their jobs through it: the message store (:mod:`agentkeep.message_stores.sqlite`) and the
 session store (:mod:`agentkeep.session_stores.sqlite`), which may share one file.
 
+**One connection per file and process.** The :class:`SQLiteDatabase` objects of a process on one
+file (and with one timeout) share one connection and worker thread, opened by the first job and
+closed with the last of them. A second connection would drop its page cache whenever the other
+wrote (SQLite cannot tell which pages changed), and read the pages it needs again; a host's
+history and session stores, both on one file, would do so on every turn. Each object still checks
+the file's versions on its first job, as opening a connection does. A forked child forgets the
+parent's connections and opens its own.
+
 **Quick jobs run on the caller's thread.** Handing a job to a thread and back costs about as much
 CPU as a whole turn's SQL (two context switches and a wake-up of the event loop), so a job its
 caller marks *quick* (bounded work: one conversation's new rows, one session) runs at once on the
@@ -29,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -126,8 +135,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 that shipped: add a new one."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
-_NEWEST_VERSIONS: Final = "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
 """The schema version this agentkeep writes (the number of migrations)."""
+_NEWEST_VERSIONS: Final = "SELECT coalesce(max(version), 0), coalesce(max(format), 0) FROM agentkeep_schema"
 
 
 def default_database_path() -> Path:
@@ -163,12 +172,15 @@ def not_quick() -> None:
 
 
 class SQLiteDatabase:
-    """A SQLite database file, its connection, and the worker thread that runs the connection's
-    slow jobs (see the module docs for quick jobs).
+    """A SQLite database file as one store sees it: jobs run on the file's connection, and the
+    event loop never waits for a lock or a slow job (see the module docs for quick jobs).
 
-    The connection is opened (the folder created, WAL mode set, migrations applied) by the first
-    job, in the worker thread. Jobs are plain functions of the connection; :meth:`run` runs one and
-    returns its result, and the event loop never waits for a lock or a slow job.
+    Every ``SQLiteDatabase`` of this process on one file (and with one ``timeout``) shares one
+    connection and its worker thread, opened (the folder created, WAL mode set, migrations
+    applied) by the first job, in the worker thread, and closed when the last of them closes. So
+    the stores of one file (a message store and a session store, say) never make each other's
+    page cache stale, and their jobs run one after another as one store's do. Jobs are plain
+    functions of the connection; :meth:`run` runs one and returns its result.
 
     Args:
         path: The database file (default: :func:`default_database_path`).
@@ -183,13 +195,10 @@ class SQLiteDatabase:
         self.path = Path(path) if path is not None else default_database_path()
         self.file = os.path.normpath(self.path)
         """The path as given, normalized (no file-system call, so a file named two ways, say
-        relative and absolute, is taken as two): stores with equal ``file`` share a database."""
+        relative and absolute, is taken as two): databases with equal ``file`` are one file."""
         self.timeout = timeout
-        self._worker = JobWorker(thread_name="agentkeep-sqlite")
-        self._connection: sqlite3.Connection | None = None
-        self._in_use = threading.Lock()  # held by whoever runs a job on the connection
-        self._quick_mode = False  # the connection's settings are the quick jobs' (see _settle)
-        self._quick_writes = 0  # quick writes since the last checkpoint
+        self._shared: _SharedConnection | None = None  # joined on the first job
+        self._checked = False  # a job found the file's versions readable
         self._closed = False
 
     def check_open(self) -> None:
@@ -208,6 +217,54 @@ class SQLiteDatabase:
             SchemaVersionError: The database was written by a newer agentkeep.
         """
         self.check_open()
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = _join(self.file, self.path, self.timeout)
+        if self._checked:
+            return await shared.run(job, quick=quick)
+        result = await shared.run(partial(_first_job, self.path, job), quick=quick)
+        self._checked = True
+        return result
+
+    async def setup(self) -> None:
+        """Open the database and apply pending migrations (idempotent)."""
+        await self.run(_nothing)
+
+    async def aclose(self) -> None:
+        """Stop using the file's connection (closed, and its worker thread stopped, with the last
+        of its users); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        shared, self._shared = self._shared, None
+        if shared is not None:
+            await _leave(shared)
+
+    def unavailable(self, message: str) -> StorageUnavailableError:
+        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
+        return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
+
+    def __repr__(self) -> str:
+        return f"SQLiteDatabase({str(self.path)!r})"
+
+
+class _SharedConnection:
+    """One file's connection, the worker thread that opens it and runs its slow jobs, and the
+    quick jobs' state: shared by the process's :class:`SQLiteDatabase` objects on the file."""
+
+    def __init__(self, key: tuple[str, float], path: Path, timeout: float) -> None:
+        self.key = key  # where _SHARED holds it
+        self.path = path
+        self.timeout = timeout
+        self.users = 0  # SQLiteDatabase objects that joined and have not closed
+        self._worker = JobWorker(thread_name="agentkeep-sqlite")
+        self._connection: sqlite3.Connection | None = None
+        self._in_use = threading.Lock()  # held by whoever runs a job on the connection
+        self._quick_mode = False  # the connection's settings are the quick jobs' (see _settle)
+        self._quick_writes = 0  # quick writes since the last checkpoint
+
+    async def run(self, job: Callable[[sqlite3.Connection], T], *, quick: bool) -> T:
+        """See :meth:`SQLiteDatabase.run`."""
         if quick and self._in_use.acquire(blocking=False):
             try:
                 if self._connection is not None:  # else the worker opens it first
@@ -218,19 +275,11 @@ class SQLiteDatabase:
                 self._in_use.release()
         return await self._worker.run(lambda: self._call(job))
 
-    async def setup(self) -> None:
-        """Open the database and apply pending migrations (idempotent)."""
-        await self.run(_nothing)
-
-    async def aclose(self) -> None:
-        """Close the connection and stop the worker thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+    async def close(self) -> None:
+        """Close the connection and stop the worker thread (after the jobs it was given)."""
         await self._worker.shutdown(self._close_connection)
 
     def unavailable(self, message: str) -> StorageUnavailableError:
-        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
         return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
 
     def _settle(self, connection: sqlite3.Connection, *, quick: bool) -> None:
@@ -331,14 +380,7 @@ class SQLiteDatabase:
                 "CREATE TABLE IF NOT EXISTS agentkeep_schema ("
                 "version INTEGER PRIMARY KEY, format INTEGER NOT NULL, applied_at INTEGER NOT NULL)"
             )
-            version, record_format = connection.execute(_NEWEST_VERSIONS).fetchone()
-            if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
-                raise SchemaVersionError(
-                    f"{self.path} has schema version {version} and record format {record_format}; "
-                    f"this agentkeep reads schema version {SCHEMA_VERSION} and record format "
-                    f"{FORMAT_VERSION} at most: upgrade agentkeep",
-                    backend=BACKEND,
-                )
+            version, record_format = _refuse_newer(connection, self.path)
             for number in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS[number - 1]:
                     connection.execute(statement)
@@ -358,12 +400,70 @@ class SQLiteDatabase:
                 self._connection.close()
                 self._connection = None
 
-    def __repr__(self) -> str:
-        return f"SQLiteDatabase({str(self.path)!r})"
+
+_SHARED: dict[tuple[str, float], _SharedConnection] = {}
+"""The open connections of this process, by normalized file and timeout."""
+_shared_lock = threading.Lock()  # guards _SHARED (replaced in a forked child)
+
+
+def _join(file: str, path: Path, timeout: float) -> _SharedConnection:
+    """The connection to ``file`` (made if none is open), with one user more."""
+    key = (file, timeout)
+    with _shared_lock:
+        shared = _SHARED.get(key)
+        if shared is None:
+            shared = _SHARED[key] = _SharedConnection(key, path, timeout)
+        shared.users += 1
+        return shared
+
+
+async def _leave(shared: _SharedConnection) -> None:
+    """One user fewer for ``shared``: closed with its last."""
+    with _shared_lock:
+        shared.users -= 1
+        if shared.users:
+            return
+        if _SHARED.get(shared.key) is shared:
+            del _SHARED[shared.key]
+    await shared.close()
+
+
+def _forget_after_fork() -> None:
+    """A forked child opens its own connections: the parent's are not its to use."""
+    global _SHARED_LOCK
+    _shared_lock = threading.Lock()  # guards _SHARED (replaced in a forked child)
+    _SHARED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _nothing(connection: sqlite3.Connection) -> None:
     return None
+
+
+def _refuse_newer(connection: sqlite3.Connection, path: Path) -> tuple[int, int]:
+    """The file's schema version and record format, if this agentkeep reads them.
+
+    Raises:
+        SchemaVersionError: A newer agentkeep wrote them.
+    """
+    version, record_format = connection.execute(_NEWEST_VERSIONS).fetchone()
+    if version > SCHEMA_VERSION or record_format > FORMAT_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version} and record format {record_format}; "
+            f"this agentkeep reads schema version {SCHEMA_VERSION} and record format "
+            f"{FORMAT_VERSION} at most: upgrade agentkeep",
+            backend=BACKEND,
+        )
+    return version, record_format
+
+
+def _first_job(path: Path, job: Callable[[sqlite3.Connection], T], connection: sqlite3.Connection) -> T:
+    """``job``, after the versions check a store's first job makes (the connection it joined
+    may have been opened, and the file checked, long before)."""
+    _refuse_newer(connection, path)
+    return job(connection)
 
 
 def _is_lock_error(exc: sqlite3.OperationalError) -> bool:

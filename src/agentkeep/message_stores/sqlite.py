@@ -3,21 +3,22 @@
 What lives here:
 
 * ``SQLiteDatabase`` (the private database layer, ``agentkeep._db.sqlite``): a database file, its
-  connection and the worker thread that opens it. Both SQLite stores (:class:`SQLiteMessageStore`
-  and :class:`~agentkeep.session_stores.sqlite.SQLiteSessionStore`) run their database work through it, so
-  connection settings, migrations and error mapping live in one place.
+  connection (one per file and process, shared by the stores on it) and the worker thread that
+  opens it. Both SQLite stores (:class:`SQLiteMessageStore` and
+  :class:`~agentkeep.session_stores.sqlite.SQLiteSessionStore`) run their database work through
+  it, so connection settings, migrations and error mapping live in one place.
 * :class:`SQLiteMessageStore`: the :class:`~agentkeep.message_stores.base.MessageStore` contract.
 * :class:`SQLiteHistoryProvider`: a :class:`~agentkeep.providers.StorageHistoryProvider`
   that opens (and owns) a :class:`SQLiteMessageStore` on a path.
 
-**The event loop never waits.** Every store has one connection and one dedicated worker thread (a
-single-thread executor) that opens it on first use. A turn's jobs (an append, a read of what is new
-or of the newest ``last`` messages, a session's load and save) are *quick*: they run at once on the
-caller's thread when the connection is free, with no busy wait, because handing them to a thread
-and back would cost more than the SQL; one that meets another connection's write lock is handed to
-the worker instead, as every other job is (whole-history reads, compactions, deletes, expiry,
-migrations, checkpoints of the write-ahead log). The event loop never waits for a lock or a long
-job, and jobs of one store never overlap.
+**The event loop never waits.** The stores of a process on one file share one connection and one
+dedicated worker thread (a single-thread executor) that opens it on first use. A turn's jobs (an
+append, a read of what is new or of the newest ``last`` messages, a session's load and save) are
+*quick*: they run at once on the caller's thread when the connection is free, with no busy wait,
+because handing them to a thread and back would cost more than the SQL; one that meets another
+connection's write lock is handed to the worker instead, as every other job is (whole-history
+reads, compactions, deletes, expiry, migrations, checkpoints of the write-ahead log). The event
+loop never waits for a lock or a long job, and jobs on one connection never overlap.
 
 **Concurrency.** The database is in WAL mode (readers never block the writer) with a busy timeout
 (``timeout``). Every write (append, compaction, delete, expiry) is one ``BEGIN IMMEDIATE``

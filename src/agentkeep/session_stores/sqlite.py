@@ -2,10 +2,11 @@
 
 :class:`SQLiteSessionStore` keeps whole-session payloads (``agent.serialize_session(session)`` as
 JSON) in the ``agentkeep_sessions`` table of the same database file the SQLite message store uses
-(:mod:`agentkeep.message_stores.sqlite`). It runs through the same
-:class:`~agentkeep.message_stores.sqlite.SQLiteDatabase` helper: one worker thread owning the connection
-(the event loop never calls :mod:`sqlite3`), WAL mode, a busy timeout, schema migrations and the
-mapping of database failures to :class:`~agentkeep.errors.StorageUnavailableError`.
+(:mod:`agentkeep.message_stores.sqlite`). It runs through the same database layer
+(``agentkeep._db.sqlite``), on the same connection when both stores are on one file: quick jobs on
+the caller's thread when the connection is free and the rest on one worker thread (the event loop
+never waits for a lock), WAL mode, a busy timeout, schema migrations and the mapping of database
+failures to :class:`~agentkeep.errors.StorageUnavailableError`.
 
 **Optimistic versions.** A save is one statement, hence one atomic write: a session read at
 version ``n`` is written as ``n + 1`` by ``UPDATE ... WHERE version = n``; a new session by an
