@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sqlite3
 import threading
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from agentkeep import (
     StorageClosedError,
     StorageUnavailableError,
 )
+from agentkeep._db import sqlite as database_layer
 from agentkeep.message_stores import HistoryView, Summary
 from agentkeep.message_stores.codec import FORMAT_VERSION
 from agentkeep.message_stores.sqlite import (
@@ -622,8 +624,10 @@ async def test_a_forked_child_opens_its_own_connection(
     try:
         await store.append("c", turn(1))
         opened = _counting_connects(monkeypatch)
+        held = database_layer._shared_lock  # pyright: ignore[reportPrivateUsage]
+        held.acquire()  # as if another thread of the parent were joining a connection as it forks
         pid = os.fork()
-        if pid == 0:  # the child: the parent's connection is not its to use
+        if pid == 0:  # the child: the parent's connection (and its lock) are not its to use
             code = 1
             try:
 
@@ -638,7 +642,15 @@ async def test_a_forked_child_opens_its_own_connection(
                 code = 0 if len(opened) == 1 else 2
             finally:
                 os._exit(code)
-        _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+        held.release()
+        waiting = asyncio.ensure_future(asyncio.to_thread(os.waitpid, pid, 0))
+        try:
+            async with asyncio.timeout(30):  # a hang guard: a child stuck on the parent's lock
+                _, status = await asyncio.shield(waiting)
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            await waiting
+            raise
         assert os.waitstatus_to_exitcode(status) == 0
         assert opened == []  # the parent opened nothing new
         assert [e.seq for e in (await store.read("c")).entries] == [1, 2, 3, 4]

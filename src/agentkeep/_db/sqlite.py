@@ -430,8 +430,8 @@ async def _leave(shared: _SharedConnection) -> None:
 
 def _forget_after_fork() -> None:
     """A forked child opens its own connections: the parent's are not its to use."""
-    global _SHARED_LOCK
-    _shared_lock = threading.Lock()  # guards _SHARED (replaced in a forked child)
+    global _shared_lock
+    _shared_lock = threading.Lock()  # the parent's may have been held by one of its threads
     _SHARED.clear()
 
 
