@@ -777,6 +777,45 @@ async def test_an_append_that_must_first_delete_an_expired_log_does_it_in_the_wo
     assert deletes == [False]  # the old log went in the worker thread
 
 
+async def test_the_write_ahead_log_is_checkpointed_on_a_connection_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ``CHECKPOINT_EVERY`` quick writes the worker thread checkpoints, on a connection the
+    jobs do not use: the quick jobs' connection stays free while the checkpoint syncs the files."""
+    loop_thread = threading.current_thread()
+    ran: list[tuple[int, str, bool]] = []  # (connection, statement, on the loop's thread)
+    checkpointed = threading.Event()
+
+    class Recording(sqlite3.Connection):
+        def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+            ran.append((id(self), sql, threading.current_thread() is loop_thread))
+            cursor = super().execute(sql, parameters)
+            if sql.startswith("PRAGMA wal_checkpoint"):
+                checkpointed.set()
+            return cursor
+
+        def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+            ran.append((id(self), sql, threading.current_thread() is loop_thread))
+            return super().executemany(sql, parameters)
+
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Recording, **k))  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
+    monkeypatch.setattr(database_layer, "CHECKPOINT_EVERY", 4)
+    store = SQLiteMessageStore(tmp_path / "checkpointed.db")
+    try:
+        for i in range(6):  # the first opens the connection in the worker: five quick writes
+            await store.append("c", turn(i))
+        assert await asyncio.to_thread(checkpointed.wait, 30)  # it runs in the background
+        assert [e.seq for e in (await store.read("c")).entries] == list(range(1, 13))
+    finally:
+        await store.aclose()
+    [(checkpointer, _, on_loop)] = [entry for entry in ran if entry[1].startswith("PRAGMA wal_checkpoint")]
+    appenders = {connection for connection, sql, _ in ran if sql.startswith("INSERT INTO agentkeep_messages")}
+    assert not on_loop
+    assert len(appenders) == 1
+    assert checkpointer not in appenders
+
+
 async def test_a_quick_job_that_meets_another_writer_waits_in_the_worker_not_the_loop(
     tmp_path: Path,
 ) -> None:

@@ -24,7 +24,8 @@ A quick job that finds unbounded work ahead (an expired conversation's whole log
 :func:`not_quick` before changing anything and is run again in the worker thread. The connection
 is guarded by a lock, so a quick job never runs while the worker uses it. Commits
 of quick jobs never checkpoint the write-ahead log (that writes and syncs the database file);
-every :data:`CHECKPOINT_EVERY` of them the worker thread runs a passive checkpoint instead.
+every :data:`CHECKPOINT_EVERY` of them the worker thread runs a passive checkpoint instead, on a
+connection of its own, so quick jobs go on meanwhile.
 """
 
 from __future__ import annotations
@@ -262,6 +263,7 @@ class _SharedConnection:
         self._in_use = threading.Lock()  # held by whoever runs a job on the connection
         self._quick_mode = False  # the connection's settings are the quick jobs' (see _settle)
         self._quick_writes = 0  # quick writes since the last checkpoint
+        self._checkpointer: sqlite3.Connection | None = None  # the worker thread's, for checkpoints
 
     async def run(self, job: Callable[[sqlite3.Connection], T], *, quick: bool) -> T:
         """See :meth:`SQLiteDatabase.run`."""
@@ -333,14 +335,17 @@ class _SharedConnection:
 
     def _checkpoint(self) -> None:
         """Copy the write-ahead log's committed pages into the database file, without waiting
-        for readers or writers (a failure is left to the next one)."""
-        with self._in_use:
-            if self._connection is None:
-                return
-            try:  # a passive checkpoint waits for nobody: the busy timeout does not matter
-                self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:
-                log.debug("checkpoint of %s failed: %s", self.path, exc)
+        for readers or writers (a failure is left to the next one), on a connection of its own:
+        the copy syncs both files (milliseconds), and the jobs' connection stays free for quick
+        jobs meanwhile, which would otherwise be handed to the worker thread behind it."""
+        try:  # a passive checkpoint waits for nobody: the busy timeout does not matter
+            if self._checkpointer is None:
+                self._checkpointer = sqlite3.connect(
+                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                )
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as exc:
+            log.debug("checkpoint of %s failed: %s", self.path, exc)
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -399,6 +404,9 @@ class _SharedConnection:
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+        if self._checkpointer is not None:  # the worker thread's own: no job uses it now
+            self._checkpointer.close()
+            self._checkpointer = None
 
 
 _SHARED: dict[tuple[str, float], _SharedConnection] = {}
