@@ -801,7 +801,7 @@ async def test_the_write_ahead_log_is_checkpointed_on_a_connection_of_its_own(
     real_connect = sqlite3.connect
     monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Recording, **k))  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
     monkeypatch.setattr(database_layer, "CHECKPOINT_EVERY", 4)
-    store = SQLiteMessageStore(tmp_path / "checkpointed.db")
+    store = SQLiteMessageStore(tmp_path / "a folder #1?" / "checkpointed.db")  # opened by URI too
     try:
         for i in range(6):  # the first opens the connection in the worker: five quick writes
             await store.append("c", turn(i))

@@ -241,10 +241,6 @@ class SQLiteDatabase:
         if shared is not None:
             await _leave(shared)
 
-    def unavailable(self, message: str) -> StorageUnavailableError:
-        """A :class:`~agentkeep.errors.StorageUnavailableError` naming this database's path."""
-        return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
-
     def __repr__(self) -> str:
         return f"SQLiteDatabase({str(self.path)!r})"
 
@@ -282,6 +278,7 @@ class _SharedConnection:
         await self._worker.shutdown(self._close_connection)
 
     def unavailable(self, message: str) -> StorageUnavailableError:
+        """A :class:`~agentkeep.errors.StorageUnavailableError` naming the file's path."""
         return StorageUnavailableError(message, backend=BACKEND, address=str(self.path))
 
     def _settle(self, connection: sqlite3.Connection, *, quick: bool) -> None:
@@ -339,9 +336,13 @@ class _SharedConnection:
         the copy syncs both files (milliseconds), and the jobs' connection stays free for quick
         jobs meanwhile, which would otherwise be handed to the worker thread behind it."""
         try:  # a passive checkpoint waits for nobody: the busy timeout does not matter
-            if self._checkpointer is None:
+            if self._checkpointer is None:  # the file as it is (mode=rw: a file gone is not made anew)
                 self._checkpointer = sqlite3.connect(
-                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                    f"{self.path.absolute().as_uri()}?mode=rw",
+                    uri=True,
+                    timeout=self.timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
                 )
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except sqlite3.Error as exc:
