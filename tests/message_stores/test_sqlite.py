@@ -573,6 +573,16 @@ async def test_a_time_that_is_no_integer_is_a_corrupt_record(store: SQLiteMessag
 # -- concurrency and threads -----------------------------------------------------------------------
 
 
+def _connect_with(factory: type[sqlite3.Connection], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every ``sqlite3.connect`` from now on a ``factory`` connection."""
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        return real_connect(*args, factory=factory, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+
+
 def _counting_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record the path of every ``sqlite3.connect`` from now on."""
     opened: list[str] = []
@@ -764,8 +774,7 @@ async def test_an_append_that_must_first_delete_an_expired_log_does_it_in_the_wo
                 deletes.append(threading.current_thread() is loop_thread)
             return super().execute(sql, parameters)
 
-    real_connect = sqlite3.connect
-    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Watched, **k))  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
+    _connect_with(Watched, monkeypatch)
     store = SQLiteMessageStore(tmp_path / "ttl.db", ttl=0.05)
     try:
         await store.append("c", [Message("user", [f"old {i}"]) for i in range(3)])
@@ -798,8 +807,7 @@ async def test_the_write_ahead_log_is_checkpointed_on_a_connection_of_its_own(
             ran.append((id(self), sql, threading.current_thread() is loop_thread))
             return super().executemany(sql, parameters)
 
-    real_connect = sqlite3.connect
-    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Recording, **k))  # pyright: ignore[reportUnknownLambdaType, reportUnknownArgumentType]
+    _connect_with(Recording, monkeypatch)
     monkeypatch.setattr(database_layer, "CHECKPOINT_EVERY", 4)
     store = SQLiteMessageStore(tmp_path / "a folder #1?" / "checkpointed.db")  # opened by URI too
     try:
