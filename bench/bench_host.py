@@ -208,8 +208,10 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None, *, memo
     from agentkeep import Agent, BaseChatClient, ChatOptions, ChatResponse, ChatResponseUpdate, Message
     from agentkeep.contents import TextContent
     from agentkeep.host import AgentHost
+    from agentkeep.message_stores.memory import InMemoryMessageStore
     from agentkeep.message_stores.sqlite import SQLiteMessageStore
     from agentkeep.providers import StorageHistoryProvider
+    from agentkeep.session_stores.memory import InMemorySessionStore
     from agentkeep.session_stores.sqlite import SQLiteSessionStore
 
     class InstantChatClient(BaseChatClient):
@@ -231,9 +233,6 @@ def serve_ours(port: int, db: str, session_db: str, profile: str | None, *, memo
             )
 
     client = InstantChatClient()
-    from agentkeep.message_stores.memory import InMemoryMessageStore
-    from agentkeep.session_stores.memory import InMemorySessionStore
-
     messages = InMemoryMessageStore() if memory else SQLiteMessageStore(db)
     history = StorageHistoryProvider(messages, "history", load_limit=50, owns_store=True)
     agent = Agent(client, name="chat", context_providers=[history])

@@ -525,7 +525,8 @@ async def test_a_turns_read_of_what_is_new_is_one_statement_with_the_views_rules
     await store.database.run(lambda db: db.set_trace_callback(None), quick=True)
     assert len(statements) == 1
     assert ([e.seq for e in view.entries], view.epoch, view.last_seq) == ([5, 6], 0, 6)
-    assert ((await store.read("n", after=6)).entries, (await store.read("n", after=6)).last_seq) == ([], 6)
+    nothing_new = await store.read("n", after=6)
+    assert (nothing_new.entries, nothing_new.last_seq) == ([], 6)
     assert (await store.read("absent", after=2)) == HistoryView()
 
     ids = [e.message.message_id or "" for e in (await store.read("n", raw=True)).entries]
